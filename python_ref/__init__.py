@@ -1,0 +1,1 @@
+"""TinyGPT PyTorch reference: the oracle every other level is checked against."""

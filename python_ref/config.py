@@ -1,0 +1,133 @@
+"""The one source of truth for presets and defaults: site/static/presets.json.
+
+Python, the JS worker and the C++ core all read that file; nothing here repeats its numbers.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PRESETS_PATH = REPO_ROOT / "site" / "static" / "presets.json"
+DEFAULT_CORPUS = REPO_ROOT / "site" / "static" / "data" / "tinyshakespeare.txt"
+
+
+class ConfigError(ValueError):
+    """A model or training configuration that cannot work."""
+
+
+@lru_cache(maxsize=1)
+def presets_file() -> dict:
+    return json.loads(PRESETS_PATH.read_text())
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    nLayer: int
+    nHead: int
+    dModel: int
+    ctx: int
+    vocabSize: int = 256
+    layerNormEps: float = 1e-5
+
+    def __post_init__(self):
+        for name in ("nLayer", "nHead", "dModel", "ctx", "vocabSize"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        if self.dModel % self.nHead != 0:
+            raise ConfigError(
+                f"dModel ({self.dModel}) is not divisible by nHead ({self.nHead}): "
+                "each head needs dModel / nHead channels"
+            )
+        if not (isinstance(self.layerNormEps, (int, float)) and self.layerNormEps > 0):
+            raise ConfigError(f"layerNormEps must be positive, got {self.layerNormEps!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.dModel // self.nHead
+
+    def param_count(self) -> int:
+        """256C + ctx*C + 2C + L(12C^2 + 13C) for vocab 256 (token embedding tied to the head)."""
+        C, L = self.dModel, self.nLayer
+        return self.vocabSize * C + self.ctx * C + 2 * C + L * (12 * C * C + 13 * C)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict) -> "ModelConfig":
+        if not isinstance(d, dict):
+            raise ConfigError(f"model config must be an object, got {type(d).__name__}")
+        fields = ("nLayer", "nHead", "dModel", "ctx", "vocabSize", "layerNormEps")
+        missing = [f for f in fields[:4] if f not in d]
+        if missing:
+            raise ConfigError(f"model config lacks {', '.join(missing)}")
+        return cls(**{f: d[f] for f in fields if f in d})
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    batch: int
+    steps: int
+    lr: float
+    beta1: float
+    beta2: float
+    eps: float
+    weightDecay: float
+    gradClip: float
+    valFraction: float
+    evalEvery: int
+    evalWindows: int
+    seed: int
+
+    def __post_init__(self):
+        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and self.lr == self.lr):
+            raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
+        if self.batch <= 0 or self.steps < 0:
+            raise ConfigError("batch must be positive and steps non-negative")
+        if not 0 < self.valFraction < 1:
+            raise ConfigError(f"valFraction must be in (0, 1), got {self.valFraction}")
+        if not 0 <= self.seed < 2**53:
+            raise ConfigError("seed must be an integer in [0, 2^53)")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def preset_names() -> list[str]:
+    return list(presets_file()["presets"])
+
+
+def model_config(preset: str) -> ModelConfig:
+    f = presets_file()
+    if preset not in f["presets"]:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(f['presets'])}")
+    p = f["presets"][preset]
+    m = f["model"]
+    return ModelConfig(
+        nLayer=p["nLayer"], nHead=p["nHead"], dModel=p["dModel"], ctx=p["ctx"],
+        vocabSize=m["vocabSize"], layerNormEps=m["layerNormEps"],
+    )
+
+
+def train_config(preset: str, **overrides) -> TrainConfig:
+    f = presets_file()
+    if preset not in f["presets"]:
+        raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(f['presets'])}")
+    p = f["presets"][preset]
+    values = dict(f["training"], batch=p["batch"], steps=p["steps"])
+    for key, value in overrides.items():
+        if value is not None:
+            values[key] = value
+    return TrainConfig(**values)
+
+
+def sampling_defaults() -> dict:
+    return dict(presets_file()["sampling"])
+
+
+def init_std() -> float:
+    return presets_file()["model"]["initStd"]
