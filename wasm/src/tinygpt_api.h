@@ -1,0 +1,168 @@
+/* TinyGPT C API: what the JS worker (through Emscripten) and the native tests (through ctypes) call.
+ *
+ * Ownership and lifetime
+ *   - tg_create() returns an opaque handle that owns ONE arena, allocated at creation from a size
+ *     computed up front (weights, grads, AdamW m and v, activations, activation grads, KV cache,
+ *     scratch). Nothing is allocated or grown inside a training step, an eval or a generation step,
+ *     so a WASM memory never grows while pool threads are running. tg_destroy() frees everything.
+ *   - The corpus given to tg_set_corpus() is COPIED (the one allocation outside the arena, made only
+ *     by that call); the caller may free its buffer afterwards.
+ *   - Pointers returned by tg_weights/tg_grads/tg_state_ptr point into the arena: valid until
+ *     tg_destroy(); their contents change with every step.
+ *   - A handle is not thread-safe: call it from one thread at a time (the model's own thread pool
+ *     is internal).
+ *
+ * Error conventions
+ *   - Nothing aborts and no C++ exception crosses this boundary. Functions returning int32_t give
+ *     TG_OK (0) or a negative TG_ERR_* code. Functions returning a loss (double) give the loss
+ *     (>= 0) or a negative TG_ERR_* code. Functions returning a count give it (>= 0) or a negative
+ *     code. tg_create() returns NULL on failure.
+ *   - After any failure tg_last_error() is a human-readable message naming the problem and
+ *     tg_last_error_code() the code (per calling thread; valid until the next failing call).
+ *   - A failing call leaves the model as it was (state buffers are fully validated before any byte
+ *     of the model is overwritten).
+ *
+ * Units and types
+ *   - Config dimensions and token counts are int32_t (they are small); every byte count, element
+ *     count and batch counter is int64_t so a > 4 GB state never overflows. Seeds are uint64_t in
+ *     [0, 2^53) (docs/determinism.md). Tokens are int32_t in [0, vocab_size).
+ *   - Nothing here holds preset numbers: the caller passes the values of site/static/presets.json.
+ *   - The state layout is exactly the .tinygpt state (docs/format.md): i32 step | f32 weights x P |
+ *     [f32 m x P | f32 v x P], little-endian, manifest order.
+ */
+#ifndef TINYGPT_API_H
+#define TINYGPT_API_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TG_OK 0
+#define TG_ERR_CONFIG (-1)    /* invalid model config: non-positive dims, nHead not dividing dModel... */
+#define TG_ERR_ARG (-2)       /* null handle/pointer, token out of range, shape larger than the arena */
+#define TG_ERR_STATE (-3)     /* state buffer of the wrong length, negative step, NaN/inf values */
+#define TG_ERR_HYPER (-4)     /* hyper-parameters missing or invalid (NaN or non-positive lr, ...) */
+#define TG_ERR_CORPUS (-5)    /* no corpus set, or too short for the context */
+#define TG_ERR_ALLOC (-6)     /* the arena (or the corpus copy) could not be allocated */
+#define TG_ERR_NONFINITE (-7) /* the loss or the gradient norm became NaN/inf: the update was skipped */
+#define TG_ERR_INTERNAL (-8)  /* an unexpected internal failure (a bug): the message says where */
+
+typedef struct tg_model tg_model;
+
+const char* tg_last_error(void);
+int32_t tg_last_error_code(void);
+
+/* ---- creation ---------------------------------------------------------------------------------- */
+
+/* Bytes of the arena a model of this config needs (so a loader can choose a build before creating),
+ * or a negative TG_ERR_CONFIG. batch = the largest training batch (rows) the model will run. */
+int64_t tg_arena_bytes_for(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ctx,
+                           int32_t vocab_size, int32_t batch);
+
+/* A model with all weights zero and step 0 (call tg_init or tg_import_state next). n_threads counts
+ * the calling thread (1 = everything inline). layer_norm_eps and init_std come from presets.json. */
+tg_model* tg_create(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ctx, int32_t vocab_size,
+                    double layer_norm_eps, double init_std, int32_t batch, int32_t n_threads);
+void tg_destroy(tg_model* m);
+
+int64_t tg_param_count(const tg_model* m);
+int64_t tg_arena_bytes(const tg_model* m);
+int32_t tg_n_threads(const tg_model* m);
+
+/* The manifest (docs/format.md order): tensor i's name, element offset within a P-float block, and
+ * element count. tg_tensor_name returns NULL for an index out of range. */
+int32_t tg_tensor_count(const tg_model* m);
+const char* tg_tensor_name(const tg_model* m, int32_t i);
+int64_t tg_tensor_offset(const tg_model* m, int32_t i);
+int64_t tg_tensor_numel(const tg_model* m, int32_t i);
+
+/* ---- initialisation, hyper-parameters, data ---------------------------------------------------- */
+
+/* Weights from the portable init stream of `seed`; m = v = 0; step = 0; data stream = (seed, 0). */
+int32_t tg_init(tg_model* m, uint64_t seed);
+
+/* AdamW + clip settings (docs/determinism.md). Required before any training step. lr > 0 finite;
+ * 0 <= beta1, beta2 < 1; eps > 0; weight_decay >= 0; grad_clip > 0 (+inf = no clipping). */
+int32_t tg_set_hyper(tg_model* m, double lr, double beta1, double beta2, double eps,
+                     double weight_decay, double grad_clip);
+
+/* Copies the corpus bytes and splits it: nVal = floor(n * val_fraction), train = first n - nVal.
+ * Both splits must hold ctx + 1 bytes (TG_ERR_CORPUS otherwise); bytes must be < vocab_size.
+ * Does not touch the data stream position. */
+int32_t tg_set_corpus(tg_model* m, const uint8_t* bytes, int64_t n, double val_fraction);
+
+/* The data stream: batch b of the training split uses data-stream outputs b*B .. b*B+B-1.
+ * (seed, batches_drawn) is the whole state; set it to resume exactly. */
+int32_t tg_set_data_state(tg_model* m, uint64_t seed, int64_t batches_drawn);
+int64_t tg_batches_drawn(const tg_model* m);
+uint64_t tg_data_seed(const tg_model* m);
+
+/* Writes the next batch's x and y (batch x ctx tokens each) without training on it, and advances
+ * the stream (for tests and for callers that want to see the data). */
+int32_t tg_next_batch(tg_model* m, int32_t* x, int32_t* y);
+
+/* ---- training ---------------------------------------------------------------------------------- */
+
+/* Draws the next batch (B = the batch given to tg_create, T = ctx), forward, backward, clip,
+ * AdamW. Returns the mean loss before the update, or a negative code. */
+double tg_train_step(tg_model* m);
+
+/* The same on a caller-given batch x, y: (rows, t) tokens, 1 <= rows <= batch, 1 <= t <= ctx. */
+double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t);
+
+/* Forward + backward only (no clip, no update): the loss; grads (unclipped) via tg_grads. */
+double tg_forward_backward(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t);
+
+/* Forward only: the mean loss of the batch. */
+double tg_forward_loss(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t);
+
+/* Mean cross-entropy over K = min(eval_windows, nVal - ctx) windows of the val split. */
+double tg_eval(tg_model* m, int32_t eval_windows);
+
+/* Global gradient norm of the last training step, before clipping. */
+double tg_last_grad_norm(const tg_model* m);
+/* AdamW steps taken (the state's step). */
+int64_t tg_step(const tg_model* m);
+
+/* P floats each, manifest order, in the arena. */
+float* tg_weights(tg_model* m);
+const float* tg_grads(const tg_model* m);
+
+/* ---- generation -------------------------------------------------------------------------------- */
+
+/* Appends up to max_new tokens after the prompt into out (capacity max_new). temperature 0 = greedy;
+ * top_k 0 = all tokens; sample_seed keys the sample stream (determinism.md); use_kv_cache = 0 runs a
+ * full recompute per token (same tokens, slower). Returns the number of tokens written. */
+int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_t max_new,
+                    double temperature, int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache,
+                    int32_t* out);
+
+/* Token-at-a-time generation for a UI: begin with a prompt, then each tg_gen_next returns one new
+ * token (>= 0) or a negative code. Any training call or tg_generate ends the session. */
+int32_t tg_gen_begin(tg_model* m, const int32_t* prompt, int32_t n_prompt, double temperature,
+                     int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache);
+int32_t tg_gen_next(tg_model* m);
+
+/* ---- state (.tinygpt state layout) -------------------------------------------------------------- */
+
+/* 4 + 4P bytes without moments, 4 + 12P with. */
+int64_t tg_state_bytes(const tg_model* m, int32_t with_moments);
+
+/* Writes the state into buf (capacity cap bytes); returns the bytes written or a negative code. */
+int64_t tg_export_state(const tg_model* m, uint8_t* buf, int64_t cap, int32_t with_moments);
+
+/* Reads a state of exactly 4 + 4P (weights only: moments reset, AdamW bias correction restarts)
+ * or 4 + 12P bytes (exact resume). Validated in full before the model changes. */
+int32_t tg_import_state(tg_model* m, const uint8_t* buf, int64_t n);
+
+/* The arena holds the state contiguously (step | weights | m | v): a read-only view of
+ * tg_state_bytes(m, 1) bytes, for exporting a huge model without a second copy. */
+const uint8_t* tg_state_ptr(const tg_model* m);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
