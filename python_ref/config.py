@@ -42,8 +42,9 @@ class ModelConfig:
                 f"dModel ({self.dModel}) is not divisible by nHead ({self.nHead}): "
                 "each head needs dModel / nHead channels"
             )
-        if not (isinstance(self.layerNormEps, (int, float)) and self.layerNormEps > 0):
-            raise ConfigError(f"layerNormEps must be positive, got {self.layerNormEps!r}")
+        eps = self.layerNormEps
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
+            raise ConfigError(f"layerNormEps must be a positive finite number, got {eps!r}")
 
     @property
     def head_dim(self) -> int:
@@ -84,14 +85,31 @@ class TrainConfig:
     seed: int
 
     def __post_init__(self):
-        if not (isinstance(self.lr, (int, float)) and self.lr > 0 and self.lr == self.lr):
+        def is_int(v):
+            return isinstance(v, int) and not isinstance(v, bool)
+
+        def is_number(v):  # finite int or float, not bool (NaN fails every comparison below)
+            return (is_int(v) or isinstance(v, float)) and abs(v) < float("inf")
+
+        for name in ("batch", "evalEvery", "evalWindows"):
+            if not (is_int(getattr(self, name)) and getattr(self, name) > 0):
+                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not (is_int(self.steps) and self.steps >= 0):
+            raise ConfigError(f"steps must be a non-negative integer, got {self.steps!r}")
+        if not (is_number(self.lr) and self.lr > 0):
             raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
-        if self.batch <= 0 or self.steps < 0:
-            raise ConfigError("batch must be positive and steps non-negative")
-        if not 0 < self.valFraction < 1:
-            raise ConfigError(f"valFraction must be in (0, 1), got {self.valFraction}")
-        if not 0 <= self.seed < 2**53:
-            raise ConfigError("seed must be an integer in [0, 2^53)")
+        for name in ("beta1", "beta2"):
+            if not (is_number(getattr(self, name)) and 0 <= getattr(self, name) < 1):
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if not (is_number(self.eps) and self.eps > 0):
+            raise ConfigError(f"eps must be a positive number, got {self.eps!r}")
+        for name in ("weightDecay", "gradClip"):
+            if not (is_number(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ConfigError(f"{name} must be a non-negative number, got {getattr(self, name)!r}")
+        if not (is_number(self.valFraction) and 0 < self.valFraction < 1):
+            raise ConfigError(f"valFraction must be in (0, 1), got {self.valFraction!r}")
+        if not (is_int(self.seed) and 0 <= self.seed < 2**53):
+            raise ConfigError(f"seed must be an integer in [0, 2^53), got {self.seed!r}")
 
     def to_json(self) -> dict:
         return asdict(self)

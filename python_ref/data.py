@@ -36,6 +36,8 @@ class Corpus:
             raise CorpusError(f"corpus file {str(path)!r} does not exist") from None
         except IsADirectoryError:
             raise CorpusError(f"corpus path {str(path)!r} is a directory, not a text file") from None
+        except OSError as e:
+            raise CorpusError(f"corpus file {str(path)!r} cannot be read: {e.strerror or e}") from None
         return cls.from_bytes(raw, path.name)
 
     def identity(self) -> dict:
@@ -61,6 +63,8 @@ class BatchStream:
     """Random windows of the training split; batches_drawn is the whole resumable state."""
 
     def __init__(self, train: np.ndarray, ctx: int, batch: int, seed: int, batches_drawn: int = 0):
+        if int(train.size) < ctx + 1:
+            raise CorpusError(f"training split has {train.size} bytes: too short for one window of ctx + 1 = {ctx + 1}")
         self.train, self.ctx, self.batch, self.seed = train, ctx, batch, seed
         self.batches_drawn = batches_drawn
         self.n_starts = int(train.size) - ctx  # window [s, s+ctx] needs s + ctx < n_train
@@ -77,6 +81,8 @@ class BatchStream:
 
 def eval_window_starts(n_val: int, ctx: int, windows: int) -> np.ndarray:
     """K evenly spread window starts in the val split: start_i = i * (n_val - ctx - 1) // (K - 1)."""
+    if n_val < ctx + 1:
+        raise CorpusError(f"validation split has {n_val} bytes: too short for one window of ctx + 1 = {ctx + 1}")
     k = max(1, min(windows, n_val - ctx))
     span = n_val - ctx - 1
     return np.array([(i * span) // max(k - 1, 1) for i in range(k)], dtype=np.int64)
