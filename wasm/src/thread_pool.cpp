@@ -1,13 +1,205 @@
-// Placeholder implementation: runs inline. The persistent std::thread pool replaces it.
+// The persistent pool. Workers are started once in the constructor and joined in the destructor.
+// A parallel_for publishes (task, ctx, n, chunks) and bumps a generation counter; each worker runs
+// its chunk and decrements `pending`; the caller runs chunk 0 and then waits for pending == 0.
+// Idle workers spin on the generation for a short while (the gaps between the kernels of one
+// training step are microseconds, far shorter than a futex wake-up) and then block on a condition
+// variable, so an idle model costs no CPU.
 #include "thread_pool.h"
+
+#include <cstddef>
+#include <new>
+
+#if defined(__EMSCRIPTEN__) && !defined(__EMSCRIPTEN_PTHREADS__)
+#define TG_POOL_HAS_THREADS 0  // no pthreads in this WASM build: everything runs inline
+#else
+#define TG_POOL_HAS_THREADS 1
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+#endif
 
 namespace tg {
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {}
-ThreadPool::~ThreadPool() {}
+namespace {
+
+// Set while a thread runs a chunk: a parallel_for made from inside a chunk then runs inline.
+thread_local float* t_chunk_scratch = nullptr;
+
+float* allocate_scratch(int n_threads) {
+  size_t floats = size_t(n_threads) * size_t(ThreadPool::kScratchFloats);
+  return static_cast<float*>(::operator new[](floats * sizeof(float), std::align_val_t(64)));
+}
+
+void free_scratch(float* p) { ::operator delete[](p, std::align_val_t(64)); }
+
+// Chunk c of n items split into `chunks` near-equal contiguous pieces.
+inline void chunk_bounds(int64_t n, int64_t chunks, int64_t c, int64_t* begin, int64_t* end) {
+  *begin = n * c / chunks;
+  *end = n * (c + 1) / chunks;
+}
+
+#if TG_POOL_HAS_THREADS
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  _mm_pause();
+#endif
+}
+// How long an idle worker (or the waiting caller) spins before it blocks (or yields).
+constexpr auto kSpinTime = std::chrono::microseconds(300);
+#endif
+
+}  // namespace
+
+#if TG_POOL_HAS_THREADS
+
+struct ThreadPool::Impl {
+  std::vector<std::thread> workers;
+  float* scratch = nullptr;
+
+  // The published job; written by the caller before the generation bump (release), read by
+  // workers after they see it (acquire).
+  Task task = nullptr;
+  void* ctx = nullptr;
+  int64_t n = 0;
+  int64_t chunks = 0;
+  bool stop = false;
+
+  std::atomic<uint64_t> generation{0};
+  std::atomic<int> pending{0};
+  std::atomic<int> sleepers{0};
+  std::mutex mutex;
+  std::condition_variable wake;
+
+  void worker_loop(int index);
+  uint64_t wait_for_generation(uint64_t seen);
+};
+
+uint64_t ThreadPool::Impl::wait_for_generation(uint64_t seen) {
+  auto start = std::chrono::steady_clock::now();
+  for (int spins = 0;; spins++) {
+    uint64_t g = generation.load(std::memory_order_acquire);
+    if (g != seen) return g;
+    cpu_relax();
+    if ((spins & 63) == 63 && std::chrono::steady_clock::now() - start > kSpinTime) break;
+  }
+  // Block. sleepers and generation are both seq_cst so that either the caller sees this sleeper
+  // and notifies under the mutex, or this thread sees the new generation before waiting.
+  std::unique_lock<std::mutex> lock(mutex);
+  sleepers.fetch_add(1);
+  uint64_t g;
+  while ((g = generation.load()) == seen) wake.wait(lock);
+  sleepers.fetch_sub(1);
+  return g;
+}
+
+void ThreadPool::Impl::worker_loop(int index) {
+  uint64_t seen = 0;
+  float* my_scratch = scratch + int64_t(index) * kScratchFloats;
+  for (;;) {
+    seen = wait_for_generation(seen);
+    if (stop) return;
+    if (index < chunks) {
+      int64_t begin, end;
+      chunk_bounds(n, chunks, index, &begin, &end);
+      t_chunk_scratch = my_scratch;
+      task(ctx, begin, end, my_scratch);
+      t_chunk_scratch = nullptr;
+    }
+    pending.fetch_sub(1, std::memory_order_acq_rel);
+  }
+}
+
+ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+  impl_ = new Impl();
+  impl_->scratch = allocate_scratch(n_threads_);
+  impl_->workers.reserve(size_t(n_threads_ - 1));
+  for (int i = 1; i < n_threads_; i++) impl_->workers.emplace_back([this, i] { impl_->worker_loop(i); });
+}
+
+ThreadPool::~ThreadPool() {
+  if (!impl_->workers.empty()) {
+    impl_->stop = true;
+    impl_->generation.fetch_add(1);
+    {
+      std::lock_guard<std::mutex> lock(impl_->mutex);
+      impl_->wake.notify_all();
+    }
+    for (auto& t : impl_->workers) t.join();
+  }
+  free_scratch(impl_->scratch);
+  delete impl_;
+}
+
+void ThreadPool::run(int64_t n, int64_t min_chunk, Task task, void* ctx) {
+  if (n <= 0) return;
+  if (t_chunk_scratch) {  // nested inside a chunk: inline
+    task(ctx, 0, n, t_chunk_scratch);
+    return;
+  }
+  int64_t chunks = n_threads_;
+  if (min_chunk > 1 && n / min_chunk < chunks) chunks = n / min_chunk;
+  if (chunks <= 1) {
+    t_chunk_scratch = impl_->scratch;
+    task(ctx, 0, n, impl_->scratch);
+    t_chunk_scratch = nullptr;
+    return;
+  }
+  Impl& im = *impl_;
+  im.task = task;
+  im.ctx = ctx;
+  im.n = n;
+  im.chunks = chunks;
+  im.pending.store(n_threads_ - 1, std::memory_order_relaxed);
+  im.generation.fetch_add(1);  // seq_cst: publishes the job (see wait_for_generation)
+  if (im.sleepers.load() > 0) {
+    std::lock_guard<std::mutex> lock(im.mutex);
+    im.wake.notify_all();
+  }
+  int64_t begin, end;
+  chunk_bounds(n, chunks, 0, &begin, &end);
+  t_chunk_scratch = im.scratch;
+  task(ctx, begin, end, im.scratch);
+  t_chunk_scratch = nullptr;
+  auto start = std::chrono::steady_clock::now();
+  for (int spins = 0; im.pending.load(std::memory_order_acquire) != 0; spins++) {
+    cpu_relax();
+    // Past the spin time a worker was descheduled (a busy shared machine): give the core away.
+    if ((spins & 63) == 63 && std::chrono::steady_clock::now() - start > kSpinTime)
+      std::this_thread::yield();
+  }
+}
+
+#else  // no threads: one scratch, everything inline
+
+struct ThreadPool::Impl {
+  float* scratch = nullptr;
+};
+
+ThreadPool::ThreadPool(int) : n_threads_(1) {
+  impl_ = new Impl();
+  impl_->scratch = allocate_scratch(1);
+}
+
+ThreadPool::~ThreadPool() {
+  free_scratch(impl_->scratch);
+  delete impl_;
+}
 
 void ThreadPool::run(int64_t n, int64_t, Task task, void* ctx) {
-  if (n > 0) task(ctx, 0, n);
+  if (n <= 0) return;
+  float* scratch = t_chunk_scratch ? t_chunk_scratch : impl_->scratch;
+  float* outer = t_chunk_scratch;
+  t_chunk_scratch = scratch;
+  task(ctx, 0, n, scratch);
+  t_chunk_scratch = outer;
 }
+
+#endif
 
 }  // namespace tg

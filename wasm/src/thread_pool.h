@@ -8,7 +8,7 @@ namespace tg {
 class ThreadPool {
  public:
   // n_threads counts the calling thread; 1 means "run everything inline, create no threads"
-  // (the only mode the non-threaded WASM builds may use).
+  // (the only mode the non-threaded WASM builds may use: there, any n_threads gives size() == 1).
   explicit ThreadPool(int n_threads);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
@@ -18,16 +18,35 @@ class ThreadPool {
 
   // Calls fn(begin, end) on disjoint contiguous chunks covering [0, n), across the pool, and
   // returns when all are done. Never allocates. Chunks smaller than min_chunk are not split off.
+  // The split is static (at most size() chunks of near-equal length, the caller runs the first),
+  // so equal-cost items balance; a call made from inside a chunk runs inline on that thread.
+  // One caller at a time: the pool is driven by the thread that owns the model.
   template <class F>
   void parallel_for(int64_t n, int64_t min_chunk, F&& fn) {
     run(n, min_chunk, &trampoline<F>, static_cast<void*>(&fn));
   }
 
- private:
-  using Task = void (*)(void* ctx, int64_t begin, int64_t end);
+  // Scratch memory for kernels (packed matmul panels, per-row buffers): kScratchFloats floats per
+  // thread, 64-byte aligned, allocated once in the constructor so that nothing is allocated (and a
+  // WASM memory never grows) during a step. Like parallel_for, but fn(begin, end, scratch) also
+  // gets the scratch of the thread running the chunk; no two concurrent chunks share one. A call
+  // nested inside a chunk runs inline with that chunk's scratch, so a kernel that keeps data in
+  // its scratch must not call into the pool from its chunk.
+  static constexpr int64_t kScratchFloats = int64_t(1) << 17;  // 512 KiB per thread
   template <class F>
-  static void trampoline(void* ctx, int64_t begin, int64_t end) {
+  void parallel_for_scratch(int64_t n, int64_t min_chunk, F&& fn) {
+    run(n, min_chunk, &trampoline_scratch<F>, static_cast<void*>(&fn));
+  }
+
+ private:
+  using Task = void (*)(void* ctx, int64_t begin, int64_t end, float* scratch);
+  template <class F>
+  static void trampoline(void* ctx, int64_t begin, int64_t end, float*) {
     (*static_cast<F*>(ctx))(begin, end);
+  }
+  template <class F>
+  static void trampoline_scratch(void* ctx, int64_t begin, int64_t end, float* scratch) {
+    (*static_cast<F*>(ctx))(begin, end, scratch);
   }
   void run(int64_t n, int64_t min_chunk, Task task, void* ctx);
 

@@ -1,0 +1,51 @@
+// extern "C" entry points over matmul.h and thread_pool.h, so that tests/test_native_matmul.py and
+// wasm/bench/bench_native.py can drive the kernels through ctypes from a small shared library.
+#include "../src/matmul.h"
+#include "../src/simd.h"
+#include "../src/thread_pool.h"
+
+extern "C" {
+
+void* tgmm_pool_create(int n_threads) { return new tg::ThreadPool(n_threads); }
+void tgmm_pool_destroy(void* pool) { delete static_cast<tg::ThreadPool*>(pool); }
+int tgmm_pool_size(void* pool) { return static_cast<tg::ThreadPool*>(pool)->size(); }
+const char* tgmm_simd_name() { return tg::simd::kSimdName; }
+
+void tgmm_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
+                  int64_t K, int64_t N, void* pool) {
+  tg::matmul_forward(out, inp, weight, bias, M, K, N, *static_cast<tg::ThreadPool*>(pool));
+}
+
+void tgmm_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                   const float* weight, int64_t M, int64_t K, int64_t N, void* pool) {
+  tg::matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, K, N,
+                      *static_cast<tg::ThreadPool*>(pool));
+}
+
+// Runs forward then backward `reps` times (for timing without Python overhead per call).
+void tgmm_repeat_step(int reps, float* out, const float* inp, const float* weight, const float* bias,
+                      float* dinp, float* dweight, float* dbias, const float* dout, int64_t M, int64_t K,
+                      int64_t N, void* pool) {
+  tg::ThreadPool& p = *static_cast<tg::ThreadPool*>(pool);
+  for (int r = 0; r < reps; r++) {
+    tg::matmul_forward(out, inp, weight, bias, M, K, N, p);
+    tg::matmul_backward(dinp, dweight, dbias, dout, inp, weight, M, K, N, p);
+  }
+}
+
+// Counts how many items each of the pool's chunks saw, to test the parallel_for contract:
+// counts[i] += 1 for every i in [0, n) (disjoint and covering means every count ends at 1).
+void tgmm_pool_cover(void* pool, int64_t n, int64_t min_chunk, int32_t* counts, int64_t* n_chunks) {
+  tg::ThreadPool& p = *static_cast<tg::ThreadPool*>(pool);
+  *n_chunks = 0;
+  int64_t chunk_count[64] = {0};
+  p.parallel_for_scratch(n, min_chunk, [&](int64_t begin, int64_t end, float* scratch) {
+    for (int64_t i = begin; i < end; i++) counts[i] += 1;
+    scratch[0] = 1.0f;  // the scratch must be writable
+    scratch[tg::ThreadPool::kScratchFloats - 1] = 1.0f;
+    __atomic_fetch_add(&chunk_count[0], 1, __ATOMIC_RELAXED);
+  });
+  *n_chunks = chunk_count[0];
+}
+
+}  // extern "C"
