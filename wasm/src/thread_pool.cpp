@@ -142,7 +142,7 @@ void ThreadPool::run(int64_t n, int64_t min_chunk, Task task, void* ctx) {
     task(ctx, 0, n, t_chunk_scratch);
     return;
   }
-  int64_t chunks = n_threads_;
+  int64_t chunks = n < n_threads_ ? n : n_threads_;
   if (min_chunk > 1 && n / min_chunk < chunks) chunks = n / min_chunk;
   if (chunks <= 1) {
     t_chunk_scratch = impl_->scratch;

@@ -1,0 +1,102 @@
+"""wasm/src/matmul.cpp and thread_pool.cpp against numpy float64, through the ctypes library of
+wasm/bench/matmul_lib.py: awkward shapes, 1 and 2 threads, the += semantics of the backward, the
+null-pointer skips, bit-identical results for any thread count, and the parallel_for contract.
+The "portable" build (no -march) runs simd.h's scalar back end, the code of the scalar WASM build."""
+import numpy as np
+import pytest
+
+from wasm.bench.matmul_lib import MatmulLib
+
+SHAPES = [(1, 7, 13), (33, 65, 17), (250, 96, 384), (1024, 192, 768), (7, 300, 5), (130, 520, 40)]
+TOL = 1e-5  # max |err| / max |ref|, float32 sums of up to 1024 terms
+
+
+@pytest.fixture(scope="module", params=["native", "portable"])
+def lib(request):
+    return MatmulLib(request.param)
+
+
+def rel_err(got, ref):
+    return float(np.abs(got.astype(np.float64) - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def operands(M, K, N, seed=0):
+    rng = np.random.default_rng(seed + 1000 * M + 10 * K + N)
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)  # noqa: E731
+    return f(M, K), f(N, K), f(N), f(M, N)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("M,K,N", SHAPES)
+def test_forward_and_backward_match_float64(lib, threads, M, K, N):
+    x, w, b, dout = operands(M, K, N)
+    x64, w64, d64 = x.astype(np.float64), w.astype(np.float64), dout.astype(np.float64)
+    with lib.pool(threads) as pool:
+        out = np.full((M, N), np.nan, np.float32)  # overwritten, whatever it held
+        lib.forward(pool, out, x, w, b)
+        out_nobias = np.full((M, N), np.nan, np.float32)
+        lib.forward(pool, out_nobias, x, w, None)
+        # the backward accumulates: start from non-zero gradients
+        dx0, dw0, db0 = operands(M, K, N, seed=1)[0], operands(M, K, N, seed=2)[1], operands(M, K, N, seed=3)[2]
+        dx, dw, db = dx0.copy(), dw0.copy(), db0.copy()
+        lib.backward(pool, dx, dw, db, dout, x, w)
+    errs = {
+        "out": rel_err(out, x64 @ w64.T + b),
+        "out(no bias)": rel_err(out_nobias, x64 @ w64.T),
+        "dinp": rel_err(dx, dx0 + d64 @ w64),
+        "dweight": rel_err(dw, dw0 + d64.T @ x64),
+        "dbias": rel_err(db, db0 + d64.sum(0)),
+    }
+    print(f"[{lib.simd}] threads={threads} M,K,N={M},{K},{N} max rel err " +
+          " ".join(f"{k}={v:.2e}" for k, v in errs.items()))
+    assert max(errs.values()) < TOL, errs
+
+
+@pytest.mark.parametrize("skip", ["dinp", "dweight", "dbias"])
+def test_backward_skips_null_outputs(lib, skip):
+    M, K, N = 37, 29, 23
+    x, w, b, dout = operands(M, K, N)
+    grads = {"dinp": np.zeros((M, K), np.float32), "dweight": np.zeros((N, K), np.float32),
+             "dbias": np.zeros(N, np.float32)}
+    grads[skip] = None
+    with lib.pool(2) as pool:
+        lib.backward(pool, grads["dinp"], grads["dweight"], grads["dbias"], dout, x, w)
+    d64 = dout.astype(np.float64)
+    refs = {"dinp": d64 @ w.astype(np.float64), "dweight": d64.T @ x.astype(np.float64), "dbias": d64.sum(0)}
+    errs = {k: rel_err(g, refs[k]) for k, g in grads.items() if g is not None}
+    print(f"[{lib.simd}] {skip}=null: max rel err " + " ".join(f"{k}={v:.2e}" for k, v in errs.items()))
+    assert max(errs.values()) < TOL
+
+
+def test_empty_reduction_gives_bias(lib):
+    x, w, b = np.zeros((3, 0), np.float32), np.zeros((5, 0), np.float32), np.arange(5, dtype=np.float32)
+    out = np.full((3, 5), np.nan, np.float32)
+    with lib.pool(2) as pool:
+        lib.forward(pool, out, x, w, b)
+    assert np.array_equal(out, np.tile(b, (3, 1)))
+
+
+def test_thread_count_does_not_change_a_bit(lib):
+    M, K, N = 300, 200, 520  # several tiles, several K-slices
+    x, w, b, dout = operands(M, K, N)
+    results = []
+    for threads in (1, 2, 3):
+        with lib.pool(threads) as pool:
+            out = np.empty((M, N), np.float32)
+            lib.forward(pool, out, x, w, b)
+            dx, dw, db = np.zeros((M, K), np.float32), np.zeros((N, K), np.float32), np.zeros(N, np.float32)
+            lib.backward(pool, dx, dw, db, dout, x, w)
+            results.append((out, dx, dw, db))
+    for other in results[1:]:
+        for a, c in zip(results[0], other):
+            assert np.array_equal(a, c)
+
+
+@pytest.mark.parametrize("threads", [1, 2, 4])
+@pytest.mark.parametrize("n,min_chunk", [(0, 1), (1, 1), (2, 1), (7, 1), (1000, 1), (1000, 400), (1000, 2000)])
+def test_parallel_for_covers_range_once(lib, threads, n, min_chunk):
+    with lib.pool(threads) as pool:
+        for _ in range(50):  # repeated calls reuse the same workers
+            counts, chunks = lib.cover(pool, n, min_chunk)
+            assert (counts == 1).all()
+            assert chunks <= min(threads, max(1, n // min_chunk)) and (chunks >= 1 or n == 0)
