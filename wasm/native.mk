@@ -1,0 +1,53 @@
+# Native build of the C++ core (g++ or clang++): the shared library the Python tests load through
+# ctypes, the native test programs, and one AddressSanitizer + UBSan build of the C API test.
+# Every wasm/src/*.cpp goes in (the model and the matmul/thread-pool files alike).
+NATIVE := $(BUILD)/native
+NATIVE_CXX ?= g++
+NATIVE_SRCS := $(wildcard wasm/src/*.cpp)
+NATIVE_CXXFLAGS := -std=c++17 -O3 -march=native -fPIC -pthread -Wall -Wextra -MMD -MP -Iwasm/src
+# The portable PRNG must round every product separately (docs/determinism.md): no FMA contraction.
+NATIVE_FLAGS_prng := -ffp-contract=off
+ASAN_CXXFLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined \
+  -fno-sanitize-recover=undefined -pthread -Wall -Wextra -MMD -MP -Iwasm/src
+
+NATIVE_OBJS := $(patsubst wasm/src/%.cpp,$(NATIVE)/obj/%.o,$(NATIVE_SRCS))
+ASAN_OBJS := $(patsubst wasm/src/%.cpp,$(NATIVE)/asan/%.o,$(NATIVE_SRCS))
+NATIVE_TESTS := $(patsubst wasm/tests/%.cpp,$(NATIVE)/%,$(wildcard wasm/tests/*.cpp))
+
+BUILD_TARGETS += native
+.PHONY: native
+native: $(NATIVE)/libtinygpt.so $(NATIVE_TESTS) $(NATIVE)/test_api_asan
+
+$(NATIVE)/obj/%.o: wasm/src/%.cpp
+	@mkdir -p $(@D)
+	@echo "  CXX     $<"
+	@$(NATIVE_CXX) $(NATIVE_CXXFLAGS) $(NATIVE_FLAGS_$*) -c $< -o $@
+
+$(NATIVE)/asan/%.o: wasm/src/%.cpp
+	@mkdir -p $(@D)
+	@echo "  CXX asan $<"
+	@$(NATIVE_CXX) $(ASAN_CXXFLAGS) $(NATIVE_FLAGS_$*) -c $< -o $@
+
+$(NATIVE)/libtinygpt.so: $(NATIVE_OBJS)
+	@echo "  LINK    $@"
+	@$(NATIVE_CXX) -shared -pthread -o $@ $^
+
+$(NATIVE)/tests/%.o: wasm/tests/%.cpp
+	@mkdir -p $(@D)
+	@echo "  CXX     $<"
+	@$(NATIVE_CXX) $(NATIVE_CXXFLAGS) -c $< -o $@
+
+$(NATIVE)/%: $(NATIVE)/tests/%.o $(NATIVE_OBJS)
+	@echo "  LINK    $@"
+	@$(NATIVE_CXX) -pthread -o $@ $^
+
+$(NATIVE)/tests/test_api_asan.o: wasm/tests/test_api.cpp
+	@mkdir -p $(@D)
+	@echo "  CXX asan $<"
+	@$(NATIVE_CXX) $(ASAN_CXXFLAGS) -c $< -o $@
+
+$(NATIVE)/test_api_asan: $(NATIVE)/tests/test_api_asan.o $(ASAN_OBJS)
+	@echo "  LINK    $@"
+	@$(NATIVE_CXX) $(ASAN_CXXFLAGS) -o $@ $^
+
+-include $(NATIVE_OBJS:.o=.d) $(ASAN_OBJS:.o=.d) $(wildcard $(NATIVE)/tests/*.d)

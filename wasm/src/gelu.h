@@ -1,0 +1,43 @@
+// GELU in GPT-2's tanh form (PyTorch approximate="tanh"), elementwise forward and backward.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+#include "thread_pool.h"
+
+namespace tg {
+
+// sqrt(2/pi)
+constexpr double kGeluScale = 0.7978845608028654;
+
+// out = 0.5 x (1 + tanh(s (x + 0.044715 x^3))); inp, out: (n)
+template <class F>
+void gelu_forward(F* out, const F* inp, int64_t n, ThreadPool& pool) {
+  const F s = static_cast<F>(kGeluScale), c = static_cast<F>(0.044715);
+  pool.parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) {
+      F x = inp[i];
+      F u = s * (x + c * x * x * x);
+      out[i] = static_cast<F>(0.5) * x * (static_cast<F>(1) + std::tanh(u));
+    }
+  });
+}
+
+// dinp = dout * gelu'(inp), overwritten (may alias dout). gelu'(x) = 0.5(1 + th) + 0.5 x (1 - th^2) u'
+template <class F>
+void gelu_backward(F* dinp, const F* inp, const F* dout, int64_t n, ThreadPool& pool) {
+  const F s = static_cast<F>(kGeluScale), c = static_cast<F>(0.044715);
+  pool.parallel_for(n, 4096, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; i++) {
+      F x = inp[i];
+      F u = s * (x + c * x * x * x);
+      F th = std::tanh(u);
+      F du = s * (static_cast<F>(1) + static_cast<F>(3) * c * x * x);
+      F grad = static_cast<F>(0.5) * (static_cast<F>(1) + th) +
+               static_cast<F>(0.5) * x * (static_cast<F>(1) - th * th) * du;
+      dinp[i] = grad * dout[i];
+    }
+  });
+}
+
+}  // namespace tg

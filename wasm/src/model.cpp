@@ -1,0 +1,334 @@
+#include "model.h"
+
+#include <cmath>
+#include <cstring>
+#include <new>
+
+#include "attention.h"
+#include "cross_entropy.h"
+#include "embedding.h"
+#include "gelu.h"
+#include "layernorm.h"
+#include "matmul.h"
+#include "prng.h"
+#include "residual.h"
+
+namespace tg {
+
+std::string config_problem(const Config& c) {
+  struct Dim {
+    const char* name;
+    int64_t value;
+  };
+  for (Dim d : {Dim{"nLayer", c.n_layer}, Dim{"nHead", c.n_head}, Dim{"dModel", c.d_model},
+                Dim{"ctx", c.ctx}, Dim{"vocabSize", c.vocab}, Dim{"batch", c.batch}})
+    if (d.value <= 0)
+      return std::string(d.name) + " must be a positive integer, got " + std::to_string(d.value);
+  if (c.d_model % c.n_head != 0)
+    return "dModel (" + std::to_string(c.d_model) + ") is not divisible by nHead (" +
+           std::to_string(c.n_head) + "): each head needs dModel / nHead channels";
+  if (!(c.ln_eps > 0) || !std::isfinite(c.ln_eps)) return "layerNormEps must be a positive number";
+  if (!(c.init_std > 0) || !std::isfinite(c.init_std)) return "initStd must be a positive number";
+  // Bound the dims so that every size below fits comfortably in int64 (and the arena in memory).
+  if (c.d_model > (1 << 16) || c.ctx > (1 << 20) || c.vocab > (1 << 20) || c.n_layer > 4096 ||
+      c.batch > (1 << 20))
+    return "config dimensions are implausibly large (dModel <= 65536, ctx <= 2^20, nLayer <= 4096)";
+  return "";
+}
+
+std::vector<TensorInfo> build_manifest(const Config& c) {
+  const int64_t C = c.d_model;
+  const double std_proj = c.init_std / std::sqrt(2.0 * static_cast<double>(c.n_layer));
+  std::vector<TensorInfo> out;
+  int64_t offset = 0;
+  // matrix: a 2-D tensor (embeddings, Linear weights), the ones AdamW decays.
+  auto add = [&](const std::string& name, int64_t rows, int64_t cols, bool matrix) {
+    const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    const bool is_ln = name.find(".ln") != std::string::npos || name.rfind("ln_f", 0) == 0;
+    const bool is_residual_proj = name.find("o_proj.weight") != std::string::npos ||
+                                  name.find("fc_out.weight") != std::string::npos;
+    TensorInfo t;
+    t.name = name;
+    t.offset = offset;
+    t.numel = rows * cols;
+    t.decay = matrix;
+    t.init_normal = !is_bias && !is_ln;
+    t.init_std = is_residual_proj ? std_proj : c.init_std;
+    t.init_fill = is_ln && !is_bias ? 1.0f : 0.0f;
+    out.push_back(t);
+    offset += t.numel;
+  };
+  add("token_embedding.weight", c.vocab, C, true);
+  add("position_embedding.weight", c.ctx, C, true);
+  for (int64_t i = 0; i < c.n_layer; i++) {
+    const std::string p = "blocks." + std::to_string(i) + ".";
+    add(p + "ln1.weight", C, 1, false);
+    add(p + "ln1.bias", C, 1, false);
+    for (const char* proj : {"q_proj", "k_proj", "v_proj", "o_proj"}) {
+      add(p + "attn." + proj + ".weight", C, C, true);
+      add(p + "attn." + proj + ".bias", C, 1, false);
+    }
+    add(p + "ln2.weight", C, 1, false);
+    add(p + "ln2.bias", C, 1, false);
+    add(p + "mlp.fc_in.weight", 4 * C, C, true);
+    add(p + "mlp.fc_in.bias", 4 * C, 1, false);
+    add(p + "mlp.fc_out.weight", C, 4 * C, true);
+    add(p + "mlp.fc_out.bias", C, 1, false);
+  }
+  add("ln_f.weight", C, 1, false);
+  add("ln_f.bias", C, 1, false);
+  return out;
+}
+
+namespace {
+
+int64_t count_params(const Config& c) {
+  const int64_t C = c.d_model;
+  return c.vocab * C + c.ctx * C + 2 * C + c.n_layer * (12 * C * C + 13 * C);
+}
+
+ParamViews views_of(float* base, const std::vector<TensorInfo>& man, int64_t n_layer) {
+  ParamViews v;
+  auto at = [&](size_t i) { return base + man[i].offset; };
+  v.wte = at(0);
+  v.wpe = at(1);
+  for (int64_t l = 0; l < n_layer; l++) {
+    const size_t i = 2 + 16 * static_cast<size_t>(l);
+    v.layers.push_back(LayerParams{at(i), at(i + 1), at(i + 2), at(i + 3), at(i + 4), at(i + 5),
+                                   at(i + 6), at(i + 7), at(i + 8), at(i + 9), at(i + 10),
+                                   at(i + 11), at(i + 12), at(i + 13), at(i + 14), at(i + 15)});
+  }
+  v.lnfw = at(man.size() - 2);
+  v.lnfb = at(man.size() - 1);
+  return v;
+}
+
+constexpr int64_t kAlign = 64;
+
+}  // namespace
+
+// Hands out aligned pieces of one block: first with base == nullptr to measure, then for real.
+struct Model::Layout {
+  uint8_t* base = nullptr;
+  int64_t used = 0;
+  template <class T>
+  T* take(int64_t count) {
+    used = (used + kAlign - 1) / kAlign * kAlign;
+    T* p = base ? reinterpret_cast<T*>(base + used) : nullptr;
+    used += count * static_cast<int64_t>(sizeof(T));
+    return p;
+  }
+};
+
+void Model::carve(Layout& a) {
+  const Config& c = cfg_;
+  const int64_t B = c.batch, T = c.ctx, C = c.d_model, H = c.n_head, V = c.vocab;
+  const int64_t BT = B * T;
+  // step | weights | m | v, contiguous: the .tinygpt state in place.
+  state_ = a.take<uint8_t>(kStepOffset + 4 + 12 * P_);
+  weights_ = state_ ? reinterpret_cast<float*>(state_ + kStepOffset + 4) : nullptr;
+  m_ = weights_ ? weights_ + P_ : nullptr;
+  v_ = weights_ ? weights_ + 2 * P_ : nullptr;
+  grads_ = a.take<float>(P_);
+  tokens_ = a.take<int32_t>(BT);
+  targets_ = a.take<int32_t>(BT);
+  encoded_ = a.take<float>(BT * C);
+  acts_.assign(static_cast<size_t>(c.n_layer), LayerActs{});
+  for (LayerActs& L : acts_) {
+    L.ln1 = a.take<float>(BT * C);
+    L.ln1_mean = a.take<float>(BT);
+    L.ln1_rstd = a.take<float>(BT);
+    L.q = a.take<float>(BT * C);
+    L.k = a.take<float>(BT * C);
+    L.v = a.take<float>(BT * C);
+    L.att = a.take<float>(BT * C);
+    L.att_lse = a.take<float>(B * H * T);
+    L.res2 = a.take<float>(BT * C);
+    L.ln2 = a.take<float>(BT * C);
+    L.ln2_mean = a.take<float>(BT);
+    L.ln2_rstd = a.take<float>(BT);
+    L.h = a.take<float>(BT * 4 * C);
+    L.g = a.take<float>(BT * 4 * C);
+    L.res3 = a.take<float>(BT * C);
+  }
+  lnf_ = a.take<float>(BT * C);
+  lnf_mean_ = a.take<float>(BT);
+  lnf_rstd_ = a.take<float>(BT);
+  logits_ = a.take<float>(BT * V);
+  row_lse_ = a.take<double>(BT);
+  row_loss_ = a.take<double>(BT);
+  dres_ = a.take<float>(BT * C);
+  dln_ = a.take<float>(BT * C);
+  datt_ = a.take<float>(BT * C);
+  dq_ = a.take<float>(BT * C);
+  dk_ = a.take<float>(BT * C);
+  dv_ = a.take<float>(BT * C);
+  dh_ = a.take<float>(BT * 4 * C);
+  att_scratch_ = a.take<float>(B * H * 2 * T);
+  norm_partials_ = a.take<double>(norm_partials_count(P_));
+  dec_.k_cache.assign(static_cast<size_t>(c.n_layer), nullptr);
+  dec_.v_cache.assign(static_cast<size_t>(c.n_layer), nullptr);
+  for (int64_t l = 0; l < c.n_layer; l++) {
+    dec_.k_cache[l] = a.take<float>(T * C);
+    dec_.v_cache[l] = a.take<float>(T * C);
+  }
+  for (float** p : {&dec_.x, &dec_.ln, &dec_.q, &dec_.k, &dec_.v, &dec_.att, &dec_.proj})
+    *p = a.take<float>(C);
+  dec_.h = a.take<float>(4 * C);
+  dec_.g = a.take<float>(4 * C);
+  dec_.logits = a.take<float>(V);
+  dec_.p = a.take<float>(T);
+  dec_.window = a.take<int32_t>(T);
+  dec_.order = a.take<int32_t>(V);
+  dec_.scaled = a.take<double>(V);
+  dec_.prob = a.take<double>(V);
+}
+
+int64_t Model::arena_bytes_for(const Config& c) {
+  Model probe_shapes_only(c, 0);
+  return probe_shapes_only.arena_bytes_;
+}
+
+Model::Model(const Config& c, int n_threads) : cfg_(c) {
+  manifest_ = build_manifest(c);
+  P_ = count_params(c);
+  Layout measure;
+  carve(measure);
+  arena_bytes_ = measure.used;
+  if (n_threads <= 0) return;  // measuring only (arena_bytes_for)
+  pool_ = std::make_unique<ThreadPool>(n_threads);
+  arena_ = static_cast<uint8_t*>(
+      ::operator new(static_cast<size_t>(arena_bytes_), std::align_val_t(kAlign), std::nothrow));
+  if (!arena_) return;
+  std::memset(arena_, 0, static_cast<size_t>(arena_bytes_));
+  Layout real;
+  real.base = arena_;
+  carve(real);
+  w_ = views_of(weights_, manifest_, c.n_layer);
+  gw_ = views_of(grads_, manifest_, c.n_layer);
+}
+
+Model::~Model() {
+  if (arena_) ::operator delete(arena_, std::align_val_t(kAlign));
+}
+
+int32_t Model::step() const {
+  int32_t s;
+  std::memcpy(&s, state_ + kStepOffset, 4);
+  return s;
+}
+
+void Model::set_step(int32_t s) { std::memcpy(state_ + kStepOffset, &s, 4); }
+
+void Model::init_from_seed(uint64_t seed) {
+  uint64_t drawn = 0;
+  for (const TensorInfo& t : manifest_) {
+    float* dst = weights_ + t.offset;
+    if (t.init_normal) {
+      normal_float32(dst, seed, drawn, t.numel, t.init_std);
+      drawn += static_cast<uint64_t>(t.numel);
+    } else {
+      for (int64_t i = 0; i < t.numel; i++) dst[i] = t.init_fill;
+    }
+  }
+  std::memset(m_, 0, static_cast<size_t>(P_) * 4);
+  std::memset(v_, 0, static_cast<size_t>(P_) * 4);
+  set_step(0);
+  adam_steps = 0;
+}
+
+void Model::forward(const int32_t* x, int64_t B, int64_t T) {
+  const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab, BT = B * T;
+  ThreadPool& pool = *pool_;
+  cur_B_ = B;
+  cur_T_ = T;
+  if (x != tokens_) std::memcpy(tokens_, x, static_cast<size_t>(BT) * 4);
+  embedding_forward(encoded_, tokens_, w_.wte, w_.wpe, B, T, C, pool);  // (B,T,C)
+  const float* residual = encoded_;
+  for (int64_t l = 0; l < cfg_.n_layer; l++) {
+    const LayerParams& p = w_.layers[l];
+    LayerActs& a = acts_[l];
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, BT, C, cfg_.ln_eps,
+                      pool);
+    matmul_forward(a.q, a.ln1, p.qw, p.qb, BT, C, C, pool);  // (B,T,C)
+    matmul_forward(a.k, a.ln1, p.kw, p.kb, BT, C, C, pool);
+    matmul_forward(a.v, a.ln1, p.vw, p.vb, BT, C, C, pool);
+    attention_forward(a.att, a.att_lse, att_scratch_, a.q, a.k, a.v, B, T, C, H, pool);
+    matmul_forward(a.res2, a.att, p.ow, p.ob, BT, C, C, pool);  // o_proj output, then + residual
+    residual_forward(a.res2, residual, a.res2, BT * C, pool);
+    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, BT, C, cfg_.ln_eps,
+                      pool);
+    matmul_forward(a.h, a.ln2, p.fcw, p.fcb, BT, C, 4 * C, pool);  // (B,T,4C)
+    gelu_forward(a.g, a.h, BT * 4 * C, pool);
+    matmul_forward(a.res3, a.g, p.fcow, p.fcob, BT, 4 * C, C, pool);  // (B,T,C)
+    residual_forward(a.res3, a.res2, a.res3, BT * C, pool);
+    residual = a.res3;
+  }
+  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, w_.lnfw, w_.lnfb, BT, C, cfg_.ln_eps,
+                    pool);
+  matmul_forward(logits_, lnf_, w_.wte, nullptr, BT, C, V, pool);  // (B,T,V): the tied head
+}
+
+double Model::forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T) {
+  forward(x, B, T);
+  if (y != targets_) std::memcpy(targets_, y, static_cast<size_t>(B * T) * 4);
+  return cross_entropy_forward(row_lse_, row_loss_, logits_, targets_, B * T, cfg_.vocab, *pool_);
+}
+
+double Model::forward_backward(const int32_t* x, const int32_t* y, int64_t B, int64_t T) {
+  const double loss = forward_loss(x, y, B, T);
+  const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab, BT = B * T;
+  ThreadPool& pool = *pool_;
+  std::memset(grads_, 0, static_cast<size_t>(P_) * 4);
+  float* dlogits = logits_;  // (B,T,V), in place
+  cross_entropy_backward(dlogits, logits_, row_lse_, targets_, BT, V, pool);
+  std::memset(dln_, 0, static_cast<size_t>(BT * C) * 4);
+  matmul_backward(dln_, gw_.wte, nullptr, dlogits, lnf_, w_.wte, BT, C, V, pool);
+  const float* last = cfg_.n_layer > 0 ? acts_.back().res3 : encoded_;
+  std::memset(dres_, 0, static_cast<size_t>(BT * C) * 4);
+  layernorm_backward(dres_, gw_.lnfw, gw_.lnfb, dln_, last, w_.lnfw, lnf_mean_, lnf_rstd_, BT, C,
+                     pool);
+  // dres_ holds d(block output) (B,T,C); walking back through a block leaves d(block input) there.
+  for (int64_t l = cfg_.n_layer - 1; l >= 0; l--) {
+    const LayerParams& p = w_.layers[l];
+    const LayerParams& g = gw_.layers[l];
+    const LayerActs& a = acts_[l];
+    const float* residual = l > 0 ? acts_[l - 1].res3 : encoded_;
+    // res3 = res2 + fc_out(gelu(fc_in(ln2(res2)))): dres_ flows to res2 unchanged and into the MLP.
+    std::memset(dh_, 0, static_cast<size_t>(BT * 4 * C) * 4);
+    matmul_backward(dh_, g.fcow, g.fcob, dres_, a.g, p.fcow, BT, 4 * C, C, pool);  // d gelu out
+    gelu_backward(dh_, a.h, dh_, BT * 4 * C, pool);                                   // d h
+    std::memset(dln_, 0, static_cast<size_t>(BT * C) * 4);
+    matmul_backward(dln_, g.fcw, g.fcb, dh_, a.ln2, p.fcw, BT, C, 4 * C, pool);
+    layernorm_backward(dres_, g.ln2w, g.ln2b, dln_, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, BT, C,
+                       pool);
+    // res2 = residual + o_proj(attention(q, k, v)): dres_ now is d res2.
+    std::memset(datt_, 0, static_cast<size_t>(BT * C) * 4);
+    matmul_backward(datt_, g.ow, g.ob, dres_, a.att, p.ow, BT, C, C, pool);
+    attention_backward(dq_, dk_, dv_, att_scratch_, datt_, a.q, a.k, a.v, a.att_lse, B, T, C, H,
+                       pool);
+    std::memset(dln_, 0, static_cast<size_t>(BT * C) * 4);
+    matmul_backward(dln_, g.qw, g.qb, dq_, a.ln1, p.qw, BT, C, C, pool);
+    matmul_backward(dln_, g.kw, g.kb, dk_, a.ln1, p.kw, BT, C, C, pool);
+    matmul_backward(dln_, g.vw, g.vb, dv_, a.ln1, p.vw, BT, C, C, pool);
+    layernorm_backward(dres_, g.ln1w, g.ln1b, dln_, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, BT,
+                       C, pool);
+  }
+  embedding_backward(gw_.wte, gw_.wpe, dres_, tokens_, B, T, C, pool);
+  return loss;
+}
+
+double Model::apply_update(const AdamWSettings& s) {
+  ThreadPool& pool = *pool_;
+  const double norm = grad_global_norm(grads_, P_, norm_partials_, pool);
+  if (!std::isfinite(norm)) return norm;  // the caller reports it; weights and moments stay as they were
+  clip_gradients(grads_, P_, norm, s.grad_clip, pool);
+  adam_steps++;
+  for (const TensorInfo& t : manifest_)
+    adamw_update(weights_ + t.offset, grads_ + t.offset, m_ + t.offset, v_ + t.offset, t.numel,
+                 t.decay, s, adam_steps, pool);
+  set_step(step() + 1);
+  return norm;
+}
+
+}  // namespace tg

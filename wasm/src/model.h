@@ -1,0 +1,153 @@
+// The TinyGPT model: config, manifest, the one arena, forward, backward and the training step.
+// Shapes: B batch rows, T time (<= ctx), C dModel, H heads, D = C/H, V vocab, L layers, P params.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "adamw.h"
+#include "thread_pool.h"
+
+namespace tg {
+
+struct Config {
+  int64_t n_layer = 0, n_head = 0, d_model = 0, ctx = 0, vocab = 0;
+  int64_t batch = 0;  // the most rows a training step runs; the arena is sized for it
+  double ln_eps = 0, init_std = 0;
+};
+
+// Empty string if the config can work, else the reason.
+std::string config_problem(const Config& c);
+
+struct TensorInfo {
+  std::string name;
+  int64_t offset;  // element offset within a P-float block (weights, grads, m, v)
+  int64_t numel;
+  bool decay;      // 2-D+ tensor: AdamW applies weight decay
+  bool init_normal;
+  double init_std;  // for init_normal tensors
+  float init_fill;  // 0 or 1 otherwise
+};
+
+// docs/format.md's order. The init stream walks it too.
+std::vector<TensorInfo> build_manifest(const Config& c);
+
+// One layer's tensors inside a P-float block (weights or grads). Linear weights are [out, in].
+struct LayerParams {
+  float *ln1w, *ln1b, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *ln2w, *ln2b, *fcw, *fcb, *fcow, *fcob;
+};
+struct ParamViews {
+  float *wte, *wpe;  // (V,C), (ctx,C)
+  std::vector<LayerParams> layers;
+  float *lnfw, *lnfb;  // (C)
+};
+
+// Saved forward activations of one layer, each (B,T,*) for the arena's B = batch, T = ctx.
+struct LayerActs {
+  float* ln1;                  // (B,T,C)
+  float *ln1_mean, *ln1_rstd;  // (B,T)
+  float *q, *k, *v;            // (B,T,C)
+  float* att;                  // (B,T,C) attention output before o_proj
+  float* att_lse;              // (B,H,T)
+  float* res2;                 // (B,T,C) x + attn
+  float* ln2;                  // (B,T,C)
+  float *ln2_mean, *ln2_rstd;  // (B,T)
+  float* h;                    // (B,T,4C) fc_in output
+  float* g;                    // (B,T,4C) gelu(h)
+  float* res3;                 // (B,T,C) block output
+};
+
+// Buffers of token-at-a-time decoding with a KV cache (one sequence).
+struct DecodeBuffers {
+  std::vector<float*> k_cache, v_cache;  // per layer (ctx,C)
+  float *x, *ln, *q, *k, *v, *att, *proj;  // (C)
+  float *h, *g;                            // (4C)
+  float* logits;                           // (V)
+  float* p;                                // (ctx) attention scratch
+  float ln_mean, ln_rstd;
+  int32_t* window;     // (ctx) the tokens the model currently sees
+  int32_t* order;      // (V) sampler scratch
+  double *scaled, *prob;  // (V) sampler scratch
+};
+
+class Model {
+ public:
+  // Throws nothing; check ok() / error() (the C API turns failures into codes).
+  Model(const Config& c, int n_threads);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // Bytes of the arena for a config (exact; what the constructor allocates).
+  static int64_t arena_bytes_for(const Config& c);
+
+  bool ok() const { return arena_ != nullptr; }
+  const Config& config() const { return cfg_; }
+  const std::vector<TensorInfo>& manifest() const { return manifest_; }
+  int64_t param_count() const { return P_; }
+  int64_t arena_bytes() const { return arena_bytes_; }
+  ThreadPool& pool() { return *pool_; }
+
+  // Weights from the init stream of seed (docs/determinism.md); zero moments and step.
+  void init_from_seed(uint64_t seed);
+
+  // Forward over tokens x (B,T), B <= batch, T <= ctx: logits (B,T,V) in logits().
+  void forward(const int32_t* x, int64_t B, int64_t T);
+  // Forward + mean cross-entropy against y (B,T).
+  double forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T);
+  // forward_loss, then every parameter gradient into grads() (overwritten, unclipped).
+  double forward_backward(const int32_t* x, const int32_t* y, int64_t B, int64_t T);
+  // Clip + AdamW with the grads now in grads(); returns the pre-clip global norm.
+  double apply_update(const AdamWSettings& s);
+
+  float* weights() { return weights_; }
+  float* grads() { return grads_; }
+  float* moment_m() { return m_; }
+  float* moment_v() { return v_; }
+  float* logits() { return logits_; }
+  // The (batch, ctx) token buffers a forward reads: drawing a batch straight into them saves a copy.
+  int32_t* tokens() { return tokens_; }
+  int32_t* targets() { return targets_; }
+  // The .tinygpt state, contiguous in the arena: i32 step | weights | m | v (4 + 12P bytes).
+  // Little-endian hosts only (x86, ARM, WebAssembly), like the format itself.
+  static constexpr int64_t kStepOffset = 60;  // so the weights start 64-byte aligned
+  uint8_t* state_bytes() { return state_ + kStepOffset; }
+  int32_t step() const;
+  void set_step(int32_t s);
+  int64_t adam_steps = 0;  // steps since the moments were last zero: AdamW's bias-correction t
+
+  const ParamViews& weight_views() const { return w_; }
+  const LayerActs& layer_acts(int64_t l) const { return acts_[l]; }
+  DecodeBuffers& decode() { return dec_; }
+
+ private:
+  struct Layout;
+  void carve(Layout& a);
+
+  Config cfg_;
+  std::vector<TensorInfo> manifest_;
+  int64_t P_ = 0;
+  std::unique_ptr<ThreadPool> pool_;
+  uint8_t* arena_ = nullptr;
+  int64_t arena_bytes_ = 0;
+
+  uint8_t* state_ = nullptr;
+  float *weights_ = nullptr, *grads_ = nullptr, *m_ = nullptr, *v_ = nullptr;
+  ParamViews w_, gw_;
+  int32_t *tokens_ = nullptr, *targets_ = nullptr;  // (B,T) of the current forward
+  float* encoded_ = nullptr;                        // (B,T,C)
+  std::vector<LayerActs> acts_;
+  float *lnf_ = nullptr, *lnf_mean_ = nullptr, *lnf_rstd_ = nullptr;  // (B,T,C), (B,T), (B,T)
+  float* logits_ = nullptr;                                           // (B,T,V), then dlogits
+  double *row_lse_ = nullptr, *row_loss_ = nullptr;                   // (B,T)
+  float *dres_ = nullptr, *dln_ = nullptr, *datt_ = nullptr;          // (B,T,C)
+  float *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr;               // (B,T,C)
+  float* dh_ = nullptr;                                               // (B,T,4C)
+  float* att_scratch_ = nullptr;                                      // (B*H*2T)
+  double* norm_partials_ = nullptr;
+  DecodeBuffers dec_;
+  int64_t cur_B_ = 0, cur_T_ = 0;  // shape of the last forward
+};
+
+}  // namespace tg

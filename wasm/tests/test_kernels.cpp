@@ -1,0 +1,215 @@
+// Finite-difference check of every hand-written backward pass. The templated kernels run in double
+// (the very code the model runs in float); matmul goes through its float contract (matmul.h).
+// For each kernel: L = sum(out * R) with fixed random R; the backward with dout = R must match
+// central differences of L. Prints max|analytic - numeric| / max|numeric| per gradient tensor.
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attention.h"
+#include "cross_entropy.h"
+#include "embedding.h"
+#include "gelu.h"
+#include "layernorm.h"
+#include "matmul.h"
+#include "prng.h"
+#include "residual.h"
+
+using Vec = std::vector<double>;
+
+namespace {
+
+int g_failures = 0;
+uint64_t g_counter = 0;
+
+template <class F>
+std::vector<F> random_vec(int64_t n, double scale = 1.0) {
+  std::vector<F> v(static_cast<size_t>(n));
+  for (auto& x : v) x = static_cast<F>(tg::normal(12345, g_counter++) * scale);
+  return v;
+}
+
+// max|a - n| / max|n| for one gradient tensor; prints and records a failure above tol.
+void report(const char* kernel, const char* grad, const Vec& analytic, const Vec& numeric, double tol) {
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < analytic.size(); i++) {
+    diff = std::fmax(diff, std::fabs(analytic[i] - numeric[i]));
+    scale = std::fmax(scale, std::fabs(numeric[i]));
+  }
+  const double rel = scale > 0 ? diff / scale : diff;
+  const bool ok = rel < tol;
+  std::printf("%-14s %-8s max_rel_err %.3e (tol %.0e) %s\n", kernel, grad, rel, tol, ok ? "ok" : "FAIL");
+  if (!ok) g_failures++;
+}
+
+// Central differences of loss() with respect to every element of x (double).
+Vec numeric_grad(Vec& x, const std::function<double()>& loss, double h = 1e-5) {
+  Vec g(x.size());
+  for (size_t i = 0; i < x.size(); i++) {
+    const double keep = x[i];
+    x[i] = keep + h;
+    const double plus = loss();
+    x[i] = keep - h;
+    const double minus = loss();
+    x[i] = keep;
+    g[i] = (plus - minus) / (2 * h);
+  }
+  return g;
+}
+
+double dot(const Vec& a, const Vec& b) {
+  double s = 0;
+  for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+  return s;
+}
+
+void check_layernorm(tg::ThreadPool& pool) {
+  const int64_t N = 5, C = 7;
+  Vec x = random_vec<double>(N * C, 2.0), w = random_vec<double>(C), b = random_vec<double>(C);
+  Vec R = random_vec<double>(N * C), out(N * C), mean(N), rstd(N);
+  auto loss = [&] {
+    tg::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5, pool);
+    return dot(out, R);
+  };
+  loss();
+  Vec dx(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  tg::layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(),
+                         rstd.data(), N, C, pool);
+  report("layernorm", "dinp", dx, numeric_grad(x, loss), 1e-6);
+  report("layernorm", "dweight", dw, numeric_grad(w, loss), 1e-6);
+  report("layernorm", "dbias", db, numeric_grad(b, loss), 1e-6);
+}
+
+void check_gelu(tg::ThreadPool& pool) {
+  const int64_t n = 64;
+  Vec x = random_vec<double>(n, 2.0), R = random_vec<double>(n), out(n);
+  auto loss = [&] {
+    tg::gelu_forward(out.data(), x.data(), n, pool);
+    return dot(out, R);
+  };
+  Vec dx(n);
+  tg::gelu_backward(dx.data(), x.data(), R.data(), n, pool);
+  report("gelu", "dinp", dx, numeric_grad(x, loss), 1e-6);
+}
+
+void check_attention(tg::ThreadPool& pool) {
+  const int64_t B = 2, T = 5, C = 6, H = 2;
+  Vec q = random_vec<double>(B * T * C), k = random_vec<double>(B * T * C), v = random_vec<double>(B * T * C);
+  Vec R = random_vec<double>(B * T * C), y(B * T * C), lse(B * H * T), scratch(B * H * 2 * T);
+  auto loss = [&] {
+    tg::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T, C, H, pool);
+    return dot(y, R);
+  };
+  loss();
+  Vec dq(B * T * C), dk(B * T * C), dv(B * T * C);
+  tg::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), R.data(), q.data(), k.data(),
+                         v.data(), lse.data(), B, T, C, H, pool);
+  report("attention", "dq", dq, numeric_grad(q, loss), 1e-6);
+  report("attention", "dk", dk, numeric_grad(k, loss), 1e-6);
+  report("attention", "dv", dv, numeric_grad(v, loss), 1e-6);
+}
+
+void check_embedding(tg::ThreadPool& pool) {
+  const int64_t B = 2, T = 4, C = 3, V = 5;
+  const std::vector<int32_t> tokens = {1, 3, 1, 0, 4, 4, 2, 1};  // repeats: the scatter-add collides
+  Vec wte = random_vec<double>(V * C), wpe = random_vec<double>(T * C), R = random_vec<double>(B * T * C);
+  Vec out(B * T * C);
+  auto loss = [&] {
+    tg::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, pool);
+    return dot(out, R);
+  };
+  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
+  tg::embedding_backward(dwte.data(), dwpe.data(), R.data(), tokens.data(), B, T, C, pool);
+  report("embedding", "dwte", dwte, numeric_grad(wte, loss), 1e-6);
+  report("embedding", "dwpe", dwpe, numeric_grad(wpe, loss), 1e-6);
+}
+
+void check_cross_entropy(tg::ThreadPool& pool) {
+  const int64_t N = 6, V = 7;
+  const std::vector<int32_t> targets = {0, 6, 3, 3, 2, 5};
+  Vec logits = random_vec<double>(N * V, 3.0);
+  std::vector<double> lse(N), losses(N);
+  auto loss = [&] { return tg::cross_entropy_forward(lse.data(), losses.data(), logits.data(), targets.data(), N, V, pool); };
+  loss();
+  Vec dlogits(N * V);
+  tg::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V, pool);
+  report("cross_entropy", "dlogits", dlogits, numeric_grad(logits, loss), 1e-6);
+}
+
+void check_residual(tg::ThreadPool& pool) {
+  const int64_t n = 10;
+  Vec a = random_vec<double>(n), b = random_vec<double>(n), R = random_vec<double>(n), out(n);
+  auto loss = [&] {
+    tg::residual_forward(out.data(), a.data(), b.data(), n, pool);
+    return dot(out, R);
+  };
+  Vec da(n, 0.0), db(n, 0.0);
+  tg::residual_backward(da.data(), db.data(), R.data(), n, pool);
+  report("residual", "da", da, numeric_grad(a, loss), 1e-6);
+  report("residual", "db", db, numeric_grad(b, loss), 1e-6);
+}
+
+// Float, through the contract. The shapes are odd on purpose (they straddle any blocking), and
+// the backward must ACCUMULATE: gradients start at a known fill that is subtracted afterwards.
+void check_matmul(tg::ThreadPool& pool, int64_t M, int64_t K, int64_t N, bool with_bias) {
+  std::vector<float> inp = random_vec<float>(M * K), w = random_vec<float>(N * K), bias = random_vec<float>(N);
+  std::vector<float> R = random_vec<float>(M * N), out(M * N);
+  auto loss = [&] {
+    tg::matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, M, K, N, pool);
+    double s = 0;
+    for (int64_t i = 0; i < M * N; i++) s += static_cast<double>(out[i]) * R[i];
+    return s;
+  };
+  const float fill = 0.25f;
+  std::vector<float> dinp(M * K, fill), dw(N * K, fill), db(N, fill);
+  tg::matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, R.data(), inp.data(), w.data(),
+                      M, K, N, pool);
+  // matmul is linear in each argument, so a large step has no truncation error in float.
+  auto numeric = [&](std::vector<float>& x) {
+    Vec g(x.size());
+    for (size_t i = 0; i < x.size(); i++) {
+      const float keep = x[i];
+      x[i] = keep + 0.5f;
+      const double plus = loss();
+      x[i] = keep - 0.5f;
+      const double minus = loss();
+      x[i] = keep;
+      g[i] = (plus - minus) / 1.0;
+    }
+    return g;
+  };
+  auto minus_fill = [&](const std::vector<float>& g) {
+    Vec r(g.size());
+    for (size_t i = 0; i < g.size(); i++) r[i] = static_cast<double>(g[i]) - fill;
+    return r;
+  };
+  std::string name = "matmul " + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N);
+  report(name.c_str(), "dinp", minus_fill(dinp), numeric(inp), 1e-3);
+  report(name.c_str(), "dweight", minus_fill(dw), numeric(w), 1e-3);
+  if (with_bias) report(name.c_str(), "dbias", minus_fill(db), numeric(bias), 1e-3);
+  // Skipped outputs must stay untouched: null dinp/dweight/dbias are allowed by the contract.
+  tg::matmul_backward(nullptr, nullptr, nullptr, R.data(), inp.data(), w.data(), M, K, N, pool);
+}
+
+}  // namespace
+
+int main() {
+  tg::ThreadPool inline_pool(1);
+  tg::ThreadPool pool2(2);
+  for (tg::ThreadPool* pool : {&inline_pool, &pool2}) {
+    std::printf("-- pool of %d thread(s)\n", pool->size());
+    check_layernorm(*pool);
+    check_gelu(*pool);
+    check_attention(*pool);
+    check_embedding(*pool);
+    check_cross_entropy(*pool);
+    check_residual(*pool);
+    check_matmul(*pool, 7, 5, 6, true);
+    check_matmul(*pool, 33, 70, 45, true);
+    check_matmul(*pool, 17, 24, 9, false);
+  }
+  std::printf("%s: %d failure(s)\n", g_failures ? "FAIL" : "PASS", g_failures);
+  return g_failures ? 1 : 0;
+}
