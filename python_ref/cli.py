@@ -1,0 +1,158 @@
+"""The `tinygpt` command: train, sample, eval, bench (also `python -m python_ref.cli`).
+
+Bad input (a config, corpus or checkpoint that cannot work) prints one line to stderr and exits 2.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+import torch
+
+from . import tinygpt_file
+from .bench import bench_preset
+from .config import DEFAULT_CORPUS, ConfigError, preset_names, sampling_defaults
+from .data import Corpus, CorpusError
+from .evaluate import bits_per_byte, evaluate_file, evaluate_val, split_settings
+from .sample import Utf8Writer, generate
+from .tinygpt_file import TinyGPTFileError
+from .train import TrainingError, new_run, resolve_device, resume_run
+
+EXIT_BAD_INPUT = 2
+EXIT_INTERRUPTED = 130
+
+
+def cmd_train(args) -> int:
+    overrides = dict(lr=args.lr, batch=args.batch, steps=args.steps, seed=args.seed, evalEvery=args.eval_every)
+    corpus = Corpus.from_file(args.corpus)
+    if args.resume:
+        run = resume_run(args.resume, corpus, args.device, args.preset, **overrides)
+    else:
+        run = new_run(args.preset, corpus, args.device, **overrides)
+    auto = " (auto: cuda, then mps, else cpu)" if args.device == "auto" else ""
+    print(f"preset {run.preset}, {run.model.num_params():,} parameters, device {resolve_device(args.device)}{auto}, "
+          f"corpus {corpus.name} ({corpus.data.size:,} bytes), step {run.step} -> {run.cfg.steps}", file=sys.stderr)
+    if args.out is None:
+        print("no --out given: the trained model will not be saved", file=sys.stderr)
+    run.run(run.cfg.steps, args.out, args.save_every, progress=not args.quiet)
+    best = run.best_val()
+    summary = f"step {run.step}: final loss {_num(run.final_loss())}, best val loss {_num(best)}"
+    if best is not None:
+        summary += f" ({bits_per_byte(best):.4f} bits/byte)"
+    print(summary + (f"; saved {args.out}" if args.out else ""))
+    return 0
+
+
+def cmd_sample(args) -> int:
+    model, _ = tinygpt_file.load(args.checkpoint, resolve_device(args.device))
+    # surrogateescape gives back the raw bytes of a prompt that is not valid UTF-8.
+    prompt = args.prompt.encode("utf-8", errors="surrogateescape")
+    out = sys.stdout
+    out.write(prompt.decode("utf-8", errors="replace"))
+    writer = Utf8Writer(lambda text: (out.write(text), out.flush()))
+    generate(model, prompt, args.max_new_tokens, args.temperature, args.top_k, args.seed,
+             use_cache=not args.no_cache, on_token=writer)
+    writer.finish()
+    out.write("\n")
+    return 0
+
+
+def cmd_eval(args) -> int:
+    model, meta = tinygpt_file.load(args.checkpoint, resolve_device(args.device))
+    if args.file is not None:
+        results = [evaluate_file(model, args.file)]
+    else:
+        corpus = Corpus.from_file(args.corpus)
+        recorded = meta.get("corpus")
+        if isinstance(recorded, dict) and recorded.get("sha256") not in (None, corpus.sha256):
+            print(f"note: {corpus.name} is not the corpus this checkpoint was trained on "
+                  f"({recorded.get('name')}); its val split is evaluated anyway", file=sys.stderr)
+        results = evaluate_val(model, corpus, *split_settings(meta))
+    for r in results:
+        print(json.dumps(dict(checkpoint=str(args.checkpoint), **r.to_json())))
+    return 0
+
+
+def cmd_bench(args) -> int:
+    if args.threads is not None:
+        if args.threads <= 0:
+            raise ConfigError(f"--threads must be positive, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    presets = args.preset or ["small"]
+    if "all" in presets:
+        presets = preset_names()
+    for device in args.device or ["cpu"]:
+        for preset in presets:
+            print(json.dumps(bench_preset(preset, device, args.steps, args.warmup)), flush=True)
+    return 0
+
+
+def _num(x) -> str:
+    return "n/a" if x is None else f"{x:.4f}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    s = sampling_defaults()
+    p = argparse.ArgumentParser(prog="tinygpt", description="TinyGPT PyTorch reference: a byte-level GPT.")
+    sub = p.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train (or resume) on a text file and save a .tinygpt checkpoint")
+    t.add_argument("--preset", help="model preset from presets.json (default: its defaultPreset)")
+    t.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="training text (default: TinyShakespeare)")
+    t.add_argument("--steps", type=int, help="total steps to reach (a resumed run continues to this step)")
+    t.add_argument("--lr", type=float, help="AdamW learning rate (constant)")
+    t.add_argument("--batch", type=int, help="sequences per step")
+    t.add_argument("--seed", type=int, help="seed of the init and data streams")
+    t.add_argument("--eval-every", type=int, help="steps between val-loss evaluations (0: only at the end)")
+    t.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (cuda, then mps, else cpu)")
+    t.add_argument("--out", help="checkpoint path (.tinygpt), written at the end")
+    t.add_argument("--save-every", type=int, default=0, help="also save to --out every N steps")
+    t.add_argument("--resume", help="continue exactly from this checkpoint (same corpus required)")
+    t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.set_defaults(func=cmd_train)
+
+    g = sub.add_parser("sample", help="generate text from a checkpoint")
+    g.add_argument("checkpoint")
+    g.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
+    g.add_argument("--max-new-tokens", type=int, default=s["maxNewTokens"])
+    g.add_argument("--temperature", type=float, default=s["temperature"], help="0 = greedy")
+    g.add_argument("--top-k", type=int, default=s["topK"], help="0 = all 256 bytes")
+    g.add_argument("--seed", type=int, default=s["seed"], help="seed of the sample stream")
+    g.add_argument("--device", default="auto")
+    g.add_argument("--no-cache", action="store_true", help="recompute the whole window per token (no KV cache)")
+    g.set_defaults(func=cmd_sample)
+
+    e = sub.add_parser("eval", help="loss and bits per byte of a checkpoint")
+    e.add_argument("checkpoint")
+    e.add_argument("--file", help="evaluate this whole file (default: the corpus's val split)")
+    e.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="corpus whose val split is evaluated")
+    e.add_argument("--device", default="auto")
+    e.set_defaults(func=cmd_eval)
+
+    b = sub.add_parser("bench", help="ms/step, tokens/s and GFLOP/s of full training steps; one JSON line each")
+    b.add_argument("--preset", action="append", help="preset name, repeatable, or 'all' (default: small)")
+    b.add_argument("--device", action="append", help="cpu, cuda, mps or auto; repeatable (default: cpu)")
+    b.add_argument("--steps", type=int, default=10, help="timed steps")
+    b.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    b.add_argument("--threads", type=int, help="torch.set_num_threads for CPU runs")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, CorpusError, TinyGPTFileError, TrainingError) as e:
+        print(f"tinygpt {args.command}: error: {e}", file=sys.stderr)
+    except OSError as e:
+        print(f"tinygpt {args.command}: error: {e.strerror or e} ({e.filename})", file=sys.stderr)
+    except KeyboardInterrupt as e:
+        print(f"tinygpt {args.command}: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())
