@@ -1,9 +1,10 @@
 """Builds and loads the small shared library of wasm/bench/matmul_shim.cpp (matmul + thread pool
 only, no model) that tests/test_native_matmul.py and the matmul benchmark drive through ctypes.
 
-Two variants: "native" (-O3 -march=native: the SIMD back end of this CPU) and "portable" (-O3
-without -march, which on x86-64 selects simd.h's scalar back end, the code path of the scalar
-WASM build). Rebuilt only when a source is newer than the library.
+Variants: "native" (-O3 -march=native: the SIMD back end of this CPU), "portable" (-O3 without
+-march, which on x86-64 selects simd.h's scalar back end, the code path of the scalar WASM build)
+and "avx2" (-mavx2 -mfma: the AVX2 back end, e.g. on an AVX-512 machine). Rebuilt only when a
+source is newer than the library.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 SOURCES = [ROOT / "wasm/bench/matmul_shim.cpp", ROOT / "wasm/src/matmul.cpp", ROOT / "wasm/src/thread_pool.cpp"]
 HEADERS = [ROOT / "wasm/src/matmul.h", ROOT / "wasm/src/thread_pool.h", ROOT / "wasm/src/simd.h"]
-FLAGS = {"native": ["-O3", "-march=native"], "portable": ["-O3"]}
+FLAGS = {"native": ["-O3", "-march=native"], "portable": ["-O3"], "avx2": ["-O3", "-mavx2", "-mfma"]}
 
 
 def build_dir() -> Path:

@@ -4,12 +4,14 @@
 //   dinp     dinp (M,K) += dout (M,N) · W                  A = dout,   B = W
 //   dweight  dW   (N,K) += dout^T (N,M) · inp (M,K)        A(n,m) = dout[m,n], B = inp
 //
-// Blocking follows BLIS (Goto's algorithm): C is cut into tiles of MC×NC (the unit of work given to
-// a thread); for each KC-slice of the reduction the tile's A block (MC×KC) and B block (KC×NC) are
-// packed into the thread's scratch as MR-row and NR-column micro-panels, contiguous in the order the
-// micro-kernel reads them and zero-padded at the edges; the micro-kernel keeps an MR×NR block of C
-// in registers (MR broadcasts of A times NR/kWidth vectors of B per step of k). Sizes: an A micro-
-// panel (MR×KC) and a B micro-panel (KC×NR) stay in L1, the A block in L2.
+// Blocking follows BLIS (Goto's algorithm), simplified for the shapes of this model (K, N <= a few
+// thousand): C is split into one block of rows (and, when rows are few, of columns) per thread. For
+// each NC-wide, KC-deep block of B the thread packs B once into its scratch as NR-column
+// micro-panels (contiguous in the order the micro-kernel reads them, zero-padded at the edge) and
+// then sweeps all its rows, MC at a time: the MC×KC block of A stays in L2 while the jr loop walks
+// the B micro-panels (KC×NR, in L1); the micro-kernel keeps an MR×NR block of C in registers (MR
+// broadcasts of A times NR/kWidth vectors of B per step of k). A is read in place when its rows are
+// contiguous (inp, dout) and packed when its columns are (dout^T of the dweight product).
 //
 // Every element of C is reduced in the same order (KC-slices in order, k ascending within one)
 // whatever the tiling, so results are bit-identical for any thread count.
@@ -39,9 +41,9 @@ constexpr int MR = 4, NV = 4;
 constexpr int NR = NV * kWidth;
 
 // Cache blocking: 144 is a multiple of every MR above, 256 of every NR.
-constexpr int64_t MC = 144, KC = 256, NC = 256;
+constexpr int64_t MC = 144, KC = 256, NC = 1024;
 static_assert(MC % MR == 0 && NC % NR == 0, "tiles must hold whole micro-panels");
-static_assert(MC * KC + KC * NC <= ThreadPool::kScratchFloats, "packed blocks must fit the scratch");
+static_assert(KC * NC + MC * KC <= ThreadPool::kScratchFloats, "packed blocks must fit the scratch");
 
 // Below this many flops per chunk a GEMM is not split across threads: the wake-up and the
 // imbalance of a small split cost more than they save.
@@ -55,34 +57,58 @@ struct View {
   int64_t rs, cs;
 };
 
-// Packs rows [i0, i0+rows) × depth [p0, p0+kb) of `src` as a micro-panel of R rows: dst[p*R + i],
-// rows >= `rows` zero. The two layouts that occur have one unit stride, on i or on p.
-template <int R>
-void pack_panel(float* dst, View src, int64_t i0, int64_t p0, int64_t rows, int64_t kb) {
-  const float* s = src.p + i0 * src.rs + p0 * src.cs;
-  if (src.rs == 1) {  // i contiguous: copy R-runs
+// Packs columns [j0, j0+cols) × depth [p0, p0+kb) of B as one micro-panel of NR columns:
+// dst[p*NR + j] = B(p0+p, j0+j), columns >= `cols` zero. B(p, j) = b.p[p*b.rs + j*b.cs]; one of the
+// strides is 1 (row-major weight or activations: copy runs; transposed weight: gather).
+void pack_b_panel(float* dst, View b, int64_t p0, int64_t j0, int64_t cols, int64_t kb) {
+  const float* s = b.p + p0 * b.rs + j0 * b.cs;
+  if (b.cs == 1) {
     for (int64_t p = 0; p < kb; p++) {
-      const float* sp = s + p * src.cs;
-      float* d = dst + p * R;
+      const float* sp = s + p * b.rs;
+      float* d = dst + p * NR;
+      int64_t j = 0;
+      for (; j < cols; j++) d[j] = sp[j];
+      for (; j < NR; j++) d[j] = 0.0f;
+    }
+  } else {
+    for (int64_t j = 0; j < cols; j++) {
+      const float* sj = s + j * b.cs;
+      for (int64_t p = 0; p < kb; p++) dst[p * NR + j] = sj[p * b.rs];
+    }
+    for (int64_t j = cols; j < NR; j++)
+      for (int64_t p = 0; p < kb; p++) dst[p * NR + j] = 0.0f;
+  }
+}
+
+// Packs rows [i0, i1) × depth [p0, p0+kb) of an A with unit row stride (dout^T in the dweight
+// product) as MR-row micro-panels: dst[(i - i0)*kb + p*MR + i%MR], rows past i1 zero. Read in place,
+// such an A walks MR adjacent floats per step at a stride of a whole dout row, a few KiB: the rows
+// of one micro-panel then fall into the same L1 sets and evict each other.
+void pack_a_block(float* dst, View a, int64_t i0, int64_t i1, int64_t p0, int64_t kb) {
+  for (int64_t ir = i0; ir < i1; ir += MR) {
+    int64_t rows = std::min<int64_t>(MR, i1 - ir);
+    const float* s = a.p + ir + p0 * a.cs;
+    for (int64_t p = 0; p < kb; p++) {
+      const float* sp = s + p * a.cs;
       int64_t i = 0;
-      for (; i < rows; i++) d[i] = sp[i];
-      for (; i < R; i++) d[i] = 0.0f;
+      for (; i < rows; i++) dst[p * MR + i] = sp[i];
+      for (; i < MR; i++) dst[p * MR + i] = 0.0f;
     }
-  } else {  // p contiguous (cs == 1 in practice): transpose while copying
-    for (int64_t i = 0; i < rows; i++) {
-      const float* si = s + i * src.rs;
-      for (int64_t p = 0; p < kb; p++) dst[p * R + i] = si[p * src.cs];
-    }
-    for (int64_t i = rows; i < R; i++)
-      for (int64_t p = 0; p < kb; p++) dst[p * R + i] = 0.0f;
+    dst += MR * kb;
   }
 }
 
 // c (rows×cols of an MR×NR tile, row stride ldc) = acc + bias   if overwrite (bias may be null)
 //                                                 += acc         otherwise
-// a: packed (kb, MR), b: packed (kb, NR).
-void micro_kernel(int64_t kb, const float* a, const float* b, float* c, int64_t ldc, int64_t rows,
-                  int64_t cols, const float* bias, bool overwrite) {
+// where acc = A-rows · B-panel over kb steps: A(i, p) = a[i][p * a_cs] read in place (row i of the
+// tile; rows past `rows` repeat the last row and are computed but not stored), b packed (kb, NR).
+// A is not packed: its MR rows are MR sequential streams (or, for dout^T, MR adjacent floats per
+// step) that the caches and prefetchers serve well, and packing it cost more than it saved.
+// Not inlined: on its own the compiler keeps all MR row pointers in registers.
+__attribute__((noinline)) void micro_kernel(int64_t kb, const float* const* a, int64_t a_cs, const float* b, float* c, int64_t ldc,
+                  int64_t rows, int64_t cols, const float* bias, bool overwrite) {
+  const float* ar[MR];
+  for (int i = 0; i < MR; i++) ar[i] = a[i];
   vf acc[MR][NV];
   for (int i = 0; i < MR; i++)
     for (int v = 0; v < NV; v++) acc[i][v] = zero();
@@ -90,10 +116,10 @@ void micro_kernel(int64_t kb, const float* a, const float* b, float* c, int64_t 
     vf bv[NV];
     for (int v = 0; v < NV; v++) bv[v] = load(b + v * kWidth);
     for (int i = 0; i < MR; i++) {
-      vf ai = set1(a[i]);
+      vf ai = set1(*ar[i]);
+      ar[i] += a_cs;
       for (int v = 0; v < NV; v++) acc[i][v] = fma(ai, bv[v], acc[i][v]);
     }
-    a += MR;
     b += NR;
   }
   if (rows == MR && cols == NR) {
@@ -127,33 +153,47 @@ struct Gemm {
   int64_t ldc;
   const float* bias;
   bool accumulate;
-  int64_t mc, nc, tiles_m, tiles_n;
 
-  // One MC×NC tile of C, all of K, with `scratch` holding the packed blocks.
-  void tile(int64_t t, float* scratch) const {
-    int64_t i0 = (t / tiles_n) * mc, j0 = (t % tiles_n) * nc;
-    int64_t mb = std::min(mc, M - i0), nb = std::min(nc, N - j0);
-    float* Ap = scratch;            // (mc/MR panels) × KC × MR
-    float* Bp = scratch + MC * KC;  // (nc/NR panels) × KC × NR
-    for (int64_t pc = 0; pc < K; pc += KC) {
-      int64_t kb = std::min(KC, K - pc);
-      for (int64_t jr = 0; jr < nb; jr += NR)
-        pack_panel<NR>(Bp + jr * kb, View{B.p, B.cs, B.rs}, j0 + jr, pc, std::min<int64_t>(NR, nb - jr), kb);
-      for (int64_t ir = 0; ir < mb; ir += MR)
-        pack_panel<MR>(Ap + ir * kb, A, i0 + ir, pc, std::min<int64_t>(MR, mb - ir), kb);
-      bool overwrite = pc == 0 && !accumulate;
-      for (int64_t jr = 0; jr < nb; jr += NR)
-        for (int64_t ir = 0; ir < mb; ir += MR)
-          micro_kernel(kb, Ap + ir * kb, Bp + jr * kb, C + (i0 + ir) * ldc + j0 + jr, ldc,
-                       std::min<int64_t>(MR, mb - ir), std::min<int64_t>(NR, nb - jr),
-                       bias ? bias + j0 + jr : nullptr, overwrite);
+  // Rows [r0, r1) × columns [c0, c1) of C, all of K, on one thread. Each KC×NC block of B is packed
+  // once into `scratch` and then used by all the rows; the MC×KC block of A rows stays in L2 while
+  // the jr loop walks the B micro-panels (each KC×NR, in L1).
+  void block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* scratch) const {
+    float* b_packed = scratch;             // (NC/NR panels) × KC × NR
+    float* a_packed = scratch + KC * NC;   // (MC/MR panels) × KC × MR, when A is packed
+    for (int64_t jc = c0; jc < c1; jc += NC) {
+      int64_t nb = std::min(NC, c1 - jc);
+      for (int64_t pc = 0; pc < K; pc += KC) {
+        int64_t kb = std::min(KC, K - pc);
+        for (int64_t jr = 0; jr < nb; jr += NR)
+          pack_b_panel(b_packed + jr * kb, B, pc, jc + jr, std::min<int64_t>(NR, nb - jr), kb);
+        bool overwrite = pc == 0 && !accumulate;
+        for (int64_t ic = r0; ic < r1; ic += MC) {
+          int64_t ic_end = std::min(ic + MC, r1);
+          if (A.rs == 1) pack_a_block(a_packed, A, ic, ic_end, pc, kb);
+          for (int64_t jr = 0; jr < nb; jr += NR)
+            for (int64_t ir = ic; ir < ic_end; ir += MR) {
+              int64_t rows = std::min<int64_t>(MR, ic_end - ir);
+              const float* a[MR];
+              int64_t a_cs = MR;
+              if (A.rs == 1) {
+                for (int i = 0; i < MR; i++) a[i] = a_packed + (ir - ic) * kb + i;
+              } else {
+                for (int i = 0; i < MR; i++) a[i] = A.p + (ir + std::min<int64_t>(i, rows - 1)) * A.rs + pc * A.cs;
+                a_cs = A.cs;
+              }
+              micro_kernel(kb, a, a_cs, b_packed + jr * kb, C + ir * ldc + jc + jr, ldc, rows,
+                           std::min<int64_t>(NR, nb - jr), bias ? bias + jc + jr : nullptr, overwrite);
+            }
+        }
+      }
     }
   }
 };
 
-// Chooses the tile size and runs the tiles across the pool. Rows of C are cut finer than MC when
-// that balances the tiles over the threads (time ~ max tiles per thread × tile height).
-void run_gemm(Gemm g, ThreadPool& pool) {
+// Splits C across the pool: by rows (in whole micro-tiles) when there are enough of them, else
+// also by columns (e.g. the one-row products of KV-cache generation). One block per thread, so
+// each thread packs each B block once.
+void run_gemm(const Gemm& g, ThreadPool& pool) {
   if (g.M <= 0 || g.N <= 0) return;
   if (g.K <= 0) {  // empty reduction: out = bias (or 0); += nothing
     if (!g.accumulate)
@@ -161,27 +201,17 @@ void run_gemm(Gemm g, ThreadPool& pool) {
         for (int64_t j = 0; j < g.N; j++) g.C[i * g.ldc + j] = g.bias ? g.bias[j] : 0.0f;
     return;
   }
-  int64_t flops = 2 * g.M * g.N * g.K;
-  int64_t threads = std::min<int64_t>(pool.size(), std::max<int64_t>(1, flops / kMinFlopsPerChunk));
-  g.tiles_n = ceil_div(g.N, NC);
-  g.nc = ceil_div(ceil_div(g.N, g.tiles_n), NR) * NR;
-  g.tiles_n = ceil_div(g.N, g.nc);
-  int64_t base_m = ceil_div(g.M, MC);
-  int64_t best_cost = -1;
-  for (int64_t tm = base_m; tm <= base_m + 2 * threads; tm++) {
-    int64_t mc = ceil_div(ceil_div(g.M, tm), MR) * MR;
-    int64_t tiles = ceil_div(g.M, mc) * g.tiles_n;
-    int64_t cost = ceil_div(tiles, threads) * mc;
-    if (best_cost < 0 || cost < best_cost) {
-      best_cost = cost;
-      g.mc = mc;
+  int64_t units = std::min<int64_t>(pool.size(), std::max<int64_t>(1, 2 * g.M * g.N * g.K / kMinFlopsPerChunk));
+  int64_t row_tiles = ceil_div(g.M, MR), col_tiles = ceil_div(g.N, NR);
+  int64_t tm = std::min(units, std::max<int64_t>(1, row_tiles / 4));
+  int64_t tn = std::min(units / tm, col_tiles);
+  pool.parallel_for_scratch(tm * tn, 1, [&](int64_t begin, int64_t end, float* scratch) {
+    for (int64_t u = begin; u < end; u++) {
+      int64_t r = u / tn, c = u % tn;
+      int64_t r0 = std::min(g.M, row_tiles * r / tm * MR), r1 = std::min(g.M, row_tiles * (r + 1) / tm * MR);
+      int64_t c0 = std::min(g.N, col_tiles * c / tn * NR), c1 = std::min(g.N, col_tiles * (c + 1) / tn * NR);
+      if (r0 < r1 && c0 < c1) g.block(r0, r1, c0, c1, scratch);
     }
-    if (mc == MR) break;
-  }
-  g.tiles_m = ceil_div(g.M, g.mc);
-  int64_t tiles = g.tiles_m * g.tiles_n;
-  pool.parallel_for_scratch(tiles, threads > 1 ? 1 : tiles, [&g](int64_t begin, int64_t end, float* scratch) {
-    for (int64_t t = begin; t < end; t++) g.tile(t, scratch);
   });
 }
 
@@ -190,7 +220,7 @@ void run_gemm(Gemm g, ThreadPool& pool) {
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int64_t M, int64_t K, int64_t N, ThreadPool& pool) {
   // out (M,N) = inp (M,K) · B with B(k,n) = weight[n*K + k]
-  run_gemm(Gemm{M, N, K, View{inp, K, 1}, View{weight, 1, K}, out, N, bias, false, 0, 0, 0, 0}, pool);
+  run_gemm(Gemm{M, N, K, View{inp, K, 1}, View{weight, 1, K}, out, N, bias, false}, pool);
 }
 
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -198,10 +228,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      ThreadPool& pool) {
   // dinp (M,K) += dout (M,N) · weight (N,K)
   if (dinp)
-    run_gemm(Gemm{M, K, N, View{dout, N, 1}, View{weight, K, 1}, dinp, K, nullptr, true, 0, 0, 0, 0}, pool);
+    run_gemm(Gemm{M, K, N, View{dout, N, 1}, View{weight, K, 1}, dinp, K, nullptr, true}, pool);
   // dweight (N,K) += A (N,M) · inp (M,K) with A(n,m) = dout[m*N + n]
   if (dweight)
-    run_gemm(Gemm{N, K, M, View{dout, 1, N}, View{inp, K, 1}, dweight, K, nullptr, true, 0, 0, 0, 0}, pool);
+    run_gemm(Gemm{N, K, M, View{dout, 1, N}, View{inp, K, 1}, dweight, K, nullptr, true}, pool);
   // dbias (N) += column sums of dout; columns split across threads, rows summed in order.
   if (dbias && M > 0 && N > 0) {
     int64_t blocks = ceil_div(N, kWidth);

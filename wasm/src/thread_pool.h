@@ -32,7 +32,7 @@ class ThreadPool {
   // gets the scratch of the thread running the chunk; no two concurrent chunks share one. A call
   // nested inside a chunk runs inline with that chunk's scratch, so a kernel that keeps data in
   // its scratch must not call into the pool from its chunk.
-  static constexpr int64_t kScratchFloats = int64_t(1) << 17;  // 512 KiB per thread
+  static constexpr int64_t kScratchFloats = int64_t(5) << 16;  // 1.25 MiB per thread
   template <class F>
   void parallel_for_scratch(int64_t n, int64_t min_chunk, F&& fn) {
     run(n, min_chunk, &trampoline_scratch<F>, static_cast<void*>(&fn));
