@@ -1,0 +1,127 @@
+// Picks and loads one of the four WebAssembly builds of the C++ core (wasm/scripts/build_wasm.sh):
+//   threads   SIMD + a thread pool     needs cross-origin isolation (COOP/COEP) for SharedArrayBuffer
+//   simd      SIMD, one thread
+//   scalar    no SIMD, one thread      runs on any WebAssembly engine
+//   memory64  SIMD + threads, 16 GB    only for a model too big for a 32-bit build's 4 GiB
+// The choice is the fastest build that this engine can run AND that can hold the model, and it
+// always comes with a sentence saying why, which the page shows: a fallback is never silent.
+import { wrapTinyGPT } from "./wasm_api.js";
+
+const GiB = 1024 ** 3;
+// What each build can address (their -sMAXIMUM_MEMORY) ...
+export const BUILD_MEMORY_LIMIT = { scalar: 4 * GiB, simd: 4 * GiB, threads: 4 * GiB, memory64: 16 * GiB };
+// ... less what lives beside the model's arena: static data, the 1 MB stacks of the main thread
+// and of every pool thread, and malloc's own overhead.
+export const RUNTIME_OVERHEAD_BYTES = 64 * 1024 * 1024;
+
+const isNode = typeof process !== "undefined" && !!process.versions?.node;
+
+// Tiny modules that only validate where the feature exists (as in wasm-feature-detect).
+const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10,
+  1, 8, 0, 65, 0, 253, 15, 253, 98, 11]);                     // (func (result v128) i8x16.popcnt(splat 0))
+const THREADS_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0, 5, 4, 1,
+  3, 1, 1, 10, 11, 1, 9, 0, 65, 0, 254, 16, 2, 0, 26, 11]);    // shared memory + i32.atomic.load
+const MEMORY64_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 5, 3, 1, 4, 1]);  // (memory i64 1)
+
+const validates = (bytes) => {
+  try { return WebAssembly.validate(bytes); } catch { return false; }
+};
+
+// What this engine offers. Each field is a boolean plus, for threads, the reason it is missing.
+export async function detectFeatures() {
+  const simd = validates(SIMD_PROBE);
+  const sharedMemory = typeof SharedArrayBuffer === "function" && validates(THREADS_PROBE);
+  // A page can only share memory with workers when cross-origin isolated (COOP + COEP headers).
+  // Node has no such notion: SharedArrayBuffer and worker_threads are always there.
+  const isolated = isNode ? true : globalThis.crossOriginIsolated === true;
+  let threadsMissing = null;
+  if (!isolated) threadsMissing = "not cross-origin isolated (the page needs COOP/COEP headers)";
+  else if (!sharedMemory) threadsMissing = "no SharedArrayBuffer / WebAssembly threads in this engine";
+  // Node 20 validates a 64-bit memory behind a flag only, and the Memory64 build is web-only.
+  const memory64 = !isNode && validates(MEMORY64_PROBE);
+  const cores = isNode
+    ? (await import("node:os")).cpus().length
+    : Math.max(1, globalThis.navigator?.hardwareConcurrency || 1);
+  return { simd, threads: threadsMissing === null, threadsMissing, memory64, cores, isNode };
+}
+
+const fmtGiB = (bytes) => `${(bytes / GiB).toFixed(bytes < GiB ? 3 : 2)} GiB`;
+const fits = (build, needBytes) => needBytes + RUNTIME_OVERHEAD_BYTES <= BUILD_MEMORY_LIMIT[build];
+
+// Pure decision (testable without any engine): { build, reason } or throws an Error whose message
+// says why no build can run the model. prefer: a build the user asked for explicitly.
+export function chooseBuild(features, needBytes, prefer = null) {
+  const need = `model needs ${fmtGiB(needBytes)}`;
+  if (prefer) {
+    const missing = {
+      scalar: null,
+      simd: features.simd ? null : "this engine has no WebAssembly SIMD",
+      threads: !features.simd ? "this engine has no WebAssembly SIMD" : features.threadsMissing,
+      memory64: !features.memory64 ? "this engine has no WebAssembly Memory64"
+        : !features.simd ? "this engine has no WebAssembly SIMD" : features.threadsMissing,
+    }[prefer];
+    if (missing === undefined) throw new Error(`unknown build '${prefer}'`);
+    if (missing) throw new Error(`the ${prefer} build was requested but ${missing}`);
+    if (!fits(prefer, needBytes)) {
+      throw new Error(`the ${prefer} build was requested but the ${need}, more than its ${fmtGiB(BUILD_MEMORY_LIMIT[prefer])}`);
+    }
+    return { build: prefer, reason: `${prefer} build requested` };
+  }
+  if (!fits("threads", needBytes)) {
+    // Only a 64-bit build can hold it.
+    const why = `${need}, more than the 4 GiB a 32-bit WebAssembly build can address`;
+    if (!fits("memory64", needBytes)) throw new Error(`${need}, more than the 16 GiB of the Memory64 build`);
+    if (!features.memory64) throw new Error(`${why}, and this engine has no WebAssembly Memory64`);
+    if (!features.simd) throw new Error(`${why}, and this engine has no WebAssembly SIMD (the Memory64 build needs it)`);
+    if (!features.threads) throw new Error(`${why}, and the Memory64 build needs threads: ${features.threadsMissing}`);
+    return { build: "memory64", reason: `${why}: Memory64 build (SIMD + ${features.cores}-thread pool)` };
+  }
+  if (!features.simd) {
+    return { build: "scalar", reason: "no WebAssembly SIMD in this engine: scalar single-threaded build (slowest)" };
+  }
+  if (!features.threads) {
+    return { build: "simd", reason: `${features.threadsMissing}: single-threaded SIMD build` };
+  }
+  if (features.cores < 2) {
+    return { build: "simd", reason: "only one CPU core reported: single-threaded SIMD build" };
+  }
+  return { build: "threads", reason: `cross-origin isolated, ${features.cores} cores: SIMD + ${features.cores}-thread build` };
+}
+
+const defaultBaseUrl = () => new URL("../wasm/", import.meta.url);
+
+// Instantiates one build. threads = pool size for the threads/memory64 builds (ignored otherwise).
+export async function instantiateBuild(build, { baseUrl = defaultBaseUrl(), threads = 1 } = {}) {
+  const dir = new URL(`${build}/`, baseUrl);
+  const [{ default: createModule }, { default: signatures }] = await Promise.all([
+    import(new URL("tinygpt.mjs", dir).href),
+    import(new URL("tinygpt_api.js", dir).href),
+  ]);
+  const module = await createModule({ tgThreads: Math.max(1, threads) });
+  return wrapTinyGPT(module, signatures, { memory64: build === "memory64" });
+}
+
+// Bytes the model needs inside WebAssembly memory: its arena (exact, from the C API, which is the
+// only place that knows the layout) plus the corpus copy. Asked of the scalar build, which every
+// engine runs and which starts no threads; it is instantiated once and kept.
+let sizer = null;
+export async function memoryNeedBytes(config, corpusBytes = 0, { baseUrl = defaultBaseUrl() } = {}) {
+  sizer ??= instantiateBuild("scalar", { baseUrl });
+  const tg = await sizer;
+  const arena = tg.api.tg_arena_bytes_for(config.nLayer, config.nHead, config.dModel, config.ctx,
+    config.vocabSize, config.batch);
+  if (arena < 0) throw new Error(`invalid model config: ${tg.string(tg.api.tg_last_error())}`);
+  return arena + corpusBytes;
+}
+
+// The whole decision + load. config: {nLayer, nHead, dModel, ctx, vocabSize, batch}.
+// Returns { build, reason, threads, needBytes, features, tg } where tg is the wrapped module.
+export async function loadTinyGPT(config, { corpusBytes = 0, prefer = null, threads = null, baseUrl = defaultBaseUrl() } = {}) {
+  const features = await detectFeatures();
+  const needBytes = await memoryNeedBytes(config, corpusBytes, { baseUrl });
+  const { build, reason } = chooseBuild(features, needBytes, prefer);
+  const threaded = build === "threads" || build === "memory64";
+  const nThreads = threaded ? Math.max(1, threads ?? features.cores) : 1;
+  const tg = await instantiateBuild(build, { baseUrl, threads: nThreads });
+  return { build, reason, threads: nThreads, needBytes, features, tg };
+}

@@ -1,0 +1,132 @@
+"""Shared by the WebAssembly tests: the builds' location, a Node runner for tests/wasm/node_driver.mjs,
+a local static server (with or without COOP/COEP) and a headless Chromium driven by playwright.
+
+Everything runs real parts: the Emscripten builds from `make`, the system Node, Debian's chromium.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from conftest import BUILD, ROOT
+from python_ref.config import presets_file
+
+WASM_DIR = BUILD / "wasm"
+NATIVE_LIB = BUILD / "native" / "libtinygpt.so"
+CORPUS = ROOT / "site" / "static" / "data" / "tinyshakespeare.txt"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic"]
+
+
+def require_build(build: str) -> Path:
+    path = WASM_DIR / build / "tinygpt.mjs"
+    if not path.exists():
+        pytest.fail(f"{path} is missing: run `make build` (wasm/scripts/build_wasm.sh) first")
+    return path
+
+
+def model_spec(preset: str, **overrides) -> dict:
+    """Scenario config + training settings for a preset, straight from presets.json."""
+    p = presets_file()
+    cfg = dict(p["presets"][preset])
+    config = {k: cfg[k] for k in ("nLayer", "nHead", "dModel", "ctx", "batch")}
+    config.update(vocabSize=p["model"]["vocabSize"], layerNormEps=p["model"]["layerNormEps"],
+                  initStd=p["model"]["initStd"])
+    config.update(overrides)
+    return {"config": config, "training": dict(p["training"])}
+
+
+def run_node(spec: dict, tmp_path: Path, timeout: float = 600) -> dict:
+    """Runs one scenario in Node; returns its JSON result (fails the test with Node's error)."""
+    spec = dict(spec, wasmDir=str(WASM_DIR))
+    spec_path = tmp_path / f"spec-{os.getpid()}-{id(spec)}.json"
+    spec_path.write_text(json.dumps(spec))
+    proc = subprocess.run(["node", str(ROOT / "tests" / "wasm" / "node_driver.mjs"), str(spec_path)],
+                          capture_output=True, text=True, timeout=timeout)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    result = json.loads(lines[-1]) if lines else {"error": f"no result; stderr:\n{proc.stderr}"}
+    if proc.returncode != 0 or "error" in result:
+        pytest.fail(f"node scenario failed ({spec.get('build')}): {result.get('error')}\n{proc.stderr[-3000:]}")
+    return result
+
+
+class _Handler(http.server.SimpleHTTPRequestHandler):
+    """Serves the repo at / and $BUILD/wasm at /build-wasm/; optionally cross-origin isolated."""
+    isolated = True
+    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
+                      ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
+                      ".json": "application/json", ".html": "text/html"}
+
+    def translate_path(self, path):
+        clean = path.split("?", 1)[0].split("#", 1)[0]
+        if clean.startswith("/build-wasm/"):
+            return str(WASM_DIR / clean[len("/build-wasm/"):])
+        return super().translate_path(path)
+
+    def end_headers(self):
+        if self.isolated:
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@contextlib.contextmanager
+def static_server(isolated: bool = True):
+    """A local server on 127.0.0.1 (random port) for the duration of the block; yields its base URL."""
+    handler = type("Handler", (_Handler,), {"isolated": isolated})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
+                                             functools.partial(handler, directory=str(ROOT)))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+@contextlib.contextmanager
+def chromium_page(base_url: str):
+    """A headless Chromium (Debian's, never a playwright download) on tests/wasm/browser_page.html."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (make setup)")
+    exe = shutil.which("chromium")
+    if not exe:
+        pytest.fail("chromium is not installed (make setup installs the Debian package)")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
+        try:
+            page = browser.new_page()
+            console = []
+            page.on("console", lambda msg: console.append(msg.text))
+            page.goto(f"{base_url}/tests/wasm/browser_page.html")
+            page.wait_for_function("window.tinygptReady === true")
+            page.console_log = console
+            yield page
+        finally:
+            browser.close()
+
+
+def run_browser(page, spec: dict, timeout_ms: int = 600_000) -> dict:
+    """Runs one scenario (or loader check) in the page's module worker; returns its result."""
+    page.set_default_timeout(timeout_ms)
+    result = page.evaluate("spec => window.runInWorker(spec)", spec)
+    if "error" in result:
+        pytest.fail(f"browser scenario failed: {result['error']}\nconsole: {page.console_log[-20:]}")
+    return result
+
+
+def max_rel_diff(a, b) -> float:
+    return max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b, strict=True))
