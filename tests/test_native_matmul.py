@@ -92,6 +92,41 @@ def test_thread_count_does_not_change_a_bit(lib):
             assert np.array_equal(a, c)
 
 
+def strided(flat, offset, rows, cols, rs, cs):
+    return np.lib.stride_tricks.as_strided(flat[offset:], (rows, cols), (rs * 4, cs * 4)).astype(np.float64)
+
+
+# attention-like views into (B,T,C) = (2,37,24) tensors with H=3 heads of D=8: head h of batch b is
+# rows b*T.., columns h*D.. with row stride C.
+@pytest.mark.parametrize("case", ["q.kT", "p.v", "pT.dy", "generic"])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_gemm_strided_matches_float64(lib, case, accumulate):
+    T, C, D = 37, 24, 8
+    rng = np.random.default_rng(7)
+    q, k = rng.standard_normal(2 * T * C).astype(np.float32), rng.standard_normal(2 * T * C).astype(np.float32)
+    p = rng.standard_normal(T * T).astype(np.float32)
+    off = T * C + D  # batch 1, head 1
+    # (M, N, K, a, a_off, a_rs, a_cs, b, b_off, b_rs, b_cs)
+    M, N, K, a, a_off, a_rs, a_cs, b, b_off, b_rs, b_cs = {
+        "q.kT": (T, T, D, q, off, C, 1, k, off, 1, C),        # S = Q K^T
+        "p.v": (T, D, T, p, 0, T, 1, k, off, C, 1),           # Y = P V
+        "pT.dy": (T, D, T, p, 0, 1, T, q, off, C, 1),         # dV = P^T dY
+        "generic": (13, 11, 9, q, 5, 3, 17, k, 2, 19, 7),     # no unit stride anywhere
+    }[case]
+    c0 = rng.standard_normal(M * (N + 3)).astype(np.float32)  # ldc = N + 3: C is a view too
+    c = c0.copy()
+    with lib.pool(1) as pool:
+        lib.gemm_strided(pool, M, N, K, a[a_off:], a_rs, a_cs, b[b_off:], b_rs, b_cs, c, N + 3, accumulate)
+    ref = strided(a, a_off, M, K, a_rs, a_cs) @ strided(b, b_off, K, N, b_rs, b_cs)
+    if accumulate:
+        ref += c0.reshape(M, N + 3)[:, :N]
+    got = c.reshape(M, N + 3)
+    err = rel_err(got[:, :N], ref)
+    print(f"[{lib.simd}] gemm_strided {case} accumulate={accumulate}: max rel err {err:.2e}")
+    assert err < TOL
+    assert np.array_equal(got[:, N:], c0.reshape(M, N + 3)[:, N:])  # the padding columns untouched
+
+
 @pytest.mark.parametrize("threads", [1, 2, 4])
 @pytest.mark.parametrize("n,min_chunk", [(0, 1), (1, 1), (2, 1), (7, 1), (1000, 1), (1000, 400), (1000, 2000)])
 def test_parallel_for_covers_range_once(lib, threads, n, min_chunk):

@@ -22,6 +22,15 @@ void tgmm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                       *static_cast<tg::ThreadPool*>(pool));
 }
 
+// gemm_strided on the calling thread, with the scratch of a one-thread pool.
+void tgmm_gemm_strided(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs,
+                       const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, int accumulate,
+                       void* pool) {
+  static_cast<tg::ThreadPool*>(pool)->parallel_for_scratch(1, 1, [&](int64_t, int64_t, float* scratch) {
+    tg::gemm_strided(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate != 0, scratch);
+  });
+}
+
 // Runs forward then backward `reps` times (for timing without Python overhead per call).
 void tgmm_repeat_step(int reps, float* out, const float* inp, const float* weight, const float* bias,
                       float* dinp, float* dweight, float* dbias, const float* dout, int64_t M, int64_t K,

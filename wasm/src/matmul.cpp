@@ -85,16 +85,17 @@ void pack_b_panel(float* dst, View b, int64_t p0, int64_t j0, int64_t cols, int6
 // such an A walks MR adjacent floats per step at a stride of a whole dout row, a few KiB: the rows
 // of one micro-panel then fall into the same L1 sets and evict each other.
 void pack_a_block(float* dst, View a, int64_t i0, int64_t i1, int64_t p0, int64_t kb) {
-  for (int64_t ir = i0; ir < i1; ir += MR) {
-    int64_t rows = std::min<int64_t>(MR, i1 - ir);
-    const float* s = a.p + ir + p0 * a.cs;
-    for (int64_t p = 0; p < kb; p++) {
-      const float* sp = s + p * a.cs;
+  // p outer: each source row segment [i0, i1) is read once, contiguously (i inner), and spread over
+  // the micro-panels; a panel at a time instead re-read every row once per panel.
+  for (int64_t p = 0; p < kb; p++) {
+    const float* sp = a.p + (p0 + p) * a.cs + i0;
+    float* d = dst + p * MR;
+    for (int64_t ir = 0; ir < i1 - i0; ir += MR, d += MR * kb) {
+      int64_t rows = std::min<int64_t>(MR, i1 - i0 - ir);
       int64_t i = 0;
-      for (; i < rows; i++) dst[p * MR + i] = sp[i];
-      for (; i < MR; i++) dst[p * MR + i] = 0.0f;
+      for (; i < rows; i++) d[i] = sp[ir + i];
+      for (; i < MR; i++) d[i] = 0.0f;
     }
-    dst += MR * kb;
   }
 }
 
@@ -193,14 +194,18 @@ struct Gemm {
 // Splits C across the pool: by rows (in whole micro-tiles) when there are enough of them, else
 // also by columns (e.g. the one-row products of KV-cache generation). One block per thread, so
 // each thread packs each B block once.
+// The empty cases: nothing to do, or an empty reduction (C = bias or 0; += nothing). True if handled.
+bool gemm_trivial(const Gemm& g) {
+  if (g.M <= 0 || g.N <= 0) return true;
+  if (g.K > 0) return false;
+  if (!g.accumulate)
+    for (int64_t i = 0; i < g.M; i++)
+      for (int64_t j = 0; j < g.N; j++) g.C[i * g.ldc + j] = g.bias ? g.bias[j] : 0.0f;
+  return true;
+}
+
 void run_gemm(const Gemm& g, ThreadPool& pool) {
-  if (g.M <= 0 || g.N <= 0) return;
-  if (g.K <= 0) {  // empty reduction: out = bias (or 0); += nothing
-    if (!g.accumulate)
-      for (int64_t i = 0; i < g.M; i++)
-        for (int64_t j = 0; j < g.N; j++) g.C[i * g.ldc + j] = g.bias ? g.bias[j] : 0.0f;
-    return;
-  }
+  if (gemm_trivial(g)) return;
   int64_t units = std::min<int64_t>(pool.size(), std::max<int64_t>(1, 2 * g.M * g.N * g.K / kMinFlopsPerChunk));
   int64_t row_tiles = ceil_div(g.M, MR), col_tiles = ceil_div(g.N, NR);
   int64_t tm = std::min(units, std::max<int64_t>(1, row_tiles / 4));
@@ -216,6 +221,13 @@ void run_gemm(const Gemm& g, ThreadPool& pool) {
 }
 
 }  // namespace
+
+void gemm_strided(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs,
+                  const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate,
+                  float* scratch) {
+  Gemm g{M, N, K, View{a, a_rs, a_cs}, View{b, b_rs, b_cs}, c, ldc, nullptr, accumulate};
+  if (!gemm_trivial(g)) g.block(0, M, 0, N, scratch);
+}
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
                     int64_t M, int64_t K, int64_t N, ThreadPool& pool) {
