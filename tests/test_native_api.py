@@ -1,0 +1,51 @@
+"""wasm/src/tinygpt_api.cpp under AddressSanitizer + UBSan: bad input gets an error code and a message,
+never a crash, a leak or undefined behaviour (wasm/tests/test_api.cpp)."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "wasm" / "tests"))
+from tinygpt_native import NATIVE, NativeError, NativeModel, ensure_built  # noqa: E402
+
+from python_ref.config import ModelConfig  # noqa: E402
+
+
+def test_bad_input_under_asan_and_ubsan():
+    ensure_built()
+    env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1:abort_on_error=0", UBSAN_OPTIONS="print_stacktrace=1")
+    run = subprocess.run([NATIVE / "test_api_asan"], capture_output=True, text=True, timeout=300, env=env)
+    print(run.stdout + run.stderr)
+    assert run.returncode == 0 and "PASS: 0 failure(s)" in run.stdout
+    assert "runtime error" not in run.stderr and "AddressSanitizer" not in run.stderr
+
+
+def test_errors_reach_python_with_their_message():
+    with pytest.raises(NativeError) as e:
+        NativeModel(ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=8), batch=0)
+    print(e.value)
+    assert e.value.code == -1 and "batch" in str(e.value)
+    with NativeModel(ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=8), batch=2) as m:
+        with pytest.raises(NativeError) as e:
+            m.set_hyper(float("nan"), 0.9, 0.95, 1e-8, 0.1, 1.0)
+        print(e.value)
+        assert e.value.code == -4 and "lr" in str(e.value)
+        with pytest.raises(NativeError) as e:
+            m.import_state(b"\0" * 17)
+        print(e.value)
+        assert e.value.code == -3 and "length" in str(e.value)
+
+
+def test_manifest_and_sizes_follow_the_format():
+    from python_ref.tinygpt_file import manifest_entries
+    config = ModelConfig(nLayer=2, nHead=2, dModel=8, ctx=6)
+    with NativeModel(config, batch=3, n_threads=2) as m:
+        got = m.manifest()
+        want = [(e["name"], e["offset"], int(__import__("math").prod(e["shape"]))) for e in manifest_entries(config)]
+        assert got == want
+        assert m.P == config.param_count()
+        assert m.state_size(False) == 4 + 4 * m.P and m.state_size(True) == 4 + 12 * m.P
+    print(f"manifest of {len(got)} tensors equals python_ref's; P = {config.param_count()}")

@@ -1,0 +1,250 @@
+"""ctypes binding of the native libtinygpt.so (wasm/src/tinygpt_api.h) for the Python tests.
+
+`NativeModel` wraps one tg_model handle; every negative result becomes a NativeError carrying the
+code and tg_last_error()'s message. ensure_built() runs the native part of the Makefile (a no-op
+when it is up to date) so the tests also work when pytest is started on its own.
+"""
+from __future__ import annotations
+
+import ctypes as C
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+
+from python_ref.config import ModelConfig, init_std
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("TINYGPT_BUILD", ROOT / "build"))
+NATIVE = BUILD / "native"
+
+_i32, _i64, _u64, _f64 = C.c_int32, C.c_int64, C.c_uint64, C.c_double
+_p = C.c_void_p
+_SIGNATURES = {
+    "tg_last_error": (C.c_char_p, []),
+    "tg_last_error_code": (_i32, []),
+    "tg_arena_bytes_for": (_i64, [_i32] * 6),
+    "tg_create": (_p, [_i32] * 5 + [_f64, _f64, _i32, _i32]),
+    "tg_destroy": (None, [_p]),
+    "tg_param_count": (_i64, [_p]),
+    "tg_arena_bytes": (_i64, [_p]),
+    "tg_n_threads": (_i32, [_p]),
+    "tg_tensor_count": (_i32, [_p]),
+    "tg_tensor_name": (C.c_char_p, [_p, _i32]),
+    "tg_tensor_offset": (_i64, [_p, _i32]),
+    "tg_tensor_numel": (_i64, [_p, _i32]),
+    "tg_init": (_i32, [_p, _u64]),
+    "tg_set_hyper": (_i32, [_p] + [_f64] * 6),
+    "tg_set_corpus": (_i32, [_p, _p, _i64, _f64]),
+    "tg_set_data_state": (_i32, [_p, _u64, _i64]),
+    "tg_batches_drawn": (_i64, [_p]),
+    "tg_data_seed": (_u64, [_p]),
+    "tg_next_batch": (_i32, [_p, _p, _p]),
+    "tg_train_step": (_f64, [_p]),
+    "tg_train_step_batch": (_f64, [_p, _p, _p, _i32, _i32]),
+    "tg_forward_backward": (_f64, [_p, _p, _p, _i32, _i32]),
+    "tg_forward_loss": (_f64, [_p, _p, _p, _i32, _i32]),
+    "tg_eval": (_f64, [_p, _i32]),
+    "tg_last_grad_norm": (_f64, [_p]),
+    "tg_step": (_i64, [_p]),
+    "tg_weights": (C.POINTER(C.c_float), [_p]),
+    "tg_grads": (C.POINTER(C.c_float), [_p]),
+    "tg_generate": (_i32, [_p, _p, _i32, _i32, _f64, _i32, _u64, _i32, _p]),
+    "tg_gen_begin": (_i32, [_p, _p, _i32, _f64, _i32, _u64, _i32]),
+    "tg_gen_next": (_i32, [_p]),
+    "tg_state_bytes": (_i64, [_p, _i32]),
+    "tg_export_state": (_i64, [_p, _p, _i64, _i32]),
+    "tg_import_state": (_i32, [_p, _p, _i64]),
+    "tg_state_ptr": (C.POINTER(C.c_uint8), [_p]),
+}
+
+_lib = None
+
+
+class NativeError(RuntimeError):
+    def __init__(self, code: int, message: str):
+        super().__init__(f"{message} (code {code})")
+        self.code = code
+
+
+def ensure_built() -> None:
+    subprocess.run(["make", "-s", "native", f"BUILD={BUILD}"], cwd=ROOT, check=True)
+
+
+def lib():
+    global _lib
+    if _lib is None:
+        ensure_built()
+        _lib = C.CDLL(str(NATIVE / "libtinygpt.so"))
+        for name, (res, args) in _SIGNATURES.items():
+            fn = getattr(_lib, name)
+            fn.restype, fn.argtypes = res, args
+    return _lib
+
+
+def _check(result):
+    if result < 0:
+        raise NativeError(int(result), lib().tg_last_error().decode())
+    return result
+
+
+def _ptr(a: np.ndarray):
+    return a.ctypes.data_as(C.c_void_p)
+
+
+def _tokens(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int32)
+
+
+class NativeModel:
+    """One native model. config: python_ref ModelConfig; batch: the arena's largest batch."""
+
+    def __init__(self, config: ModelConfig, batch: int, n_threads: int = 1):
+        L = lib()
+        self.config, self.batch = config, batch
+        self.h = L.tg_create(config.nLayer, config.nHead, config.dModel, config.ctx, config.vocabSize,
+                             config.layerNormEps, init_std(), batch, n_threads)
+        if not self.h:
+            raise NativeError(L.tg_last_error_code(), L.tg_last_error().decode())
+        self.P = L.tg_param_count(self.h)
+
+    def close(self):
+        if self.h:
+            lib().tg_destroy(self.h)
+            self.h = None
+
+    __del__ = close
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- set-up
+    def init(self, seed: int):
+        _check(lib().tg_init(self.h, seed))
+
+    def set_hyper(self, lr, beta1, beta2, eps, weight_decay, grad_clip):
+        _check(lib().tg_set_hyper(self.h, lr, beta1, beta2, eps, weight_decay, grad_clip))
+
+    def set_hyper_from(self, train_config):
+        t = train_config
+        self.set_hyper(t.lr, t.beta1, t.beta2, t.eps, t.weightDecay, t.gradClip)
+
+    def set_corpus(self, data: bytes | np.ndarray, val_fraction: float):
+        buf = np.frombuffer(bytes(data), dtype=np.uint8) if not isinstance(data, np.ndarray) else data
+        buf = np.ascontiguousarray(buf, dtype=np.uint8)
+        _check(lib().tg_set_corpus(self.h, _ptr(buf), buf.size, val_fraction))
+
+    def set_data_state(self, seed: int, batches_drawn: int):
+        _check(lib().tg_set_data_state(self.h, seed, batches_drawn))
+
+    @property
+    def batches_drawn(self) -> int:
+        return _check(lib().tg_batches_drawn(self.h))
+
+    def next_batch(self):
+        T = self.config.ctx
+        x = np.empty((self.batch, T), np.int32)
+        y = np.empty((self.batch, T), np.int32)
+        _check(lib().tg_next_batch(self.h, _ptr(x), _ptr(y)))
+        return x, y
+
+    # --- compute
+    def train_step(self) -> float:
+        return _check(lib().tg_train_step(self.h))
+
+    def train_step_batch(self, x, y) -> float:
+        x, y = _tokens(x), _tokens(y)
+        return _check(lib().tg_train_step_batch(self.h, _ptr(x), _ptr(y), x.shape[0], x.shape[1]))
+
+    def forward_backward(self, x, y) -> float:
+        x, y = _tokens(x), _tokens(y)
+        return _check(lib().tg_forward_backward(self.h, _ptr(x), _ptr(y), x.shape[0], x.shape[1]))
+
+    def forward_loss(self, x, y) -> float:
+        x, y = _tokens(x), _tokens(y)
+        return _check(lib().tg_forward_loss(self.h, _ptr(x), _ptr(y), x.shape[0], x.shape[1]))
+
+    def eval(self, eval_windows: int) -> float:
+        return _check(lib().tg_eval(self.h, eval_windows))
+
+    @property
+    def step(self) -> int:
+        return _check(lib().tg_step(self.h))
+
+    # --- tensors (copies, in manifest order and shapes)
+    def _flat(self, ptr) -> np.ndarray:
+        return np.ctypeslib.as_array(ptr, shape=(self.P,)).copy()
+
+    def tensors(self, flat: np.ndarray) -> dict[str, np.ndarray]:
+        from python_ref.model import manifest
+        out, offset = {}, 0
+        for name, shape in manifest(self.config):
+            n = int(np.prod(shape))
+            out[name] = flat[offset:offset + n].reshape(shape)
+            offset += n
+        return out
+
+    def weights(self) -> dict[str, np.ndarray]:
+        return self.tensors(self._flat(lib().tg_weights(self.h)))
+
+    def grads(self) -> dict[str, np.ndarray]:
+        return self.tensors(self._flat(lib().tg_grads(self.h)))
+
+    def manifest(self) -> list[tuple[str, int, int]]:
+        L = lib()
+        return [(L.tg_tensor_name(self.h, i).decode(), L.tg_tensor_offset(self.h, i), L.tg_tensor_numel(self.h, i))
+                for i in range(L.tg_tensor_count(self.h))]
+
+    # --- generation
+    def generate(self, prompt: bytes, max_new: int, temperature: float, top_k: int, seed: int,
+                 use_cache: bool = True) -> bytes:
+        p = _tokens(np.frombuffer(prompt, dtype=np.uint8))
+        out = np.zeros(max(max_new, 1), np.int32)
+        n = _check(lib().tg_generate(self.h, _ptr(p), p.size, max_new, temperature, top_k, seed,
+                                     int(use_cache), _ptr(out)))
+        return bytes(out[:n].astype(np.uint8))
+
+    # --- state
+    def state_size(self, with_moments: bool) -> int:
+        return _check(lib().tg_state_bytes(self.h, int(with_moments)))
+
+    def export_state(self, with_moments: bool = True) -> bytes:
+        n = self.state_size(with_moments)
+        buf = np.empty(n, np.uint8)
+        _check(lib().tg_export_state(self.h, _ptr(buf), n, int(with_moments)))
+        return buf.tobytes()
+
+    def import_state(self, data: bytes):
+        buf = np.frombuffer(data, dtype=np.uint8)
+        _check(lib().tg_import_state(self.h, _ptr(buf) if buf.size else None, buf.size))
+
+
+def state_bytes_of_file(path) -> bytes:
+    """The state part of a .tinygpt file (after the 12-byte prefix and the header), as written."""
+    raw = Path(path).read_bytes()
+    header_len = int.from_bytes(raw[8:12], "little")
+    return raw[12 + header_len:]
+
+
+def checkpoint_from_state(config: ModelConfig, state: bytes):
+    """A python_ref CheckpointState holding the arrays of a native state, for write_state."""
+    from python_ref.model import manifest
+    from python_ref.tinygpt_file import CheckpointState
+    P = config.param_count()
+    step = int.from_bytes(state[:4], "little", signed=True)
+    flat = np.frombuffer(state, dtype="<f4", offset=4)
+    blocks = flat.size // P
+    named = []
+    for b in range(blocks):
+        block, offset = {}, b * P
+        for name, shape in manifest(config):
+            n = int(np.prod(shape))
+            block[name] = flat[offset:offset + n].reshape(shape)
+            offset += n
+        named.append(block)
+    m, v = (named[1], named[2]) if blocks == 3 else (None, None)
+    return CheckpointState(config, step, named[0], m, v)
