@@ -17,13 +17,14 @@ from .data import Corpus, CorpusError
 from .evaluate import bits_per_byte, evaluate_file, evaluate_val, split_settings
 from .sample import Utf8Writer, generate
 from .tinygpt_file import TinyGPTFileError
-from .train import TrainingError, new_run, resolve_device, resume_run
+from .train import TrainingError, check_out_path, new_run, resolve_device, resume_run
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
 def cmd_train(args) -> int:
+    check_out_path(args.out)
     overrides = dict(lr=args.lr, batch=args.batch, steps=args.steps, seed=args.seed, evalEvery=args.eval_every)
     corpus = Corpus.from_file(args.corpus)
     if args.resume:

@@ -78,6 +78,9 @@ def covering_loss(model: TinyGPT, data: np.ndarray) -> tuple[float, int]:
 
 def evaluate_file(model: TinyGPT, path: str | Path) -> EvalResult:
     corpus = Corpus.from_file(path)
+    if corpus.data.size < 2:
+        raise CorpusError(f"{corpus.name!r} has {corpus.data.size} byte: evaluation needs at least 2 "
+                          "(one to read, one to predict)")
     loss, positions = covering_loss(model, corpus.data)
     return EvalResult("file", corpus.name, positions, loss, bits_per_byte(loss))
 

@@ -50,6 +50,12 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def check_out_path(out: str | Path | None) -> None:
+    """Refuse an --out whose directory is missing before training, not after the work is done."""
+    if out is not None and not Path(out).resolve().parent.is_dir():
+        raise ConfigError(f"cannot save to {out}: its directory does not exist (checked before training)")
+
+
 def make_optimizer(model: TinyGPT, cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on tensors of 2+ dims (embeddings, Linear weights) only; constant lr."""
     params = list(model.parameters())
@@ -117,6 +123,7 @@ class TrainingRun:
             raise ConfigError("--save-every and --eval-every must be >= 0 (0 = only at the end)")
         if save_every and out is None:
             raise ConfigError("--save-every needs --out: where should the checkpoints go?")
+        check_out_path(out)
         bar = tqdm(total=until, initial=self.step, desc="train", unit="step", file=sys.stderr,
                    disable=not progress, dynamic_ncols=True)
         with bar, _StopAtStepBoundary() as stop:
