@@ -59,45 +59,89 @@ def _crc32_arrays(arrays, crc: int = 0) -> int:
     return crc
 
 
-def _header_bytes(header: dict) -> bytes:
-    """JSON padded with spaces so that the state starts 4-byte aligned; headerCrc32 covers it."""
+def encode_header(header: dict) -> bytes:
+    """JSON padded with spaces so that the data after the 12-byte prefix starts 4-byte aligned,
+    with "headerCrc32" = CRC-32 of these bytes taken while the field reads "00000000"."""
     header = dict(header, headerCrc32=CRC_PLACEHOLDER)
-    text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    try:
+        text = json.dumps(header, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError) as e:  # NaN/inf or an object JSON cannot hold: refuse before writing
+        raise TinyGPTFileError(f"refusing to save: header metadata is not plain JSON ({e})") from None
     text += b" " * (-(PREFIX.size + len(text)) % 4)
     crc = zlib.crc32(text)
     return text.replace(f'"headerCrc32":"{CRC_PLACEHOLDER}"'.encode(), f'"headerCrc32":"{crc:08x}"'.encode())
 
 
+def decode_header(raw: bytes) -> dict:
+    """Parse a header and check its headerCrc32 (in place: the 8 digits are read as "00000000")."""
+    if (PREFIX.size + len(raw)) % 4:
+        raise TinyGPTFileError(f"header length {len(raw)} leaves the data unaligned (12 + N must be a multiple of 4)")
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise TinyGPTFileError(f"header JSON invalid: {e}") from None
+    if not isinstance(header, dict):
+        raise TinyGPTFileError("header JSON invalid: expected an object")
+    found = list(_HEADER_CRC_FIELD.finditer(raw))
+    if len(found) != 1 or header.get("headerCrc32") != found[0].group(1).decode():
+        raise TinyGPTFileError("header lacks a valid headerCrc32 field (exactly one, 8 lowercase hex digits)")
+    start, end = found[0].span(1)
+    crc = zlib.crc32(raw[:start] + CRC_PLACEHOLDER.encode() + raw[end:])
+    if f"{crc:08x}" != header["headerCrc32"]:
+        raise TinyGPTFileError("header CRC32 mismatch: the header is corrupt")
+    return header
+
+
 def write_state(path: str | Path, state: CheckpointState) -> None:
     """Atomic write: a temp file beside the target, then rename, so a failure never clobbers saved work."""
-    names = [e["name"] for e in manifest_entries(state.config)]
-    blocks = [state.weights] + ([state.m, state.v] if state.m is not None else [])
+    entries = manifest_entries(state.config)
+    blocks = [("weights", state.weights)]
+    if (state.m is None) != (state.v is None):
+        raise TinyGPTFileError("refusing to save: AdamW m and v must be given together")
+    if state.m is not None:
+        blocks += [("AdamW m", state.m), ("AdamW v", state.v)]
     arrays = []
-    for block in blocks:
-        for name in names:
-            a = np.asarray(block[name], dtype=np.float32)
+    for what, block in blocks:
+        for e in entries:
+            if e["name"] not in block:
+                raise TinyGPTFileError(f"refusing to save: {what} lack tensor {e['name']}")
+            a = np.asarray(block[e["name"]], dtype=np.float32)
+            if list(a.shape) != e["shape"]:
+                raise TinyGPTFileError(
+                    f"refusing to save: {what} of {e['name']} has shape {list(a.shape)}, the config implies {e['shape']}"
+                )
             if not np.isfinite(a).all():
-                raise TinyGPTFileError(f"refusing to save: tensor {name} holds NaN or infinity")
+                raise TinyGPTFileError(f"refusing to save: {what} of {e['name']} holds NaN or infinity")
             arrays.append(a)
+    if isinstance(state.step, bool) or not isinstance(state.step, int) or not 0 <= state.step < 2**31:
+        raise TinyGPTFileError(f"refusing to save: step must be an integer in [0, 2^31), got {state.step!r}")
     step_bytes = struct.pack("<i", state.step)
     header = dict(state.header)
     header.update(
         config=state.config.to_json(),
-        manifest=manifest_entries(state.config),
+        manifest=entries,
         includesOptimizerState=state.m is not None,
         stateCrc32=f"{_crc32_arrays(arrays, zlib.crc32(step_bytes)):08x}",
     )
     header.setdefault("savedAt", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
-    text = _header_bytes(header)
+    text = encode_header(header)
+    _atomic_write(path, [PREFIX.pack(MAGIC, VERSION, len(text)), text, step_bytes]
+                  + [memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B") for a in arrays])
+
+
+def _atomic_write(path: str | Path, chunks) -> None:
+    """Write chunks to a temp file beside path, fsync, then rename over path: all or nothing."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent or ".")
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a checkpoint gets ordinary file permissions
         with os.fdopen(fd, "wb") as f:
-            f.write(PREFIX.pack(MAGIC, VERSION, len(text)))
-            f.write(text)
-            f.write(step_bytes)
-            for a in arrays:
-                f.write(memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B"))
+            for chunk in chunks:
+                f.write(chunk)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -105,26 +149,25 @@ def write_state(path: str | Path, state: CheckpointState) -> None:
 
 
 def _parse_header(raw: bytes) -> dict:
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
-        raise TinyGPTFileError(f"header JSON invalid: {e}") from None
-    if not isinstance(header, dict):
-        raise TinyGPTFileError("header JSON invalid: expected an object")
-    found = _HEADER_CRC_FIELD.findall(raw)
-    if len(found) != 1 or header.get("headerCrc32") != found[0].decode():
-        raise TinyGPTFileError("header lacks a valid headerCrc32 field")
-    crc = zlib.crc32(_HEADER_CRC_FIELD.sub(f'"headerCrc32":"{CRC_PLACEHOLDER}"'.encode(), raw, count=1))
-    if f"{crc:08x}" != header["headerCrc32"]:
-        raise TinyGPTFileError("header CRC32 mismatch: the header is corrupt")
+    header = decode_header(raw)
     for key, kind in (("config", dict), ("manifest", list), ("includesOptimizerState", bool), ("stateCrc32", str)):
         if not isinstance(header.get(key), kind):
             raise TinyGPTFileError(f"header key {key!r} is missing or not a {kind.__name__}")
+    data_state = header.get("dataState")
+    if data_state is not None and not (
+        isinstance(data_state, dict)
+        and all(_is_int(data_state.get(k)) and data_state[k] >= 0 for k in ("seed", "batchesDrawn"))
+    ):
+        raise TinyGPTFileError(f"header key 'dataState' must be {{seed, batchesDrawn}} (non-negative integers), got {data_state!r}")
     return header
 
 
-def _check_manifest(header: dict, config: ModelConfig) -> None:
-    expected = manifest_entries(config)
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _check_manifest(header: dict, expected: list[dict]) -> None:
+    """The header's manifest must be exactly the config's (names, integer shapes and offsets)."""
     got = header["manifest"]
     if len(got) != len(expected):
         raise TinyGPTFileError(
@@ -134,10 +177,13 @@ def _check_manifest(header: dict, config: ModelConfig) -> None:
         if not isinstance(g, dict) or g.get("name") != e["name"]:
             name = g.get("name") if isinstance(g, dict) else g
             raise TinyGPTFileError(f"manifest/shape mismatch: found tensor {name!r} where {e['name']!r} belongs")
-        if g.get("shape") != e["shape"] or g.get("offset") != e["offset"]:
+        shape, offset = g.get("shape"), g.get("offset")
+        # 48.0 == 48 and True == 1 in Python: compare types too, so only the exact integers pass
+        if not (isinstance(shape, list) and all(_is_int(d) for d in shape) and _is_int(offset)
+                and shape == e["shape"] and offset == e["offset"]):
             raise TinyGPTFileError(
-                f"manifest/shape mismatch: {e['name']} is listed as shape {g.get('shape')} at offset "
-                f"{g.get('offset')}, the config implies {e['shape']} at {e['offset']}"
+                f"manifest/shape mismatch: {e['name']} is listed as shape {shape!r} at offset "
+                f"{offset!r}, the config implies {e['shape']} at {e['offset']}"
             )
 
 
@@ -147,6 +193,8 @@ def read_state(path: str | Path) -> CheckpointState:
         f = open(path, "rb")
     except FileNotFoundError:
         raise TinyGPTFileError(f"{str(path)!r} does not exist") from None
+    except OSError as e:
+        raise TinyGPTFileError(f"{str(path)!r} cannot be read: {e.strerror or e}") from None
     with f:
         size = os.fstat(f.fileno()).st_size
         prefix = f.read(PREFIX.size)
@@ -164,7 +212,8 @@ def read_state(path: str | Path) -> CheckpointState:
             config = ModelConfig.from_json(header["config"])
         except (ConfigError, TypeError) as e:
             raise TinyGPTFileError(f"config in header invalid: {e}") from None
-        _check_manifest(header, config)
+        # Length before manifest: the size check is arithmetic, while building the config's manifest
+        # for an absurd nLayer would take unbounded time; after it, the manifest is bounded by the file.
         count = config.param_count()
         blocks = 3 if header["includesOptimizerState"] else 1
         expected = 4 + 4 * count * blocks
@@ -174,6 +223,8 @@ def read_state(path: str | Path) -> CheckpointState:
                 f"state length mismatch: {actual} bytes after the header, expected {expected} "
                 f"(step + {blocks} x {count} float32){' - the file is truncated' if actual < expected else ''}"
             )
+        entries = manifest_entries(config)
+        _check_manifest(header, entries)
         step_bytes = f.read(4)
         flat = np.empty(count * blocks, dtype="<f4")
         view = memoryview(flat).cast("B")
@@ -184,12 +235,11 @@ def read_state(path: str | Path) -> CheckpointState:
                 raise TinyGPTFileError("file is truncated: state ends early")
             crc = zlib.crc32(view[pos:pos + got], crc)
             pos += got
-    if f"{crc:08x}" != header["stateCrc32"]:
+    if len(step_bytes) != 4 or f"{crc:08x}" != header["stateCrc32"]:
         raise TinyGPTFileError("state CRC32 mismatch: the weights are corrupt")
     step = struct.unpack("<i", step_bytes)[0]
     if step < 0:
         raise TinyGPTFileError(f"step is negative ({step})")
-    entries = header["manifest"]
     split = [{e["name"]: flat[b * count + e["offset"]: b * count + e["offset"] + math.prod(e["shape"])]
               .reshape(e["shape"]) for e in entries} for b in range(blocks)]
     for b, block in enumerate(split):
@@ -232,12 +282,28 @@ def restore_optimizer(model: TinyGPT, optimizer, state: CheckpointState) -> None
         }
 
 
-def save(path, model: TinyGPT, optimizer=None, step: int = 0, **meta) -> None:
-    """Write model (and AdamW moments if an optimizer that has stepped is given) with header keys meta."""
+def save(path, model: TinyGPT, optimizer=None, step: int | None = None, **meta) -> None:
+    """Write model (and AdamW moments if an optimizer that has stepped is given) with header keys meta.
+
+    step defaults to the optimizer's own step count (0 without one); a different explicit step is
+    refused, because resuming would then bias-correct the moments with the wrong t.
+    """
     weights = {n: p.detach().cpu().numpy() for n, p in model.named_parameters()}
     moments = optimizer_moments(model, optimizer) if optimizer is not None else None
     m, v = moments if moments else (None, None)
+    optimizer_step = _optimizer_step(model, optimizer) if moments else 0
+    if step is None:
+        step = optimizer_step
+    elif moments and step != optimizer_step:
+        raise TinyGPTFileError(f"refusing to save: step {step} differs from the optimizer's step {optimizer_step}")
     write_state(path, CheckpointState(model.config, step, weights, m, v, header=meta))
+
+
+def _optimizer_step(model: TinyGPT, optimizer) -> int:
+    steps = {int(optimizer.state[p]["step"]) for p in model.parameters()}
+    if len(steps) != 1:
+        raise TinyGPTFileError(f"refusing to save: the optimizer's tensors disagree on the step ({sorted(steps)})")
+    return steps.pop()
 
 
 def load(path, device="cpu") -> tuple[TinyGPT, dict]:

@@ -1,0 +1,469 @@
+"""python_ref/tinygpt_file.py: bit-exact round trip, the layout of docs/format.md, every refusal,
+and a hypothesis fuzz proving that a damaged file is either refused with TinyGPTFileError or read
+back identical (nothing else escapes, nothing altered is silently accepted)."""
+import json
+import math
+import re
+import struct
+import tempfile
+import zlib
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from python_ref.config import ModelConfig
+from python_ref.model import TinyGPT
+from python_ref.tinygpt_file import (
+    PREFIX, CheckpointState, TinyGPTFileError, load, manifest_entries, read_state, restore_optimizer, save,
+    write_state,
+)
+
+MICRO = ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=4)
+SMALLISH = ModelConfig(nLayer=2, nHead=2, dModel=16, ctx=8)
+REQUIRED = {"config", "manifest", "includesOptimizerState", "stateCrc32", "headerCrc32"}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny shapes: on 2 shared cores, OpenMP's spinning second thread made a forward 40x slower."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def trained(config: ModelConfig, steps: int = 3, seed: int = 0):
+    """A model and a real torch AdamW after a few steps (decay only on 2+ dim tensors, as in training)."""
+    model = TinyGPT(config, seed=seed)
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
+                            lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        idx = torch.randint(0, 256, (2, config.ctx), generator=g)
+        _, loss = model(idx, torch.roll(idx, -1, 1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model, opt
+
+
+def split_file(raw: bytes) -> tuple[dict, bytes]:
+    _, _, n = PREFIX.unpack(raw[:12])
+    return json.loads(raw[12:12 + n]), raw[12 + n:]
+
+
+def assemble(header: dict, state: bytes, header_crc: bool = True, state_crc: bool = False) -> bytes:
+    """Bytes of a file with this header and state; header_crc recomputes headerCrc32 (if the key is
+    there) the way the writer does, state_crc first puts the CRC of state into the header."""
+    header = dict(header)
+    if state_crc:
+        header["stateCrc32"] = f"{zlib.crc32(state):08x}"
+    has_crc = "headerCrc32" in header
+    if has_crc and header_crc:
+        header["headerCrc32"] = "00000000"
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-(12 + len(text)) % 4)
+    if has_crc and header_crc:
+        crc = f"{zlib.crc32(text):08x}".encode()
+        text = text.replace(b'"headerCrc32":"00000000"', b'"headerCrc32":"' + crc + b'"')
+    return PREFIX.pack(b"TGPT", 2, len(text)) + text + state
+
+
+def write(path: Path, raw: bytes) -> Path:
+    path.write_bytes(raw)
+    return path
+
+
+def bits(a) -> np.ndarray:
+    return np.asarray(a, dtype=np.float32).view(np.uint32)
+
+
+# ---------------------------------------------------------------- round trip and layout
+
+def test_round_trip_bit_exact_with_adamw_moments(tmp_path):
+    model, opt = trained(SMALLISH)
+    meta = dict(preset=None, dataState={"seed": 11, "batchesDrawn": 3}, lossHistory=[[1, 5.5], [3, 5.25]],
+                valHistory=[[3, 5.4]], finalLoss=5.25, bestVal=5.4, sample="ROMEO: \u00e9",
+                corpus={"name": "t.txt", "bytes": 10, "sha256": "ab" * 32}, training={"lr": 1e-2, "seed": 11})
+    save(tmp_path / "a.tinygpt", model, opt, **meta)
+    loaded, got = load(tmp_path / "a.tinygpt")
+    assert got["step"] == 3 and got["includesOptimizerState"] is True
+    for key, value in meta.items():
+        assert got[key] == value, key
+    worst = 0
+    for (name, p), (_, q) in zip(model.named_parameters(), loaded.named_parameters()):
+        st_ = opt.state[p]
+        worst = max(worst, (p - q).abs().max().item())
+        assert np.array_equal(bits(p.detach()), bits(q.detach())), name
+        assert np.array_equal(bits(st_["exp_avg"]), bits(got["state"].m[name])), name
+        assert np.array_equal(bits(st_["exp_avg_sq"]), bits(got["state"].v[name])), name
+    print(f"round trip: max |weight difference| = {worst}")
+
+    # The restored optimizer takes the next step exactly as the original one does.
+    opt2 = torch.optim.AdamW([{"params": [p for p in loaded.parameters() if p.dim() >= 2], "weight_decay": 0.1},
+                              {"params": [p for p in loaded.parameters() if p.dim() < 2], "weight_decay": 0.0}],
+                             lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
+    restore_optimizer(loaded, opt2, got["state"])
+    idx = torch.randint(0, 256, (2, SMALLISH.ctx), generator=torch.Generator().manual_seed(99))
+    for m, o in ((model, opt), (loaded, opt2)):
+        _, loss = m(idx, idx)
+        o.zero_grad()
+        loss.backward()
+        o.step()
+    diff = max((p - q).abs().max().item() for p, q in zip(model.parameters(), loaded.parameters()))
+    print(f"next AdamW step after restore: max |weight difference| = {diff}")
+    assert diff == 0
+
+
+def test_weights_only_file_and_state_sizes(tmp_path):
+    model = TinyGPT(MICRO, seed=1)
+    save(tmp_path / "w.tinygpt", model)
+    raw = (tmp_path / "w.tinygpt").read_bytes()
+    header, state = split_file(raw)
+    assert header["includesOptimizerState"] is False and len(state) == 4 + 4 * MICRO.param_count()
+    model, opt = trained(MICRO)
+    save(tmp_path / "o.tinygpt", model, opt)
+    _, state = split_file((tmp_path / "o.tinygpt").read_bytes())
+    assert len(state) == 4 + 12 * MICRO.param_count()
+
+
+def test_header_keys_and_layout_follow_the_spec(tmp_path):
+    model, opt = trained(MICRO)
+    save(tmp_path / "a.tinygpt", model, opt, preset="micro")
+    raw = (tmp_path / "a.tinygpt").read_bytes()
+    magic, version, n = PREFIX.unpack(raw[:12])
+    assert (magic, version) == (b"TGPT", 2)
+    header, state = split_file(raw)
+    assert REQUIRED <= set(header)
+    assert header["config"] == {"nLayer": 1, "nHead": 2, "dModel": 8, "ctx": 4, "vocabSize": 256, "layerNormEps": 1e-5}
+    assert header["manifest"] == manifest_entries(MICRO)
+    assert header["manifest"][0] == {"name": "token_embedding.weight", "shape": [256, 8], "offset": 0}
+    assert re.fullmatch(r"[0-9a-f]{8}", header["stateCrc32"]) and header["stateCrc32"] == f"{zlib.crc32(state):08x}"
+    assert raw.count(b'"headerCrc32":"') == 1
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\+00:00", header["savedAt"])
+    assert raw[12:12 + n].rstrip(b" ").endswith(b"}")  # padding is spaces after the JSON
+    # state: i32 step, then weights in manifest order, Linear weights as PyTorch [out, in] row-major
+    assert struct.unpack("<i", state[:4])[0] == 3
+    floats = np.frombuffer(state[4:], dtype="<f4")
+    P = MICRO.param_count()
+    params = dict(model.named_parameters())
+    for e in header["manifest"]:
+        size = math.prod(e["shape"])
+        for block, source in enumerate((lambda p: p, lambda p: opt.state[p]["exp_avg"], lambda p: opt.state[p]["exp_avg_sq"])):
+            want = source(params[e["name"]]).detach().reshape(-1).numpy()
+            got = floats[block * P + e["offset"]: block * P + e["offset"] + size]
+            assert np.array_equal(bits(got), bits(want)), (block, e["name"])
+    q = model.blocks[0].attn.q_proj
+    off = next(e["offset"] for e in header["manifest"] if e["name"] == "blocks.0.attn.q_proj.weight")
+    o, i = 3, 5  # element (o, i) at o * in + i multiplies input i into output o
+    assert floats[off + o * 8 + i] == q.weight[o, i].item()
+    x = torch.zeros(8)
+    x[i] = 1.0
+    assert (q(x) - q.bias)[o].item() == floats[off + o * 8 + i]
+
+
+@pytest.mark.parametrize("sample_len", range(8))
+def test_state_is_4_byte_aligned_for_every_header_length(tmp_path, sample_len):
+    save(tmp_path / "a.tinygpt", TinyGPT(MICRO, seed=0), sample="x" * sample_len)
+    raw = (tmp_path / "a.tinygpt").read_bytes()
+    n = PREFIX.unpack(raw[:12])[2]
+    assert (12 + n) % 4 == 0
+    read_state(tmp_path / "a.tinygpt")
+
+
+def test_unknown_header_keys_are_ignored(tmp_path):
+    model = TinyGPT(MICRO, seed=2)
+    weights = {n: p.detach().numpy() for n, p in model.named_parameters()}
+    extra = {"futureFeature": {"nested": [1, 2, {"x": None}]}, "zzz": "\u2603"}
+    write_state(tmp_path / "a.tinygpt", CheckpointState(MICRO, 0, weights, header=extra))
+    state = read_state(tmp_path / "a.tinygpt")
+    assert state.header["futureFeature"] == extra["futureFeature"] and state.header["zzz"] == "\u2603"
+    assert all(np.array_equal(bits(weights[n]), bits(state.weights[n])) for n in weights)
+
+
+def test_save_takes_the_step_from_the_optimizer_and_refuses_a_contradicting_one(tmp_path):
+    model, opt = trained(MICRO, steps=2)
+    save(tmp_path / "a.tinygpt", model, opt)
+    assert read_state(tmp_path / "a.tinygpt").step == 2
+    with pytest.raises(TinyGPTFileError, match="step 5 differs from the optimizer's step 2"):
+        save(tmp_path / "b.tinygpt", model, opt, step=5)
+
+
+# ---------------------------------------------------------------- what the writer refuses
+
+def test_save_refuses_nan_and_leaves_the_existing_file_intact(tmp_path):
+    model = TinyGPT(MICRO, seed=0)
+    path = tmp_path / "keep.tinygpt"
+    save(path, model)
+    before = path.read_bytes()
+    with torch.no_grad():
+        model.blocks[0].mlp.fc_in.weight[1, 2] = float("nan")
+    with pytest.raises(TinyGPTFileError, match="refusing to save: weights of blocks.0.mlp.fc_in.weight holds NaN"):
+        save(path, model)
+    with torch.no_grad():
+        model.blocks[0].mlp.fc_in.weight[1, 2] = 0.0
+    with pytest.raises(TinyGPTFileError, match="header metadata is not plain JSON"):
+        save(path, model, finalLoss=float("nan"))
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.tinygpt"]  # no temp file left behind
+
+
+def test_writer_refuses_wrong_shapes_missing_tensors_and_bad_steps(tmp_path):
+    weights = {n: p.detach().numpy() for n, p in TinyGPT(MICRO, seed=0).named_parameters()}
+    bad = dict(weights, **{"ln_f.bias": np.zeros(9, np.float32)})
+    with pytest.raises(TinyGPTFileError, match=r"ln_f.bias has shape \[9\], the config implies \[8\]"):
+        write_state(tmp_path / "a", CheckpointState(MICRO, 0, bad))
+    with pytest.raises(TinyGPTFileError, match="lack tensor ln_f.weight"):
+        write_state(tmp_path / "a", CheckpointState(MICRO, 0, {k: v for k, v in weights.items() if k != "ln_f.weight"}))
+    for step in (-1, 2**31, 1.5):
+        with pytest.raises(TinyGPTFileError, match="step must be an integer"):
+            write_state(tmp_path / "a", CheckpointState(MICRO, step, weights))
+    with pytest.raises(TinyGPTFileError, match="m and v must be given together"):
+        write_state(tmp_path / "a", CheckpointState(MICRO, 0, weights, m=weights))
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------- what the reader refuses
+
+@lru_cache(maxsize=None)
+def valid_file(optimizer: bool = True) -> bytes:
+    """One valid MICRO file (with AdamW moments after 3 steps), built once per test session."""
+    model, opt = trained(MICRO)
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "v.tinygpt"
+        if optimizer:
+            save(path, model, opt, dataState={"seed": 1, "batchesDrawn": 3}, lossHistory=[[1, 5.5]], sample="hi")
+        else:
+            save(path, model, sample="hi")
+        return path.read_bytes()
+
+
+def refused(tmp_path, raw: bytes, problem: str):
+    with pytest.raises(TinyGPTFileError, match=problem) as e:
+        read_state(write(tmp_path / "bad.tinygpt", raw))
+    print(f"refused: {e.value}")
+
+
+def test_reader_accepts_the_valid_file(tmp_path):
+    state = read_state(write(tmp_path / "ok.tinygpt", valid_file()))
+    assert state.step == 3 and state.m is not None and state.header["dataState"]["batchesDrawn"] == 3
+
+
+def test_refuses_missing_file(tmp_path):
+    refused_path = tmp_path / "none.tinygpt"
+    with pytest.raises(TinyGPTFileError, match="does not exist"):
+        read_state(refused_path)
+    with pytest.raises(TinyGPTFileError, match="cannot be read"):
+        read_state(tmp_path)  # a directory
+
+
+@pytest.mark.parametrize("cut, problem", [
+    (0, "truncated: 0 bytes, shorter than the 12-byte prefix"),
+    (7, "truncated: 7 bytes"),
+    (40, "truncated: header of \\d+ bytes runs past the end"),
+    (-1, "state length mismatch.*the file is truncated"),
+    (-5000, "state length mismatch.*the file is truncated"),
+])
+def test_refuses_truncated_file(tmp_path, cut, problem):
+    raw = valid_file()
+    refused(tmp_path, raw[:cut], problem)
+
+
+def test_refuses_wrong_magic_and_unknown_version(tmp_path):
+    raw = valid_file()
+    refused(tmp_path, b"GGUF" + raw[4:], "not a .tinygpt file: magic is b'GGUF'")
+    refused(tmp_path, raw[:4] + struct.pack("<I", 3) + raw[8:], "unknown .tinygpt version 3")
+
+
+def test_refuses_invalid_header_json(tmp_path):
+    _, state = split_file(valid_file())
+    for text, problem in ((b'{"config": ', "header JSON invalid"), (b"[1, 2, 3]", "expected an object"),
+                          (b'{"a": "\xff\xfe"}', "header JSON invalid"), (b"[" * 100_000 + b"]" * 100_000, "header JSON invalid")):
+        text += b" " * (-(12 + len(text)) % 4)
+        refused(tmp_path, PREFIX.pack(b"TGPT", 2, len(text)) + text + state, problem)
+
+
+def test_refuses_unaligned_header(tmp_path):
+    raw = valid_file()
+    header, state = split_file(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * ((-(12 + len(text)) % 4) + 1)
+    refused(tmp_path, PREFIX.pack(b"TGPT", 2, len(text)) + text + state, "unaligned")
+
+
+def test_refuses_header_crc_mismatch_and_missing_header_crc(tmp_path):
+    raw = valid_file()
+    at = raw.index(b'"sample":"hi"') + len(b'"sample":"')
+    refused(tmp_path, raw[:at] + b"H" + raw[at + 1:], "header CRC32 mismatch")
+    header, state = split_file(raw)
+    del header["headerCrc32"]
+    refused(tmp_path, assemble(header, state), "lacks a valid headerCrc32")
+
+
+def test_refuses_state_crc_mismatch(tmp_path):
+    raw = bytearray(valid_file())
+    raw[-3] ^= 0x10
+    refused(tmp_path, bytes(raw), "state CRC32 mismatch")
+
+
+def test_refuses_state_length_mismatch(tmp_path):
+    raw = valid_file()
+    refused(tmp_path, raw + b"\0\0\0\0", r"state length mismatch: \d+ bytes after the header, expected \d+")
+    header, state = split_file(raw)
+    refused(tmp_path, assemble(dict(header, includesOptimizerState=False), state), "state length mismatch")
+
+
+@pytest.mark.parametrize("edit, problem", [
+    (lambda h: h["manifest"][3].update(shape=[4, 2]), "manifest/shape mismatch: blocks.0.ln1.bias is listed as shape \\[4, 2\\]"),
+    (lambda h: h["manifest"][0].update(shape=[256.0, 8]), "manifest/shape mismatch: token_embedding.weight"),
+    (lambda h: h["manifest"][0].update(offset=False), "manifest/shape mismatch: token_embedding.weight"),
+    (lambda h: h["manifest"][4].update(offset=h["manifest"][4]["offset"] + 1), "manifest/shape mismatch"),
+    (lambda h: h["manifest"].reverse(), "manifest/shape mismatch: found tensor 'ln_f.bias' where 'token_embedding.weight'"),
+    (lambda h: h["manifest"].pop(), "manifest/shape mismatch: 19 tensors listed, the config implies 20"),
+    (lambda h: h["config"].update(nHead=3), r"config in header invalid: dModel \(8\) is not divisible by nHead \(3\)"),
+    (lambda h: h["config"].update(nLayer=10**15), "state length mismatch"),
+    (lambda h: h["config"].update(dModel="8"), "config in header invalid: dModel must be a positive integer"),
+    (lambda h: h.pop("config"), "header key 'config' is missing"),
+    (lambda h: h.update(includesOptimizerState="yes"), "header key 'includesOptimizerState' is missing or not a bool"),
+    (lambda h: h.update(stateCrc32="0" * 8), "state CRC32 mismatch"),
+    (lambda h: h.update(dataState={"seed": 1}), "header key 'dataState' must be"),
+])
+def test_refuses_header_edits_even_with_a_valid_header_crc(tmp_path, edit, problem):
+    header, state = split_file(valid_file())
+    edit(header)
+    refused(tmp_path, assemble(header, state), problem)
+
+
+@pytest.mark.parametrize("optimizer", [False, True])
+def test_refuses_nan_in_weights_or_moments_even_with_valid_crcs(tmp_path, optimizer):
+    header, state = split_file(valid_file(optimizer))
+    floats = np.frombuffer(state[4:], dtype="<f4").copy()
+    P = MICRO.param_count()
+    at = (2 * P if optimizer else 0) + 300  # in v, or in the weights of token_embedding
+    floats[at] = np.nan
+    crafted = assemble(header, state[:4] + floats.tobytes(), state_crc=True)
+    refused(tmp_path, crafted, f"non-finite value \\(NaN or infinity\\) in {'AdamW v' if optimizer else 'weights'} of token_embedding.weight")
+
+
+def test_refuses_negative_step_even_with_valid_crcs(tmp_path):
+    header, state = split_file(valid_file(False))
+    refused(tmp_path, assemble(header, struct.pack("<i", -4) + state[4:], state_crc=True), r"step is negative \(-4\)")
+
+
+# ---------------------------------------------------------------- fuzz
+
+FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@pytest.fixture(scope="module")
+def fuzz_dir():
+    with tempfile.TemporaryDirectory() as d:
+        yield Path(d)
+
+
+@lru_cache(maxsize=None)
+def original_state() -> CheckpointState:
+    with tempfile.TemporaryDirectory() as d:
+        return read_state(write(Path(d) / "o.tinygpt", valid_file()))
+
+
+def same_data(a: CheckpointState, b: CheckpointState) -> bool:
+    return a.step == b.step and all(
+        np.array_equal(bits(x[n]), bits(y[n])) for x, y in ((a.weights, b.weights), (a.m, b.m), (a.v, b.v)) for n in x
+    )
+
+
+def read_or_refuse(path: Path, raw: bytes):
+    """The state, or None if refused with TinyGPTFileError; any other exception fails the test."""
+    try:
+        return read_state(write(path, raw))
+    except TinyGPTFileError:
+        return None
+
+
+@FUZZ
+@given(cut=st.integers(0, len(valid_file()) - 1))
+def test_fuzz_truncations_are_always_refused(fuzz_dir, cut):
+    assert read_or_refuse(fuzz_dir / "t.tinygpt", valid_file()[:cut]) is None
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_byte_flips_anywhere_are_refused(fuzz_dir, data):
+    raw = bytearray(valid_file())
+    n = PREFIX.unpack(raw[:12])[2]
+    region = data.draw(st.sampled_from([(0, 12), (12, 12 + n), (12 + n, len(raw)), (0, len(raw))]))
+    for _ in range(data.draw(st.integers(1, 4))):
+        raw[data.draw(st.integers(*region).filter(lambda i: i < region[1]))] ^= data.draw(st.integers(1, 255))
+    if bytes(raw) == valid_file():
+        return  # two flips cancelled out
+    assert read_or_refuse(fuzz_dir / "f.tinygpt", bytes(raw)) is None
+
+
+def json_paths(value, prefix=()):
+    """Every (key or index) path in a JSON tree."""
+    if isinstance(value, dict):
+        items = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return []
+    out = []
+    for k, v in items:
+        out.append(prefix + (k,))
+        out += json_paths(v, prefix + (k,))
+    return out
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.sampled_from([0, 1, 3, 8, 16, 10**30, -1, 8.0, 1e-5])
+    | st.floats(allow_nan=True, allow_infinity=True) | st.text(max_size=12),
+    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=6), children, max_size=3),
+    max_leaves=6,
+)
+
+
+def near_misses(value):
+    """Values a careless reader takes for the original: 8.0 or True for 8 or 1, "8", [8], off by one."""
+    options = [None, [value], str(value), {"value": value}]
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        options += [float(value), value + 1, value - 1, -value, value * 2, bool(value), 2**31 + value, 2**64 + value]
+    if isinstance(value, list):
+        options += [value[:-1], value + value[-1:], value[::-1], [float(v) if isinstance(v, int) else v for v in value]]
+    if isinstance(value, str):
+        options += [value.upper(), value + " ", value[:-1], ""]
+    return st.sampled_from(options)
+
+
+@FUZZ
+@given(data=st.data(), fix_crc=st.booleans())
+def test_fuzz_header_mutations(fuzz_dir, data, fix_crc):
+    header, state = split_file(valid_file())
+    path = data.draw(st.sampled_from(json_paths(header)))
+    parent = header
+    for k in path[:-1]:
+        parent = parent[k]
+    action = data.draw(st.sampled_from(["delete", "replace", "near miss"]))
+    if action == "delete":
+        del parent[path[-1]]
+    elif action == "replace":
+        parent[path[-1]] = data.draw(JSON_VALUES)
+    else:
+        parent[path[-1]] = data.draw(near_misses(parent[path[-1]]))
+    raw = assemble(header, state, header_crc=fix_crc)
+    got = read_or_refuse(fuzz_dir / "h.tinygpt", raw)
+    if got is None:
+        return
+    # Accepted: the data must be the original's, and only a re-CRC'd (deliberate) edit may pass.
+    assert same_data(got, original_state())
+    if not fix_crc:
+        assert raw == valid_file(), f"an edit of {path} without a new headerCrc32 was accepted"
+    assert got.header == json.loads(raw[12:12 + PREFIX.unpack(raw[:12])[2]])
+    assert got.config == ModelConfig.from_json(header["config"])
