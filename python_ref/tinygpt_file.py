@@ -53,7 +53,7 @@ def manifest_entries(config: ModelConfig) -> list[dict]:
     return entries
 
 
-def _crc32_arrays(arrays, crc: int = 0) -> int:
+def crc32_arrays(arrays, crc: int = 0) -> int:
     for a in arrays:
         crc = zlib.crc32(memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B"), crc)
     return crc
@@ -121,15 +121,15 @@ def write_state(path: str | Path, state: CheckpointState) -> None:
         config=state.config.to_json(),
         manifest=entries,
         includesOptimizerState=state.m is not None,
-        stateCrc32=f"{_crc32_arrays(arrays, zlib.crc32(step_bytes)):08x}",
+        stateCrc32=f"{crc32_arrays(arrays, zlib.crc32(step_bytes)):08x}",
     )
     header.setdefault("savedAt", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     text = encode_header(header)
-    _atomic_write(path, [PREFIX.pack(MAGIC, VERSION, len(text)), text, step_bytes]
+    atomic_write(path, [PREFIX.pack(MAGIC, VERSION, len(text)), text, step_bytes]
                   + [memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B") for a in arrays])
 
 
-def _atomic_write(path: str | Path, chunks) -> None:
+def atomic_write(path: str | Path, chunks) -> None:
     """Write chunks to a temp file beside path, fsync, then rename over path: all or nothing."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
