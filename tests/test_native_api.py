@@ -49,3 +49,11 @@ def test_manifest_and_sizes_follow_the_format():
         assert m.P == config.param_count()
         assert m.state_size(False) == 4 + 4 * m.P and m.state_size(True) == 4 + 12 * m.P
     print(f"manifest of {len(got)} tensors equals python_ref's; P = {config.param_count()}")
+
+
+def test_no_allocation_inside_steps_eval_generation_or_state_copies():
+    """The one-arena rule (wasm/tests/test_no_alloc.cpp counts every malloc and operator new)."""
+    ensure_built()
+    run = subprocess.run([NATIVE / "test_no_alloc"], capture_output=True, text=True, timeout=300)
+    print(run.stdout + run.stderr)
+    assert run.returncode == 0 and "PASS" in run.stdout

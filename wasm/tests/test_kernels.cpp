@@ -1,5 +1,6 @@
-// Finite-difference check of every hand-written backward pass. The templated kernels run in double
-// (the very code the model runs in float); matmul goes through its float contract (matmul.h).
+// Finite-difference check of every hand-written backward pass. The templated kernels run twice:
+// in double (tolerance 1e-6) and in float, the type the model uses (tolerance 1e-3, with a larger
+// step since float rounding dominates); matmul goes through its float contract (matmul.h).
 // For each kernel: L = sum(out * R) with fixed random R; the backward with dout = R must match
 // central differences of L. Prints max|analytic - numeric| / max|numeric| per gradient tensor.
 #include <cmath>
@@ -32,7 +33,8 @@ std::vector<F> random_vec(int64_t n, double scale = 1.0) {
 }
 
 // max|a - n| / max|n| for one gradient tensor; prints and records a failure above tol.
-void report(const char* kernel, const char* grad, const Vec& analytic, const Vec& numeric, double tol) {
+template <class A>
+void report(const char* kernel, const char* grad, const std::vector<A>& analytic, const Vec& numeric, double tol) {
   double diff = 0, scale = 0;
   for (size_t i = 0; i < analytic.size(); i++) {
     diff = std::fmax(diff, std::fabs(analytic[i] - numeric[i]));
@@ -40,115 +42,143 @@ void report(const char* kernel, const char* grad, const Vec& analytic, const Vec
   }
   const double rel = scale > 0 ? diff / scale : diff;
   const bool ok = rel < tol;
-  std::printf("%-14s %-8s max_rel_err %.3e (tol %.0e) %s\n", kernel, grad, rel, tol, ok ? "ok" : "FAIL");
+  std::printf("%-16s %-8s %-6s max_rel_err %.3e (tol %.0e) %s\n", kernel, grad,
+              sizeof(A) == 8 ? "double" : "float", rel, tol, ok ? "ok" : "FAIL");
   if (!ok) g_failures++;
 }
 
-// Central differences of loss() with respect to every element of x (double).
-Vec numeric_grad(Vec& x, const std::function<double()>& loss, double h = 1e-5) {
+// Per type: the finite-difference step and the tolerance.
+template <class F>
+struct Fd;
+template <>
+struct Fd<double> {
+  static constexpr double h = 1e-5, tol = 1e-6;
+};
+template <>
+struct Fd<float> {
+  static constexpr double h = 1e-2, tol = 1e-3;
+};
+
+// Central differences of loss() with respect to every element of x; the loss is summed in double.
+template <class F>
+Vec numeric_grad(std::vector<F>& x, const std::function<double()>& loss) {
+  const F h = static_cast<F>(Fd<F>::h);
   Vec g(x.size());
   for (size_t i = 0; i < x.size(); i++) {
-    const double keep = x[i];
+    const F keep = x[i];
     x[i] = keep + h;
     const double plus = loss();
     x[i] = keep - h;
     const double minus = loss();
     x[i] = keep;
-    g[i] = (plus - minus) / (2 * h);
+    g[i] = (plus - minus) / (static_cast<double>(keep + h) - static_cast<double>(keep - h));
   }
   return g;
 }
 
-double dot(const Vec& a, const Vec& b) {
+template <class F>
+double dot(const std::vector<F>& a, const std::vector<F>& b) {
   double s = 0;
-  for (size_t i = 0; i < a.size(); i++) s += a[i] * b[i];
+  for (size_t i = 0; i < a.size(); i++) s += static_cast<double>(a[i]) * b[i];
   return s;
 }
 
+template <class F>
 void check_layernorm(tg::ThreadPool& pool) {
+  using Buf = std::vector<F>;
   const int64_t N = 5, C = 7;
-  Vec x = random_vec<double>(N * C, 2.0), w = random_vec<double>(C), b = random_vec<double>(C);
-  Vec R = random_vec<double>(N * C), out(N * C), mean(N), rstd(N);
+  Buf x = random_vec<F>(N * C, 2.0), w = random_vec<F>(C), b = random_vec<F>(C);
+  Buf R = random_vec<F>(N * C), out(N * C), mean(N), rstd(N);
   auto loss = [&] {
     tg::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5, pool);
     return dot(out, R);
   };
   loss();
-  Vec dx(N * C, 0.0), dw(C, 0.0), db(C, 0.0);
+  Buf dx(N * C, 0), dw(C, 0), db(C, 0);
   tg::layernorm_backward(dx.data(), dw.data(), db.data(), R.data(), x.data(), w.data(), mean.data(),
                          rstd.data(), N, C, pool);
-  report("layernorm", "dinp", dx, numeric_grad(x, loss), 1e-6);
-  report("layernorm", "dweight", dw, numeric_grad(w, loss), 1e-6);
-  report("layernorm", "dbias", db, numeric_grad(b, loss), 1e-6);
+  report("layernorm", "dinp", dx, numeric_grad(x, loss), Fd<F>::tol);
+  report("layernorm", "dweight", dw, numeric_grad(w, loss), Fd<F>::tol);
+  report("layernorm", "dbias", db, numeric_grad(b, loss), Fd<F>::tol);
 }
 
+template <class F>
 void check_gelu(tg::ThreadPool& pool) {
+  using Buf = std::vector<F>;
   const int64_t n = 64;
-  Vec x = random_vec<double>(n, 2.0), R = random_vec<double>(n), out(n);
+  Buf x = random_vec<F>(n, 2.0), R = random_vec<F>(n), out(n);
   auto loss = [&] {
     tg::gelu_forward(out.data(), x.data(), n, pool);
     return dot(out, R);
   };
-  Vec dx(n);
+  Buf dx(n);
   tg::gelu_backward(dx.data(), x.data(), R.data(), n, pool);
-  report("gelu", "dinp", dx, numeric_grad(x, loss), 1e-6);
+  report("gelu", "dinp", dx, numeric_grad(x, loss), Fd<F>::tol);
 }
 
+template <class F>
 void check_attention(tg::ThreadPool& pool) {
+  using Buf = std::vector<F>;
   const int64_t B = 2, T = 5, C = 6, H = 2;
-  Vec q = random_vec<double>(B * T * C), k = random_vec<double>(B * T * C), v = random_vec<double>(B * T * C);
-  Vec R = random_vec<double>(B * T * C), y(B * T * C), lse(B * H * T), scratch(B * H * 2 * T);
+  Buf q = random_vec<F>(B * T * C), k = random_vec<F>(B * T * C), v = random_vec<F>(B * T * C);
+  Buf R = random_vec<F>(B * T * C), y(B * T * C), lse(B * H * T), scratch(B * H * 2 * T);
   auto loss = [&] {
     tg::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T, C, H, pool);
     return dot(y, R);
   };
   loss();
-  Vec dq(B * T * C), dk(B * T * C), dv(B * T * C);
+  Buf dq(B * T * C), dk(B * T * C), dv(B * T * C);
   tg::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), R.data(), q.data(), k.data(),
                          v.data(), lse.data(), B, T, C, H, pool);
-  report("attention", "dq", dq, numeric_grad(q, loss), 1e-6);
-  report("attention", "dk", dk, numeric_grad(k, loss), 1e-6);
-  report("attention", "dv", dv, numeric_grad(v, loss), 1e-6);
+  report("attention", "dq", dq, numeric_grad(q, loss), Fd<F>::tol);
+  report("attention", "dk", dk, numeric_grad(k, loss), Fd<F>::tol);
+  report("attention", "dv", dv, numeric_grad(v, loss), Fd<F>::tol);
 }
 
+template <class F>
 void check_embedding(tg::ThreadPool& pool) {
+  using Buf = std::vector<F>;
   const int64_t B = 2, T = 4, C = 3, V = 5;
   const std::vector<int32_t> tokens = {1, 3, 1, 0, 4, 4, 2, 1};  // repeats: the scatter-add collides
-  Vec wte = random_vec<double>(V * C), wpe = random_vec<double>(T * C), R = random_vec<double>(B * T * C);
-  Vec out(B * T * C);
+  Buf wte = random_vec<F>(V * C), wpe = random_vec<F>(T * C), R = random_vec<F>(B * T * C);
+  Buf out(B * T * C);
   auto loss = [&] {
     tg::embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, T, C, pool);
     return dot(out, R);
   };
-  Vec dwte(V * C, 0.0), dwpe(T * C, 0.0);
+  Buf dwte(V * C, 0), dwpe(T * C, 0);
   tg::embedding_backward(dwte.data(), dwpe.data(), R.data(), tokens.data(), B, T, C, pool);
-  report("embedding", "dwte", dwte, numeric_grad(wte, loss), 1e-6);
-  report("embedding", "dwpe", dwpe, numeric_grad(wpe, loss), 1e-6);
+  report("embedding", "dwte", dwte, numeric_grad(wte, loss), Fd<F>::tol);
+  report("embedding", "dwpe", dwpe, numeric_grad(wpe, loss), Fd<F>::tol);
 }
 
+template <class F>
 void check_cross_entropy(tg::ThreadPool& pool) {
+  using Buf = std::vector<F>;
   const int64_t N = 6, V = 7;
   const std::vector<int32_t> targets = {0, 6, 3, 3, 2, 5};
-  Vec logits = random_vec<double>(N * V, 3.0);
+  Buf logits = random_vec<F>(N * V, 3.0);
   std::vector<double> lse(N), losses(N);
   auto loss = [&] { return tg::cross_entropy_forward(lse.data(), losses.data(), logits.data(), targets.data(), N, V, pool); };
   loss();
-  Vec dlogits(N * V);
+  Buf dlogits(N * V);
   tg::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V, pool);
-  report("cross_entropy", "dlogits", dlogits, numeric_grad(logits, loss), 1e-6);
+  report("cross_entropy", "dlogits", dlogits, numeric_grad(logits, loss), Fd<F>::tol);
 }
 
+template <class F>
 void check_residual(tg::ThreadPool& pool) {
+  using Buf = std::vector<F>;
   const int64_t n = 10;
-  Vec a = random_vec<double>(n), b = random_vec<double>(n), R = random_vec<double>(n), out(n);
+  Buf a = random_vec<F>(n), b = random_vec<F>(n), R = random_vec<F>(n), out(n);
   auto loss = [&] {
     tg::residual_forward(out.data(), a.data(), b.data(), n, pool);
     return dot(out, R);
   };
-  Vec da(n, 0.0), db(n, 0.0);
+  Buf da(n, 0), db(n, 0);
   tg::residual_backward(da.data(), db.data(), R.data(), n, pool);
-  report("residual", "da", da, numeric_grad(a, loss), 1e-6);
-  report("residual", "db", db, numeric_grad(b, loss), 1e-6);
+  report("residual", "da", da, numeric_grad(a, loss), Fd<F>::tol);
+  report("residual", "db", db, numeric_grad(b, loss), Fd<F>::tol);
 }
 
 // Float, through the contract. The shapes are odd on purpose (they straddle any blocking), and
@@ -181,8 +211,8 @@ void check_matmul(tg::ThreadPool& pool, int64_t M, int64_t K, int64_t N, bool wi
     return g;
   };
   auto minus_fill = [&](const std::vector<float>& g) {
-    Vec r(g.size());
-    for (size_t i = 0; i < g.size(); i++) r[i] = static_cast<double>(g[i]) - fill;
+    std::vector<float> r(g.size());
+    for (size_t i = 0; i < g.size(); i++) r[i] = g[i] - fill;
     return r;
   };
   std::string name = "matmul " + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N);
@@ -200,12 +230,18 @@ int main() {
   tg::ThreadPool pool2(2);
   for (tg::ThreadPool* pool : {&inline_pool, &pool2}) {
     std::printf("-- pool of %d thread(s)\n", pool->size());
-    check_layernorm(*pool);
-    check_gelu(*pool);
-    check_attention(*pool);
-    check_embedding(*pool);
-    check_cross_entropy(*pool);
-    check_residual(*pool);
+    check_layernorm<double>(*pool);
+    check_gelu<double>(*pool);
+    check_attention<double>(*pool);
+    check_embedding<double>(*pool);
+    check_cross_entropy<double>(*pool);
+    check_residual<double>(*pool);
+    check_layernorm<float>(*pool);
+    check_gelu<float>(*pool);
+    check_attention<float>(*pool);
+    check_embedding<float>(*pool);
+    check_cross_entropy<float>(*pool);
+    check_residual<float>(*pool);
     check_matmul(*pool, 7, 5, 6, true);
     check_matmul(*pool, 33, 70, 45, true);
     check_matmul(*pool, 17, 24, 9, false);

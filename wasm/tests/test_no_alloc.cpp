@@ -1,0 +1,110 @@
+// Nothing allocates inside a training step, an eval, a generation or a state import/export: the
+// model's one arena is sized at creation (issue 4's Memory64 build must never grow memory while
+// pool threads run). Counts every operator new and malloc in the process, pool threads included.
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "tinygpt_api.h"
+
+namespace {
+std::atomic<long> g_allocations{0};
+}
+
+#ifdef __GLIBC__
+extern "C" void* __libc_malloc(size_t);
+extern "C" void* __libc_calloc(size_t, size_t);
+extern "C" void* __libc_realloc(void*, size_t);
+extern "C" void* malloc(size_t n) {
+  g_allocations++;
+  return __libc_malloc(n);
+}
+extern "C" void* calloc(size_t a, size_t b) {
+  g_allocations++;
+  return __libc_calloc(a, b);
+}
+extern "C" void* realloc(void* p, size_t n) {
+  g_allocations++;
+  return __libc_realloc(p, n);
+}
+#endif
+
+void* operator new(size_t n) {
+  g_allocations++;
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](size_t n) { return operator new(n); }
+void* operator new(size_t n, std::align_val_t a) {
+  g_allocations++;
+  if (void* p = std::aligned_alloc(static_cast<size_t>(a), (n + static_cast<size_t>(a) - 1) / static_cast<size_t>(a) * static_cast<size_t>(a))) return p;
+  throw std::bad_alloc();
+}
+void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try {
+    return operator new(n, a);
+  } catch (...) {
+    return nullptr;
+  }
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+
+int main() {
+  int failures = 0;
+  auto check = [&](const char* what, long before) {
+    const long n = g_allocations.load() - before;
+    std::printf("%-40s %ld allocation(s) %s\n", what, n, n == 0 ? "ok" : "FAIL");
+    if (n) failures++;
+  };
+  // Two threads so the pool's workers run the kernels too.
+  const long at_start = g_allocations.load();
+  tg_model* m = tg_create(2, 2, 32, 16, 256, 1e-5, 0.02, 4, 2);
+  const long by_create = g_allocations.load() - at_start;
+  std::printf("%-40s %ld allocation(s) %s\n", "control: tg_create (must count some)", by_create,
+              by_create > 0 ? "ok" : "FAIL: the counting hooks are not active");
+  if (by_create == 0) failures++;
+  if (!m) {
+    std::printf("FAIL: create: %s\n", tg_last_error());
+    return 1;
+  }
+  std::string text;
+  for (int i = 0; i < 40; i++) text += "It is the east, and Juliet is the sun. ";
+  tg_init(m, 1);
+  tg_set_hyper(m, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0);
+  tg_set_corpus(m, reinterpret_cast<const uint8_t*>(text.data()), static_cast<int64_t>(text.size()), 0.1);
+  std::vector<int32_t> x(4 * 16, 73), y(4 * 16, 116), prompt = {84, 111}, out(40);
+  std::vector<uint8_t> state(static_cast<size_t>(tg_state_bytes(m, 1)));
+  tg_train_step(m);  // warm-up: lazily created pool state, if any, is not a per-step cost
+  tg_generate(m, prompt.data(), 2, 4, 0.8, 10, 1, 1, out.data());
+
+  long before = g_allocations.load();
+  for (int i = 0; i < 3; i++) tg_train_step(m);
+  check("tg_train_step x3", before);
+  before = g_allocations.load();
+  tg_train_step_batch(m, x.data(), y.data(), 4, 16);
+  tg_forward_backward(m, x.data(), y.data(), 3, 10);
+  tg_forward_loss(m, x.data(), y.data(), 2, 16);
+  check("train_step_batch, forward_backward, loss", before);
+  before = g_allocations.load();
+  tg_eval(m, 64);
+  check("tg_eval", before);
+  before = g_allocations.load();
+  tg_generate(m, prompt.data(), 2, 40, 0.8, 10, 1, 1, out.data());
+  tg_generate(m, prompt.data(), 2, 40, 0.0, 0, 0, 0, out.data());
+  check("tg_generate (KV cache, recompute)", before);
+  before = g_allocations.load();
+  tg_export_state(m, state.data(), static_cast<int64_t>(state.size()), 1);
+  tg_import_state(m, state.data(), static_cast<int64_t>(state.size()));
+  check("export + import state", before);
+  tg_destroy(m);
+  std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
+  return failures ? 1 : 0;
+}
