@@ -145,6 +145,10 @@ class TinyGPT(nn.Module):
         B, T = idx.shape
         if pos_offset + T > self.config.ctx:
             raise ValueError(f"sequence of {pos_offset + T} tokens exceeds the context of {self.config.ctx}")
+        cached = caches[0]["k"].shape[2] if caches is not None and "k" in caches[0] else 0
+        if caches is not None and cached != pos_offset:
+            # a mismatch would attend to the wrong keys without any error
+            raise ValueError(f"pos_offset {pos_offset} differs from the {cached} positions held in the KV cache")
         pos = torch.arange(pos_offset, pos_offset + T, device=idx.device)
         x = self.token_embedding(idx) + self.position_embedding(pos)  # (B,T,C)
         for i, block in enumerate(self.blocks):

@@ -134,6 +134,10 @@ def test_context_overflow_is_refused():
         model(torch.zeros(1, 5, dtype=torch.long))
     with pytest.raises(ValueError, match="exceeds the context"):
         model(torch.zeros(1, 2, dtype=torch.long), caches=[{}], pos_offset=3)
+    caches = [{}]
+    model(torch.zeros(1, 2, dtype=torch.long), caches=caches)
+    with pytest.raises(ValueError, match="pos_offset 1 differs from the 2 positions held in the KV cache"):
+        model(torch.zeros(1, 1, dtype=torch.long), caches=caches, pos_offset=1)
 
 
 def numpy_forward(weights: dict, config: ModelConfig, idx: np.ndarray) -> np.ndarray:
