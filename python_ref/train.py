@@ -250,16 +250,3 @@ def _history(meta: dict, key: str) -> list:
         raise ConfigError(f"checkpoint's {key} is not a list of [step, loss] pairs")
     return [list(e) for e in h]
 
-
-def train(preset: str | None = None, corpus_path: str | Path = DEFAULT_CORPUS, out: str | Path | None = None,
-          resume: str | Path | None = None, device: str = "auto", save_every: int = 0, progress: bool = True,
-          **overrides) -> TrainingRun:
-    """Train (or resume) to cfg.steps total steps. overrides: lr, batch, steps, seed, evalEvery."""
-    corpus = Corpus.from_file(corpus_path)
-    if resume is not None:
-        run = resume_run(resume, corpus, device, preset, **overrides)
-    else:
-        run = new_run(preset, corpus, device, **overrides)
-    run.run(run.cfg.steps, out, save_every, progress)
-    return run
-
