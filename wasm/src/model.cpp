@@ -1,7 +1,9 @@
 #include "model.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "attention.h"
@@ -33,6 +35,16 @@ std::string config_problem(const Config& c) {
   if (c.d_model > (1 << 16) || c.ctx > (1 << 20) || c.vocab > (1 << 20) || c.n_layer > 4096 ||
       c.batch > (1 << 20))
     return "config dimensions are implausibly large (dModel <= 65536, ctx <= 2^20, nLayer <= 4096)";
+  // Within those bounds the exact int64 sizes could still overflow: estimate the arena in double
+  // (parameters x 4 blocks + activations, generously) and refuse anything beyond 2^46 bytes.
+  const double C = static_cast<double>(c.d_model), BT = static_cast<double>(c.batch) * c.ctx;
+  const double params = static_cast<double>(c.vocab + c.ctx) * C + c.n_layer * (12 * C * C + 13 * C);
+  const double bytes = 16 * params + 4 * BT * (c.n_layer * (20 * C + c.n_head + 8) + 16 * C + c.vocab + 8);
+  if (bytes > 70368744177664.0) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "config needs an arena of about %.3g TB: beyond any machine", bytes / 1e12);
+    return buf;
+  }
   return "";
 }
 
@@ -196,6 +208,8 @@ Model::Model(const Config& c, int n_threads) : cfg_(c) {
   carve(measure);
   arena_bytes_ = measure.used;
   if (n_threads <= 0) return;  // measuring only (arena_bytes_for)
+  // A 32-bit WebAssembly build cannot address an arena above 4 GiB: never truncate the size.
+  if (static_cast<uint64_t>(arena_bytes_) > std::numeric_limits<size_t>::max()) return;
   pool_ = std::make_unique<ThreadPool>(n_threads);
   arena_ = static_cast<uint8_t*>(
       ::operator new(static_cast<size_t>(arena_bytes_), std::align_val_t(kAlign), std::nothrow));

@@ -159,7 +159,8 @@ tg_model* tg_create(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ct
     h->model = std::make_unique<tg::Model>(c, n_threads);
     if (!h->model->ok()) {
       fail(TG_ERR_ALLOC, "could not allocate the model's arena of " +
-                             std::to_string(h->model->arena_bytes()) + " bytes");
+                             std::to_string(h->model->arena_bytes()) + " bytes" +
+                             (sizeof(size_t) < 8 ? " (a 32-bit build addresses at most 4 GiB)" : ""));
       return nullptr;
     }
     return h.release();

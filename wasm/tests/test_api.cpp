@@ -8,6 +8,10 @@
 
 #include "tinygpt_api.h"
 
+// Under AddressSanitizer an impossible allocation must return null (as it does in production)
+// instead of ASan reporting it: the "arena too large" case below relies on it.
+extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
+
 namespace {
 
 int g_failures = 0;
@@ -45,6 +49,10 @@ int main() {
   expect_null("create: layerNormEps = NaN", tg_create(1, 2, 8, 8, 256, nan, 0.02, 2, 1), TG_ERR_CONFIG);
   expect_null("create: n_threads = 0", tg_create(1, 2, 8, 8, 256, 1e-5, 0.02, 2, 0), TG_ERR_CONFIG);
   expect("arena_bytes_for: nHead 5, dModel 8", tg_arena_bytes_for(1, 5, 8, 8, 256, 2), TG_ERR_CONFIG);
+  expect("arena_bytes_for: dims at their bounds (overflow)",
+         tg_arena_bytes_for(4096, 1, 65536, 1 << 20, 256, 1 << 20), TG_ERR_CONFIG);
+  expect_null("create: an arena of ~3 TB cannot be allocated",
+              tg_create(64, 16, 16384, 64, 256, 1e-5, 0.02, 1, 1), TG_ERR_ALLOC);
 
   tg_model* m = small_model();
   if (!m) {
