@@ -394,6 +394,15 @@ def test_fuzz_truncations_are_always_refused(fuzz_dir, cut):
     assert read_or_refuse(fuzz_dir / "t.tinygpt", valid_file()[:cut]) is None
 
 
+def test_every_truncation_around_the_prefix_header_and_state_edges_is_refused(tmp_path):
+    raw = valid_file()
+    n = PREFIX.unpack(raw[:12])[2]
+    # every byte at the edges, every 13th inside the header (the hypothesis fuzz covers the rest)
+    edges = [*range(0, 28), *range(12 + n - 32, 12 + n + 16), *range(len(raw) - 16, len(raw))]
+    cuts = edges + list(range(28, 12 + n - 32, 13))
+    assert all(read_or_refuse(tmp_path / "t.tinygpt", raw[:cut]) is None for cut in cuts)
+
+
 @FUZZ
 @given(data=st.data())
 def test_fuzz_byte_flips_anywhere_are_refused(fuzz_dir, data):
