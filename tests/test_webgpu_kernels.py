@@ -1,0 +1,272 @@
+"""Each WGSL kernel family against a float64 reference (numpy / PyTorch autograd) on awkward shapes.
+
+Headless Chromium's WebGPU on SwiftShader, a software adapter: correctness only. One page runs
+every case (webgpu/tools/kernel_cases.js); each check prints its max error and tolerance.
+"""
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "webgpu" / "tools"))
+from browser_host import BrowserHost, b64, from_b64  # noqa: E402
+
+
+rng = np.random.default_rng(1234)
+CASES = []  # (case dict, inputs {name: array}, check(outputs))
+
+
+def f32(a):
+    return np.ascontiguousarray(a, dtype=np.float32)
+
+
+def add_case(case, inputs, check):
+    case["id"] = f"c{len(CASES)}"
+    CASES.append((case, {f"{case['id']}_{k}": v for k, v in inputs.items()}, check))
+
+
+def report(name, got, ref, tol):
+    err = float(np.max(np.abs(np.asarray(got, np.float64) - np.asarray(ref, np.float64)))) if np.size(ref) else 0.0
+    print(f"{name}: max abs error {err:.3g} (tolerance {tol:.3g})")
+    assert err <= tol, f"{name}: max abs error {err} > {tol}"
+    return err
+
+
+# --- matmul: three variants, both tiles, bias / residual / accumulate, operand offsets
+def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=False):
+    a_off, b_off, bias_off = 5, 7, 3
+    a = rng.standard_normal((K, M) if variant == "tn" else (M, K))
+    b = rng.standard_normal((N, K) if variant == "nt" else (K, N))
+    ref = (a.T if variant == "tn" else a) @ (b.T if variant == "nt" else b)
+    inputs = {"A": f32(np.concatenate([np.zeros(a_off), a.ravel()])), "B": f32(np.concatenate([np.zeros(b_off), b.ravel()]))}
+    if bias:
+        bv = rng.standard_normal(N)
+        inputs["bias"] = f32(np.concatenate([np.zeros(bias_off), bv]))
+        ref = ref + bv
+    if residual:
+        r = rng.standard_normal((M, N))
+        inputs["R"] = f32(r)
+        ref = ref + r
+    if accumulate:
+        c0 = rng.standard_normal((M, N))
+        inputs["C0"] = f32(c0)
+        ref = ref + c0
+    name = f"matmul {variant} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}{' +=' if accumulate else ''}"
+    tol = 2e-6 * K * math.sqrt(K)
+    add_case(dict(op="matmul", variant=variant, M=M, N=N, K=K, tile=tile, aOff=a_off, bOff=b_off, biasOff=bias_off,
+                  bias=bias, residual=residual, accumulate=accumulate), inputs,
+             lambda out: report(name, out["C"], ref.ravel(), tol))
+
+
+for variant in ("nt", "nn", "tn"):
+    matmul_case(variant, 37, 53, 29, 64, bias=True)
+    matmul_case(variant, 130, 67, 150, 128, residual=True)
+    matmul_case(variant, 67, 130, 21, 64, accumulate=True)
+matmul_case("nt", 1, 256, 48, 64)  # a decode step's logits
+
+
+# --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)
+def layernorm_case(rows, C):
+    eps = 1e-5
+    w_off, b_off, n_params = 11, 11 + C + 4, 11 + 2 * C + 9
+    x = torch.tensor(rng.standard_normal((rows, C)) * 2 + 0.5, dtype=torch.float64, requires_grad=True)
+    w = torch.tensor(rng.standard_normal(C), dtype=torch.float64, requires_grad=True)
+    b = torch.tensor(rng.standard_normal(C), dtype=torch.float64, requires_grad=True)
+    dout = rng.standard_normal((rows, C))
+    dx0 = rng.standard_normal((rows, C))
+    out = F.layer_norm(x, (C,), w, b, eps)
+    out.backward(torch.tensor(dout))
+    params = np.zeros(n_params)
+    params[w_off:w_off + C] = w.detach().numpy()
+    params[b_off:b_off + C] = b.detach().numpy()
+    xd = x.detach().numpy()
+    mean, rstd = xd.mean(1), 1 / np.sqrt(xd.var(1) + eps)
+
+    def check(o):
+        report(f"layernorm forward {rows}x{C}", o["out"], out.detach().numpy().ravel(), 1e-5)
+        report(f"layernorm mean/rstd {rows}x{C}", o["stats"], np.stack([mean, rstd], 1).ravel(), 1e-5)
+        report(f"layernorm dx {rows}x{C}", o["dx"], (x.grad.numpy() + dx0).ravel(), 1e-5)
+        report(f"layernorm dweight {rows}x{C}", o["grads"][w_off:w_off + C], w.grad.numpy(), 1e-4)
+        report(f"layernorm dbias {rows}x{C}", o["grads"][b_off:b_off + C], b.grad.numpy(), 1e-4)
+
+    add_case(dict(op="layernorm", rows=rows, C=C, eps=eps, wOff=w_off, bOff=b_off, nParams=n_params),
+             {"x": f32(xd), "params": f32(params), "dout": f32(dout), "dx0": f32(dx0)}, check)
+
+
+layernorm_case(37, 50)
+layernorm_case(5, 200)
+
+
+# --- GELU (tanh form)
+def gelu_case(n):
+    h = torch.tensor(np.linspace(-12, 12, n) + rng.standard_normal(n) * 0.01, dtype=torch.float64, requires_grad=True)
+    g = F.gelu(h, approximate="tanh")
+    dg = rng.standard_normal(n)
+    g.backward(torch.tensor(dg))
+
+    def check(o):
+        report(f"gelu forward n={n}", o["g"], g.detach().numpy(), 2e-6)
+        report(f"gelu backward n={n}", o["dh"], h.grad.numpy(), 1e-5)
+
+    add_case(dict(op="gelu", n=n), {"h": f32(h.detach().numpy()), "dg": f32(dg)}, check)
+
+
+gelu_case(1001)
+
+
+# --- bias gradient: column sums
+def column_sum_case(rows, N, out_off):
+    d = rng.standard_normal((rows, N))
+    add_case(dict(op="column_sum", rows=rows, N=N, outOff=out_off), {"dout": f32(d)},
+             lambda o: report(f"column sum {rows}x{N}", o["grads"][out_off:], d.sum(0), 1e-5 * rows))
+
+
+column_sum_case(77, 45, 13)
+
+
+# --- embedding forward + deterministic scatter-add backward
+def embedding_case(B, T, C, V=256, ctx=9):
+    rows = B * T
+    wte_off, wpe_off = 3, 3 + V * C + 5
+    n_params = wpe_off + ctx * C + 2
+    params = rng.standard_normal(n_params)
+    tokens = rng.integers(0, 20, rows)  # few distinct tokens: many repeats to sum
+    dres = rng.standard_normal((rows, C))
+    grads0 = rng.standard_normal(n_params)
+    wte = params[wte_off:wte_off + V * C].reshape(V, C)
+    wpe = params[wpe_off:wpe_off + ctx * C].reshape(ctx, C)
+    ref_out = wte[tokens] + wpe[np.arange(rows) % T]
+    ref_grads = grads0.copy()
+    g_wte = ref_grads[wte_off:wte_off + V * C].reshape(V, C)
+    np.add.at(g_wte, tokens, dres)
+    ref_grads[wpe_off:wpe_off + T * C] = dres.reshape(B, T, C).sum(0).ravel()
+    counts = np.bincount(tokens, minlength=V)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    order = np.concatenate([starts, np.argsort(tokens, kind="stable")]).astype(np.uint32)
+
+    def check(o):
+        report(f"embedding forward B={B} T={T} C={C}", o["out"], ref_out.ravel(), 1e-6)
+        report(f"embedding backward (wte, wpe) B={B} T={T} C={C}", o["grads"], ref_grads, 1e-5)
+
+    add_case(dict(op="embedding", B=B, T=T, C=C, V=V, wteOff=wte_off, wpeOff=wpe_off, nParams=n_params),
+             {"params": f32(params), "tokens": tokens.astype(np.uint32), "order": order, "dres": f32(dres),
+              "grads0": f32(grads0)}, check)
+
+
+embedding_case(3, 7, 10)
+
+
+# --- fused softmax cross-entropy
+def cross_entropy_case(rows, V=256):
+    logits = torch.tensor(rng.standard_normal((rows, V)) * 3, dtype=torch.float64, requires_grad=True)
+    targets = rng.integers(0, V, rows)
+    loss_rows = F.cross_entropy(logits, torch.tensor(targets), reduction="none")
+    loss = loss_rows.mean()
+    loss.backward()
+
+    def check(o):
+        report(f"cross-entropy losses rows={rows}", o["losses"], loss_rows.detach().numpy(), 2e-5)
+        report(f"cross-entropy mean rows={rows}", o["mean"], [loss.item()], 2e-5)
+        report(f"cross-entropy dlogits rows={rows}", o["dlogits"], logits.grad.numpy().ravel(), 1e-7)
+
+    add_case(dict(op="cross_entropy", rows=rows, V=V), {"logits": f32(logits.detach().numpy()),
+                                                        "targets": targets.astype(np.uint32)}, check)
+
+
+cross_entropy_case(37)
+
+
+# --- causal attention, forward + backward (head sizes 16, 32, 64; T across tile boundaries)
+def attention_case(B, T, H, D):
+    C = H * D
+
+    def t(shape):
+        return torch.tensor(rng.standard_normal(shape), dtype=torch.float64, requires_grad=True)
+
+    q, k, v = t((B, T, C)), t((B, T, C)), t((B, T, C))
+    dout = rng.standard_normal((B, T, C))
+
+    def heads(x):
+        return x.view(B, T, H, D).transpose(1, 2)
+
+    y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True).transpose(1, 2).reshape(B, T, C)
+    y.backward(torch.tensor(dout))
+    scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(D)
+    scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(scores, -1)  # (B,H,T)
+    name = f"attention B={B} T={T} H={H} D={D}"
+
+    def check(o):
+        report(f"{name} out", o["out"], y.detach().numpy().ravel(), 2e-6)
+        report(f"{name} lse", o["lse"], lse.detach().numpy().ravel(), 2e-5)
+        for g, ref in (("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
+            report(f"{name} {g}", o[g], ref.numpy().ravel(), 2e-5)
+
+    add_case(dict(op="attention", B=B, T=T, H=H, C=C),
+             {"q": f32(q.detach().numpy()), "k": f32(k.detach().numpy()), "v": f32(v.detach().numpy()), "dout": f32(dout)},
+             check)
+
+
+attention_case(2, 70, 3, 16)
+attention_case(1, 37, 2, 32)
+attention_case(1, 40, 1, 64)
+
+
+# --- global norm, clip, AdamW (decay on the masked parameters only)
+def adamw_case(n, grad_scale, t):
+    training = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weightDecay=0.1, gradClip=1.0)
+    params, m = rng.standard_normal(n), rng.standard_normal(n) * 0.01
+    v = rng.random(n) * 1e-4
+    grads = rng.standard_normal(n) * grad_scale
+    decay = rng.random(n) < 0.6
+    words = np.zeros((n + 31) // 32, dtype=np.uint64)
+    for i in np.nonzero(decay)[0]:
+        words[i >> 5] |= np.uint64(1) << np.uint64(i & 31)
+    p32, m32, v32, g32 = (np.float32(a).astype(np.float64) for a in (params, m, v, grads))
+    norm = math.sqrt(float(np.sum(g32 * g32)))
+    coef = min(1.0, training["gradClip"] / (norm + 1e-6))
+    g = g32 * coef
+    lr, b1, b2 = training["lr"], training["beta1"], training["beta2"]
+    p = np.where(decay, p32 * (1 - lr * training["weightDecay"]), p32)
+    m1 = b1 * m32 + (1 - b1) * g
+    v1 = b2 * v32 + (1 - b2) * g * g
+    p = p - (lr / (1 - b1 ** t)) * m1 / (np.sqrt(v1) / math.sqrt(1 - b2 ** t) + training["eps"])
+    name = f"adamw n={n} |g|={norm:.3g} t={t}"
+
+    def check(o):
+        report(f"{name} norm (relative)", [o["scal"][0] / norm], [1.0], 1e-5)
+        report(f"{name} clip coefficient", [o["scal"][1]], [coef], 1e-6)
+        report(f"{name} m", o["m"], m1, 1e-7)
+        report(f"{name} v", o["v"], v1, 1e-9)
+        report(f"{name} params", o["params"], p, 2e-6)
+
+    add_case(dict(op="adamw", n=n, t=t, training=training),
+             {"params": f32(params), "m": f32(m), "v": f32(v), "grads": f32(grads), "decay": words.astype(np.uint32)}, check)
+
+
+adamw_case(70001, 0.1, 3)   # norm ≫ 1: clipped
+adamw_case(1000, 1e-3, 1)   # norm < 1: coefficient 1
+
+
+@pytest.fixture(scope="module")
+def outputs():
+    host = BrowserHost()
+    try:
+        print("adapter:", host.call("adapterInfo"))
+        inputs = {name: b64(a) for _, ins, _ in CASES for name, a in ins.items()}
+        result = host.call("kernelCases", [c for c, _, _ in CASES], inputs)
+    finally:
+        host.close()
+    return {k: from_b64(v) for k, v in result.items()}
+
+
+@pytest.mark.parametrize("index", range(len(CASES)), ids=[f"{c['op']}-{c['id']}" for c, _, _ in CASES])
+def test_kernel_matches_reference(outputs, index):
+    case, _, check = CASES[index]
+    prefix = case["id"] + "_"
+    check({k[len(prefix):]: v for k, v in outputs.items() if k.startswith(prefix)})

@@ -1,0 +1,28 @@
+// A kernel = WGSL body + its uniform fields + its storage bindings, declared once. The header
+// (uniform struct, bindings) and the bind-group layout are both generated from that declaration,
+// so a layout always matches each shader's declared access mode (read-only-storage vs storage).
+
+/**
+ * @param {string} name
+ * @param {Array<[string, "u32"|"f32"]>} uniforms  fields of `p`, binding 0
+ * @param {Array<[string, "read"|"rw", string?]>} buffers  bindings 1..n; element type defaults to f32
+ * @param {string} body  WGSL using `p` and the buffer names
+ */
+export function kernel(name, uniforms, buffers, body) {
+  const struct = `struct Params {\n${uniforms.map(([n, t]) => `  ${n}: ${t},`).join("\n")}\n}\n`;
+  const decls = buffers.map(([n, mode, type = "f32"], i) =>
+    `@group(0) @binding(${i + 1}) var<storage, ${mode === "rw" ? "read_write" : "read"}> ${n}: array<${type}>;`).join("\n");
+  const code = `${struct}@group(0) @binding(0) var<uniform> p: Params;\n${decls}\n${body}`;
+  return { name, uniforms, buffers, code };
+}
+
+/** Linear index of an invocation in a 2D grid of 1D workgroups (dispatch1d spreads over y past 65535). */
+export const LINEAR_ID = `
+fn linear_workgroup(wid: vec3u, nwg: vec3u) -> u32 { return wid.y * nwg.x + wid.x; }
+`;
+
+/** Workgroup counts [x, y] covering n workgroups within the 65535-per-dimension limit. */
+export function grid1d(workgroups) {
+  const x = Math.min(workgroups, 65535);
+  return [x, Math.ceil(workgroups / x)];
+}

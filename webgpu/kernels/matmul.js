@@ -1,0 +1,100 @@
+// Matrix products C (M,N) = op(A)·op(B) [+ bias(N)] [+ C] [+ R], tiled in workgroup memory with
+// register blocking. Three variants read the operands where they lie, so no transpose is ever
+// materialised (weights stay PyTorch's [out, in]):
+//   "nt": A (M,K) · B(N,K)ᵀ   forward Linear:     y  = x · Wᵀ + b
+//   "nn": A (M,K) · B(K,N)    input gradient:     dx = dy · W
+//   "tn": A(K,M)ᵀ · B(K,N)    weight gradient:    dW = dyᵀ · x
+// A WX×WY workgroup owns a BM×BN tile (BM = WY·TM, BN = WX·TN); invocation (tx, ty) owns rows
+// ty + WY·i and columns tx + WX·j (interleaved, so workgroup-memory reads and global writes are
+// contiguous across a warp).
+import { kernel } from "./kernel.js";
+
+export const MATMUL_FLAGS = { bias: 1, accumulate: 2, residual: 4 };
+
+/**
+ * Tile shapes, both 128 invocations: "64" (64×64, 8×4 outputs per invocation) for small or skinny
+ * products, "128" (128×64, 8×8 outputs each) for large ones.
+ */
+export const MATMUL_TILES = {
+  64: { WX: 16, WY: 8, BK: 16, TM: 8, TN: 4 },
+  128: { WX: 8, WY: 16, BK: 8, TM: 8, TN: 8 },
+};
+const tileShape = (t) => ({ ...t, BM: t.WY * t.TM, BN: t.WX * t.TN, threads: t.WX * t.WY });
+
+export function matmulKernel(variant, tile) {
+  const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(MATMUL_TILES[tile]);
+  const aT = variant === "tn", bT = variant === "nt";
+  return kernel(`matmul_${variant}_${tile}`,
+    [["M", "u32"], ["N", "u32"], ["K", "u32"], ["a_off", "u32"], ["b_off", "u32"], ["c_off", "u32"],
+      ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"]],
+    [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]],
+    `
+const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u; const TM = ${TM}u; const TN = ${TN}u;
+const WX = ${WX}u; const WY = ${WY}u; const THREADS = ${threads}u;
+var<workgroup> As: array<f32, ${BK * BM}>; // [k][m]
+var<workgroup> Bs: array<f32, ${BK * BN}>; // [k][n]
+
+fn load_a(m: u32, k: u32) -> f32 {
+  if (m >= p.M || k >= p.K) { return 0.0; }
+  return A[p.a_off + ${aT ? "k * p.M + m" : "m * p.K + k"}];
+}
+fn load_b(k: u32, n: u32) -> f32 {
+  if (k >= p.K || n >= p.N) { return 0.0; }
+  return B[p.b_off + ${bT ? "n * p.K + k" : "k * p.N + n"}];
+}
+
+@compute @workgroup_size(${WX}, ${WY})
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
+        @builtin(local_invocation_index) li: u32) {
+  let m0 = wid.y * BM;
+  let n0 = wid.x * BN;
+  var acc: array<array<f32, TN>, TM>;
+  for (var k0 = 0u; k0 < p.K; k0 += BK) {
+    // consecutive invocations read consecutive addresses of global memory
+    for (var e = li; e < BK * BM; e += THREADS) {
+      ${aT ? "let kk = e / BM; let mm = e % BM;" : "let mm = e / BK; let kk = e % BK;"}
+      As[kk * BM + mm] = load_a(m0 + mm, k0 + kk);
+    }
+    for (var e = li; e < BK * BN; e += THREADS) {
+      ${bT ? "let nn = e / BK; let kb = e % BK;" : "let kb = e / BN; let nn = e % BN;"}
+      Bs[kb * BN + nn] = load_b(k0 + kb, n0 + nn);
+    }
+    workgroupBarrier();
+    for (var k = 0u; k < BK; k++) {
+      var a: array<f32, TM>;
+      var b: array<f32, TN>;
+      for (var i = 0u; i < TM; i++) { a[i] = As[k * BM + lid.y + i * WY]; }
+      for (var j = 0u; j < TN; j++) { b[j] = Bs[k * BN + lid.x + j * WX]; }
+      for (var i = 0u; i < TM; i++) {
+        for (var j = 0u; j < TN; j++) { acc[i][j] = acc[i][j] + a[i] * b[j]; }
+      }
+    }
+    workgroupBarrier();
+  }
+  for (var i = 0u; i < TM; i++) {
+    let m = m0 + lid.y + i * WY;
+    if (m >= p.M) { continue; }
+    for (var j = 0u; j < TN; j++) {
+      let n = n0 + lid.x + j * WX;
+      if (n >= p.N) { continue; }
+      var v = acc[i][j];
+      if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + n]; }
+      let idx = p.c_off + m * p.N + n;
+      if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
+      if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }
+      C[idx] = v;
+    }
+  }
+}
+`);
+}
+
+/** Large products get the 128-tile kernel once it still yields enough workgroups to fill a GPU. */
+export function chooseTile(M, N) {
+  return Math.ceil(M / 128) * Math.ceil(N / 64) >= 128 ? 128 : 64;
+}
+
+export function matmulGrid(M, N, tile) {
+  const t = tileShape(MATMUL_TILES[tile]);
+  return [Math.ceil(N / t.BN), Math.ceil(M / t.BM)];
+}

@@ -1,0 +1,61 @@
+// Global gradient norm, clipping and AdamW (docs/determinism.md § The training step).
+// The clip coefficient never leaves the GPU: AdamW reads it from `scal` and scales each gradient.
+import { kernel, LINEAR_ID } from "./kernel.js";
+
+export const NORM_WORKGROUPS = 256;
+
+const WG_SUM = `
+var<workgroup> red: array<f32, 128>;
+fn wg_sum(v: f32, li: u32) -> f32 {
+  red[li] = v;
+  workgroupBarrier();
+  for (var s = 64u; s > 0u; s = s >> 1u) {
+    if (li < s) { red[li] = red[li] + red[li + s]; }
+    workgroupBarrier();
+  }
+  return red[0];
+}`;
+
+// grads: (n) -> partials: (NORM_WORKGROUPS) sums of squares, each over a fixed strided subset
+export const sumSquares = kernel("sum_squares", [["n", "u32"]], [["grads", "read"], ["partials", "rw"]], `${WG_SUM}
+@compute @workgroup_size(128)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  var s = 0.0;
+  for (var i = wid.x * 128u + li; i < p.n; i += ${NORM_WORKGROUPS * 128}u) { let g = grads[i]; s = s + g * g; }
+  let total = wg_sum(s, li);
+  if (li == 0u) { partials[wid.x] = total; }
+}
+`);
+
+// partials -> scal[0] = norm, scal[1] = min(1, clip / (norm + 1e-6))
+export const clipCoefficient = kernel("clip_coefficient", [["parts", "u32"], ["clip", "f32"]],
+  [["partials", "read"], ["scal", "rw"]], `${WG_SUM}
+@compute @workgroup_size(128)
+fn main(@builtin(local_invocation_index) li: u32) {
+  var s = 0.0;
+  for (var i = li; i < p.parts; i += 128u) { s = s + partials[i]; }
+  let norm = sqrt(wg_sum(s, li));
+  if (li == 0u) { scal[0] = norm; scal[1] = min(1.0, p.clip / (norm + 1e-6)); }
+}
+`);
+
+// One AdamW step over all P parameters; bit i of `decay` says whether parameter i is decayed (2D+ tensors).
+// step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t) come from the host in binary64.
+export const adamw = kernel("adamw",
+  [["n", "u32"], ["decay_factor", "f32"], ["beta1", "f32"], ["beta2", "f32"], ["one_minus_beta1", "f32"],
+    ["one_minus_beta2", "f32"], ["step_size", "f32"], ["bc2_sqrt", "f32"], ["eps", "f32"]],
+  [["params", "rw"], ["grads", "read"], ["m", "rw"], ["v", "rw"], ["decay", "read", "u32"], ["scal", "read"]], `${LINEAR_ID}
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+  let i = linear_workgroup(wid, nwg) * 256u + li;
+  if (i >= p.n) { return; }
+  let g = grads[i] * scal[1];
+  var w = params[i];
+  if (((decay[i >> 5u] >> (i & 31u)) & 1u) != 0u) { w = w * p.decay_factor; }
+  let m1 = p.beta1 * m[i] + p.one_minus_beta1 * g;
+  let v1 = p.beta2 * v[i] + p.one_minus_beta2 * g * g;
+  m[i] = m1;
+  v[i] = v1;
+  params[i] = w - p.step_size * m1 / (sqrt(v1) / p.bc2_sqrt + p.eps);
+}
+`);

@@ -1,0 +1,21 @@
+// Node host: a GPUDevice from the npm `webgpu` package (Dawn). The trainer itself never imports this.
+// On a machine without a GPU, point VK_ICD_FILENAMES at SwiftShader's Vulkan ICD (webgpu.mk does).
+import { create, globals } from "webgpu";
+
+export async function nodeDevice({ powerPreference = "high-performance" } = {}) {
+  Object.assign(globalThis, globals);
+  const gpu = create([]);
+  const adapter = await gpu.requestAdapter({ powerPreference });
+  if (!adapter) throw new Error("no WebGPU adapter: is a Vulkan driver (or SwiftShader via VK_ICD_FILENAMES) available?");
+  // big models need more than the default 128 MiB binding size; ask for what the adapter offers
+  const requiredLimits = {
+    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
+    maxBufferSize: adapter.limits.maxBufferSize,
+  };
+  const device = await adapter.requestDevice({ requiredLimits });
+  device.addEventListener("uncapturederror", (e) => {
+    console.error(`WebGPU error: ${e.error.message}`);
+    process.exitCode = 1;
+  });
+  return { adapter, device, info: adapter.info };
+}

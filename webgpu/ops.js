@@ -1,0 +1,108 @@
+// Recording helpers: one method per layer operation, turning shapes and buffers into a kernel's
+// uniforms and workgroup counts. The trainer and the kernel tests both record through these.
+import { grid1d } from "./kernels/kernel.js";
+import { matmulKernel, matmulGrid, chooseTile, MATMUL_FLAGS } from "./kernels/matmul.js";
+import { layernormForward, layernormBackward, layernormParamGrad } from "./kernels/layernorm.js";
+import { geluForward, geluBackward } from "./kernels/gelu.js";
+import { columnSum } from "./kernels/reduce.js";
+import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
+import { crossEntropy, meanLoss } from "./kernels/crossentropy.js";
+import { attentionForward, attentionBackwardDelta, attentionBackwardKV, attentionBackwardQ } from "./kernels/attention.js";
+import { sumSquares, clipCoefficient, adamw, NORM_WORKGROUPS } from "./kernels/optimizer.js";
+import { PipelineCache } from "./plan.js";
+
+const matmulKernels = new Map();
+function matmulFor(variant, tile) {
+  const key = `${variant}_${tile}`;
+  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(variant, tile));
+  return matmulKernels.get(key);
+}
+const attentionKernels = new Map();
+function attentionFor(D) {
+  if (!attentionKernels.has(D)) {
+    attentionKernels.set(D, { fwd: attentionForward(D), delta: attentionBackwardDelta(D), kv: attentionBackwardKV(D), q: attentionBackwardQ(D) });
+  }
+  return attentionKernels.get(D);
+}
+
+export class Ops {
+  constructor(device) {
+    this.device = device;
+    this.pipelines = new PipelineCache(device);
+    // bound where a kernel's optional input (bias, residual) is unused
+    this.dummy = device.createBuffer({ label: "unused binding", size: 16, usage: GPUBufferUsage.STORAGE });
+  }
+
+  /** C[cOff..] (M,N) = op(A)·op(B) (+ bias) (+ C if accumulate) (+ R); offsets in elements. */
+  matmul(plan, variant, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0, accumulate = false, tile = chooseTile(M, N) }) {
+    const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0);
+    return plan.add(matmulFor(variant, tile),
+      { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags },
+      [A, B, bias ?? this.dummy, R ?? this.dummy, C], matmulGrid(M, N, tile));
+  }
+
+  layernorm(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
+    return plan.add(layernormForward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(rows));
+  }
+
+  /** dx (+)= LayerNorm backward; then the weight and bias gradients into grads. */
+  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads }) {
+    plan.add(layernormBackward, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(rows));
+    plan.add(layernormParamGrad, { rows, C, w_off: wOff, b_off: bOff }, [dout, x, stats, grads], [Math.ceil(C / 64), 1]);
+  }
+
+  gelu(plan, { n, h, g }) { return plan.add(geluForward, { n }, [h, g], grid1d(Math.ceil(n / 256))); }
+  geluBackward(plan, { n, h, dg }) { return plan.add(geluBackward, { n }, [h, dg], grid1d(Math.ceil(n / 256))); }
+
+  columnSum(plan, { rows, N, dout, grads, outOff }) {
+    return plan.add(columnSum, { rows, N, out_off: outOff }, [dout, grads], [Math.ceil(N / 64), 1]);
+  }
+
+  embedding(plan, { rows, T, C, past, tokens, params, wteOff, wpeOff, out }) {
+    return plan.add(embeddingForward, { rows, T, C, past, wte_off: wteOff, wpe_off: wpeOff }, [tokens, params, out], grid1d(Math.ceil((rows * C) / 256)));
+  }
+
+  embeddingBackward(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff }) {
+    plan.add(embeddingBackwardTokens, { V, C, wte_off: wteOff }, [order, dres, grads], grid1d(Math.ceil((V * C) / 256)));
+    plan.add(embeddingBackwardPositions, { B, T, C, wpe_off: wpeOff }, [dres, grads], grid1d(Math.ceil((T * C) / 256)));
+  }
+
+  crossEntropy(plan, { rows, V, logits, targets, losses, grad, lossOut }) {
+    plan.add(crossEntropy, { rows, V, flags: grad ? 1 : 0, scale: 1 / rows }, [logits, targets, losses], grid1d(rows));
+    if (lossOut) plan.add(meanLoss, { n: rows }, [losses, lossOut], [1, 1]);
+  }
+
+  attention(plan, { B, T, kvT, past, H, C, q, k, v, out, lse }) {
+    const D = C / H;
+    return plan.add(attentionFor(D).fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], [Math.ceil(T / 64), B * H]);
+  }
+
+  attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv }) {
+    const D = C / H, A = attentionFor(D), scale = 1 / Math.sqrt(D);
+    plan.add(A.delta, { rows: B * T, T, H, C }, [dout, out, delta], [Math.ceil((B * T * H) / 64), 1]);
+    plan.add(A.kv, { T, H, C, scale }, [q, k, v, dout, lse, delta, dk, dv], [Math.ceil(T / 64), B * H]);
+    plan.add(A.q, { T, H, C, scale }, [q, k, v, dout, lse, delta, dq], [Math.ceil(T / 64), B * H]);
+  }
+
+  /** scal = [norm, clip coefficient] of all n gradients. */
+  gradNorm(plan, { n, grads, partials, scal, clip }) {
+    plan.add(sumSquares, { n }, [grads, partials], [NORM_WORKGROUPS, 1]);
+    plan.add(clipCoefficient, { parts: NORM_WORKGROUPS, clip }, [partials, scal], [1, 1]);
+  }
+
+  /** Returns the dispatch index, whose step-dependent uniforms adamwValues() fills each step. */
+  adamw(plan, { n, params, grads, m, v, decay, scal, values }) {
+    return plan.add(adamw, values, [params, grads, m, v, decay, scal], grid1d(Math.ceil(n / 256)));
+  }
+}
+
+export const NORM_PARTIALS = NORM_WORKGROUPS;
+
+/** AdamW's uniforms for step t (1-based): bias corrections in binary64, as PyTorch computes them. */
+export function adamwValues(n, tr, t) {
+  return {
+    n, decay_factor: 1 - tr.lr * tr.weightDecay, beta1: tr.beta1, beta2: tr.beta2,
+    one_minus_beta1: 1 - tr.beta1, one_minus_beta2: 1 - tr.beta2,
+    step_size: tr.lr / (1 - tr.beta1 ** t), bc2_sqrt: Math.sqrt(1 - tr.beta2 ** t), eps: tr.eps,
+  };
+}

@@ -1,0 +1,128 @@
+// A Plan is a recorded list of dispatches: pipeline + bind group + workgroup counts, with every
+// dispatch's uniforms in one 256-byte slot of one uniform buffer. Bind groups are made once; a step
+// only replays the list into a compute pass, so a steady step creates no GPU objects.
+// A frozen plan can be re-recorded with new uniform values and counts (same kernels and buffers):
+// generation does this for each position of the KV cache.
+
+const SLOT = 256;
+
+export class PipelineCache {
+  constructor(device) {
+    this.device = device;
+    this.byName = new Map();
+  }
+  get(k) {
+    let entry = this.byName.get(k.name);
+    if (entry) return entry;
+    const device = this.device;
+    const layout = device.createBindGroupLayout({
+      label: k.name,
+      entries: [{ binding: 0, visibility: GPUShaderStage.COMPUTE, buffer: { type: "uniform" } },
+        ...k.buffers.map(([, mode], i) => ({
+          binding: i + 1, visibility: GPUShaderStage.COMPUTE,
+          buffer: { type: mode === "rw" ? "storage" : "read-only-storage" },
+        }))],
+    });
+    const module = device.createShaderModule({ label: k.name, code: k.code });
+    const pipeline = device.createComputePipeline({
+      label: k.name, layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }),
+      compute: { module, entryPoint: "main" },
+    });
+    entry = { kernel: k, layout, pipeline };
+    this.byName.set(k.name, entry);
+    return entry;
+  }
+}
+
+export class Plan {
+  constructor(device, pipelines, label) {
+    this.device = device;
+    this.pipelines = pipelines;
+    this.label = label;
+    this.entries = [];
+    this.frozen = false;
+    this.cursor = 0;
+    this.data = new ArrayBuffer(0);
+  }
+
+  /** Starts re-recording a frozen plan: the same sequence of add() calls must follow. */
+  rerecord() {
+    if (!this.frozen) throw new Error(`plan ${this.label} is not frozen yet`);
+    this.cursor = 0;
+  }
+
+  /** values: {field: number} for the kernel's uniforms; buffers: GPUBuffer per binding; grid: [x, y]. */
+  add(k, values, buffers, grid) {
+    if (buffers.length !== k.buffers.length) throw new Error(`${k.name}: ${buffers.length} buffers for ${k.buffers.length} bindings`);
+    if (grid[0] === 0 || grid[1] === 0) return this.frozen ? this._skip(k) : undefined;
+    const index = this.frozen ? this.cursor++ : this.entries.length;
+    if (this.frozen && (index >= this.entries.length || this.entries[index].kernel !== k)) {
+      throw new Error(`plan ${this.label}: re-recording diverged at dispatch ${index} (${k.name})`);
+    }
+    if (!this.frozen) {
+      this.entries.push({ kernel: k, pipeline: this.pipelines.get(k).pipeline, buffers, grid, bindGroup: null });
+      if ((index + 1) * SLOT > this.data.byteLength) {
+        const grown = new ArrayBuffer(Math.max(SLOT * 64, this.data.byteLength * 2));
+        new Uint8Array(grown).set(new Uint8Array(this.data));
+        this.data = grown;
+      }
+    }
+    this.entries[index].grid = grid;
+    this._write(index, k, values);
+    return index;
+  }
+
+  _skip(k) { throw new Error(`plan ${this.label}: empty dispatch of ${k.name} while re-recording`); }
+
+  _write(index, k, values) {
+    const view = new DataView(this.data, index * SLOT, SLOT);
+    k.uniforms.forEach(([name, type], i) => {
+      const value = values[name];
+      if (value === undefined || Number.isNaN(value)) throw new Error(`${k.name}: uniform ${name} is ${value}`);
+      if (type === "f32") view.setFloat32(4 * i, value, true);
+      else {
+        if (!Number.isInteger(value) || value < 0 || value >= 2 ** 32) throw new Error(`${k.name}: ${name}=${value} is not a u32`);
+        view.setUint32(4 * i, value, true);
+      }
+    });
+  }
+
+  /** Replace one dispatch's uniforms (e.g. AdamW's bias corrections) and upload that slot only. */
+  update(index, values) {
+    const e = this.entries[index];
+    this._write(index, e.kernel, values);
+    this.device.queue.writeBuffer(this.uniformBuffer, index * SLOT, this.data, index * SLOT, SLOT);
+  }
+
+  /** Creates the uniform buffer and bind groups (first time) and uploads all uniforms. */
+  freeze() {
+    if (!this.frozen) {
+      this.uniformBuffer = this.device.createBuffer({
+        label: `${this.label} uniforms`, size: Math.max(SLOT, this.entries.length * SLOT),
+        usage: GPUBufferUsage.UNIFORM | GPUBufferUsage.COPY_DST,
+      });
+      this.entries.forEach((e, i) => {
+        e.bindGroup = this.device.createBindGroup({
+          label: e.kernel.name,
+          layout: this.pipelines.get(e.kernel).layout,
+          entries: [{ binding: 0, resource: { buffer: this.uniformBuffer, offset: i * SLOT, size: Math.max(16, Math.ceil(e.kernel.uniforms.length / 4) * 16) } },
+            ...e.buffers.map((buffer, j) => ({ binding: j + 1, resource: { buffer } }))],
+        });
+      });
+      this.frozen = true;
+    } else if (this.cursor !== this.entries.length) {
+      throw new Error(`plan ${this.label}: re-recorded ${this.cursor} of ${this.entries.length} dispatches`);
+    }
+    this.device.queue.writeBuffer(this.uniformBuffer, 0, this.data, 0, this.entries.length * SLOT);
+  }
+
+  encode(pass) {
+    for (const e of this.entries) {
+      pass.setPipeline(e.pipeline);
+      pass.setBindGroup(0, e.bindGroup);
+      pass.dispatchWorkgroups(e.grid[0], e.grid[1]);
+    }
+  }
+
+  destroy() { if (this.uniformBuffer) this.uniformBuffer.destroy(); }
+}

@@ -1,0 +1,89 @@
+// What the browser-driven tests call (through Playwright's page.evaluate): thin wrappers that move
+// bytes as base64 and run the real modules on navigator.gpu. The same calls also run inside a
+// module Web Worker (worker_entry.js), which is where the site trains.
+import { runKernelCases } from "./kernel_cases.js";
+import { Trainer, configFromPresets } from "../trainer.js";
+
+export function toBase64(u8) {
+  let s = "";
+  for (let i = 0; i < u8.length; i += 0x8000) s += String.fromCharCode.apply(null, u8.subarray(i, i + 0x8000));
+  return btoa(s);
+}
+export function fromBase64(b64) {
+  const s = atob(b64), out = new Uint8Array(s.length);
+  for (let i = 0; i < s.length; i++) out[i] = s.charCodeAt(i);
+  return out;
+}
+const f32b64 = (f) => toBase64(new Uint8Array(f.buffer, f.byteOffset, f.byteLength));
+
+let devicePromise = null;
+export function gpuDevice() {
+  devicePromise ??= (async () => {
+    if (!navigator.gpu) throw new Error("navigator.gpu is missing: WebGPU is not enabled in this browser");
+    const adapter = await navigator.gpu.requestAdapter();
+    if (!adapter) throw new Error("no WebGPU adapter");
+    const device = await adapter.requestDevice();
+    device.addEventListener("uncapturederror", (e) => console.error(`WebGPU error: ${e.error.message}`));
+    return { adapter, device };
+  })();
+  return devicePromise;
+}
+
+export async function adapterInfo() {
+  const { adapter } = await gpuDevice();
+  return { vendor: adapter.info.vendor, architecture: adapter.info.architecture, description: adapter.info.description };
+}
+
+/** Runs kernel cases; inputs and outputs as base64. */
+export async function kernelCases(cases, inputsB64) {
+  const { device } = await gpuDevice();
+  const inputs = Object.fromEntries(Object.entries(inputsB64).map(([k, v]) => [k, fromBase64(v)]));
+  const out = await runKernelCases(device, cases, inputs);
+  return Object.fromEntries(Object.entries(out).map(([k, v]) => [k, f32b64(v)]));
+}
+
+async function loadPresets() { return (await fetch("/site/static/presets.json")).json(); }
+async function loadCorpus(path) { return new Uint8Array(await (await fetch(path)).arrayBuffer()); }
+
+/**
+ * A training session as the tests use it. job: {preset, overrides, seed, corpus (URL path), state (base64)?,
+ * steps, fixedBatch: {x, y}?, lossBatch: {x, y}?, exportState, evaluate, decode: [tokens]?, generate: {...}?}
+ */
+export async function trainJob(job) {
+  const { device } = await gpuDevice();
+  const presets = await loadPresets();
+  const config = configFromPresets(presets, job.preset, job.overrides ?? {});
+  const corpus = job.corpus ? await loadCorpus(job.corpus) : null;
+  const trainer = new Trainer(device, config, { corpus, seed: job.seed ?? config.training.seed, state: job.state ? fromBase64(job.state) : null });
+  const result = { P: trainer.P, losses: [] };
+  try {
+    if (job.initialWeights) result.initialWeights = f32b64(await trainer.weights());
+    const fixed = job.fixedBatch ? { x: Uint32Array.from(job.fixedBatch.x), y: Uint32Array.from(job.fixedBatch.y) } : null;
+    const pending = [];
+    for (let i = 0; i < (job.steps ?? 0); i++) pending.push((await trainer.step(fixed)).loss);
+    result.losses = await Promise.all(pending);
+    if (job.lossBatch) result.batchLoss = await trainer.lossOn(Uint32Array.from(job.lossBatch.x), Uint32Array.from(job.lossBatch.y));
+    if (job.evaluate) result.valLoss = await trainer.evaluate();
+    if (job.exportState) result.state = toBase64(await trainer.exportState());
+    if (job.decode) result.decodeLogits = (await trainer.decodeLogits(job.decode)).map(f32b64);
+    if (job.generate) {
+      const streamed = [];
+      const out = await trainer.generate(Uint8Array.from(job.generate.prompt), { ...job.generate, onToken: (t) => streamed.push(t) });
+      result.generated = Array.from(out);
+      result.streamed = streamed;
+    }
+  } finally {
+    trainer.destroy();
+  }
+  return result;
+}
+
+/** The same job, run inside a module Web Worker (worker_entry.js): the site's configuration. */
+export function trainJobInWorker(job) {
+  return new Promise((resolve, reject) => {
+    const worker = new Worker(new URL("./worker_entry.js", import.meta.url), { type: "module" });
+    worker.onmessage = (e) => { worker.terminate(); e.data.error ? reject(new Error(e.data.error)) : resolve(e.data.result); };
+    worker.onerror = (e) => { worker.terminate(); reject(new Error(e.message)); };
+    worker.postMessage(job);
+  });
+}

@@ -1,0 +1,101 @@
+// Single-kernel cases for tests/test_webgpu_kernels.py, independent of the host (browser or Node):
+// each case names an op, its shapes and its inputs (raw little-endian bytes by name); each output
+// comes back as a Float32Array. The Python side computes the references and compares.
+import { Ops, adamwValues } from "../ops.js";
+import { Plan } from "../plan.js";
+
+/** cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array} */
+export async function runKernelCases(device, cases, inputs) {
+  const ops = new Ops(device);
+  const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
+  const created = [];
+  const make = (size) => { const b = device.createBuffer({ size: Math.max(16, size), usage: S }); created.push(b); return b; };
+  const input = (name) => {
+    const raw = inputs[name];
+    if (!raw) throw new Error(`case input ${name} missing`);
+    const b = make(raw.length);
+    device.queue.writeBuffer(b, 0, raw);
+    return b;
+  };
+  const empty = (n) => make(4 * n);
+  async function read(buffer, n) {
+    const staging = device.createBuffer({ size: Math.max(16, 4 * n), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const enc = device.createCommandEncoder();
+    enc.copyBufferToBuffer(buffer, 0, staging, 0, Math.max(16, 4 * n));
+    device.queue.submit([enc.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const out = new Float32Array(staging.getMappedRange().slice(0, 4 * n));
+    staging.destroy();
+    return out;
+  }
+
+  const run = {
+    matmul(c, plan) {
+      const C = c.accumulate ? input(`${c.id}_C0`) : empty(c.M * c.N);
+      ops.matmul(plan, c.variant, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, B: input(`${c.id}_B`), bOff: c.bOff,
+        C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
+        accumulate: c.accumulate, tile: c.tile });
+      return { C: [C, c.M * c.N] };
+    },
+    layernorm(c, plan) {
+      const { rows, C } = c, out = empty(rows * C), stats = empty(2 * rows), dx = input(`${c.id}_dx0`), grads = empty(c.nParams);
+      const x = input(`${c.id}_x`), params = input(`${c.id}_params`), dout = input(`${c.id}_dout`);
+      ops.layernorm(plan, { rows, C, x, params, wOff: c.wOff, bOff: c.bOff, out, stats, eps: c.eps });
+      ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads });
+      return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C], grads: [grads, c.nParams] };
+    },
+    gelu(c, plan) {
+      const h = input(`${c.id}_h`), g = empty(c.n), dg = input(`${c.id}_dg`);
+      ops.gelu(plan, { n: c.n, h, g });
+      ops.geluBackward(plan, { n: c.n, h, dg });
+      return { g: [g, c.n], dh: [dg, c.n] };
+    },
+    column_sum(c, plan) {
+      const grads = empty(c.outOff + c.N);
+      ops.columnSum(plan, { rows: c.rows, N: c.N, dout: input(`${c.id}_dout`), grads, outOff: c.outOff });
+      return { grads: [grads, c.outOff + c.N] };
+    },
+    embedding(c, plan) {
+      const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);
+      ops.embedding(plan, { rows, T, C, past: 0, tokens: input(`${c.id}_tokens`), params: input(`${c.id}_params`), wteOff: c.wteOff, wpeOff: c.wpeOff, out });
+      ops.embeddingBackward(plan, { B, T, C, V, order: input(`${c.id}_order`), dres: input(`${c.id}_dres`), grads, wteOff: c.wteOff, wpeOff: c.wpeOff });
+      return { out: [out, rows * C], grads: [grads, c.nParams] };
+    },
+    cross_entropy(c, plan) {
+      const logits = input(`${c.id}_logits`), losses = empty(c.rows), mean = empty(4);
+      ops.crossEntropy(plan, { rows: c.rows, V: c.V, logits, targets: input(`${c.id}_targets`), losses, grad: true, lossOut: mean });
+      return { losses: [losses, c.rows], dlogits: [logits, c.rows * c.V], mean: [mean, 1] };
+    },
+    attention(c, plan) {
+      const { B, T, H, C } = c, n = B * T * C;
+      const q = input(`${c.id}_q`), k = input(`${c.id}_k`), v = input(`${c.id}_v`), dout = input(`${c.id}_dout`);
+      const out = empty(n), lse = empty(B * H * T), delta = empty(B * H * T), dq = empty(n), dk = empty(n), dv = empty(n);
+      ops.attention(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse });
+      ops.attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv });
+      return { out: [out, n], lse: [lse, B * H * T], dq: [dq, n], dk: [dk, n], dv: [dv, n] };
+    },
+    adamw(c, plan) {
+      const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
+      const partials = empty(256), scal = empty(4);
+      ops.gradNorm(plan, { n, grads, partials, scal, clip: c.training.gradClip });
+      ops.adamw(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), scal, values: adamwValues(n, c.training, c.t) });
+      return { scal: [scal, 2], params: [params, n], m: [m, n], v: [v, n] };
+    },
+  };
+
+  const results = {};
+  for (const c of cases) {
+    const plan = new Plan(device, ops.pipelines, c.id);
+    const outputs = run[c.op](c, plan);
+    plan.freeze();
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    plan.encode(pass);
+    pass.end();
+    device.queue.submit([enc.finish()]);
+    for (const [name, [buf, count]] of Object.entries(outputs)) results[`${c.id}_${name}`] = await read(buf, count);
+    plan.destroy();
+  }
+  for (const b of created) b.destroy();
+  return results;
+}

@@ -1,0 +1,427 @@
+// The WebGPU trainer: TinyGPT's whole training step (forward, backward, clip, AdamW) as WGSL
+// dispatches recorded once and replayed into ONE command encoder with ONE submit per step. Every
+// tensor lives on the GPU; the only per-step uploads are the batch (tokens, targets, the token
+// order for the embedding backward) and AdamW's two bias corrections; the only read-back is the
+// loss, through a ring of mappable buffers so the next step is never stalled.
+// No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
+import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
+import { Ops, adamwValues, NORM_PARTIALS } from "./ops.js";
+import { Plan } from "./plan.js";
+
+const LOSS_RING = 4;
+const U = () => GPUBufferUsage;
+
+/** {model, training} for a preset of presets.json (the parsed file), with optional overrides. */
+export function configFromPresets(presets, name, overrides = {}) {
+  const p = presets.presets[name];
+  if (!p) throw new Error(`unknown preset ${JSON.stringify(name)}; choose one of ${Object.keys(presets.presets).join(", ")}`);
+  const model = {
+    nLayer: p.nLayer, nHead: p.nHead, dModel: p.dModel, ctx: p.ctx,
+    vocabSize: presets.model.vocabSize, layerNormEps: presets.model.layerNormEps, ...(overrides.model ?? {}),
+  };
+  const training = { ...presets.training, batch: p.batch, steps: p.steps, ...(overrides.training ?? {}) };
+  return { model, training, initStd: presets.model.initStd };
+}
+
+function checkModel(m) {
+  for (const k of ["nLayer", "nHead", "dModel", "ctx", "vocabSize"]) {
+    if (!Number.isInteger(m[k]) || m[k] <= 0) throw new Error(`${k} must be a positive integer, got ${m[k]}`);
+  }
+  if (m.dModel % m.nHead !== 0) throw new Error(`dModel (${m.dModel}) is not divisible by nHead (${m.nHead})`);
+}
+
+export class Trainer {
+  /**
+   * @param {GPUDevice} device
+   * @param {{model, training, initStd}} config  from configFromPresets
+   * @param {{corpus?: Uint8Array, seed?: number, state?: ArrayBuffer|Uint8Array}} options
+   */
+  constructor(device, config, { corpus = null, seed = config.training.seed, state = null } = {}) {
+    checkModel(config.model);
+    this.device = device;
+    this.cfg = config.model;
+    this.tr = config.training;
+    this.initStd = config.initStd;
+    this.seed = seed;
+    this.entries = manifest(this.cfg);
+    this.offsets = Object.fromEntries(this.entries.map((e) => [e.name, e.offset]));
+    const last = this.entries[this.entries.length - 1];
+    this.P = last.offset + last.numel;
+    this.stepCount = 0;
+    this.batchesDrawn = 0;
+    this.ops = new Ops(device);
+    this.buffers = [];
+    if (corpus) this.setCorpus(corpus);
+
+    const P = this.P, store = U().STORAGE | U().COPY_SRC | U().COPY_DST;
+    this.params = this.buffer("params", 4 * P, store);
+    this.grads = this.buffer("grads", 4 * P, store);
+    this.m = this.buffer("adam m", 4 * P, store);
+    this.v = this.buffer("adam v", 4 * P, store);
+    this.decay = this.buffer("decay mask", 4 * Math.ceil(P / 32), store);
+    const mask = new Uint32Array(Math.ceil(P / 32));
+    for (const e of this.entries) {
+      if (e.shape.length < 2) continue;
+      for (let i = e.offset; i < e.offset + e.numel; i++) mask[i >>> 5] |= 1 << (i & 31);
+    }
+    device.queue.writeBuffer(this.decay, 0, mask);
+    if (state) this.importState(state);
+    else this.loadWeights(initialWeights(this.cfg, seed, this.initStd));
+    this._buildTraining();
+  }
+
+  buffer(label, size, usage) {
+    const b = this.device.createBuffer({ label, size: Math.max(16, Math.ceil(size / 4) * 4), usage });
+    this.buffers.push(b);
+    return b;
+  }
+
+  setCorpus(bytes) {
+    const { train, val } = splitCorpus(bytes, this.tr.valFraction, this.cfg.ctx);
+    this.train = train;
+    this.val = val;
+  }
+
+  loadWeights(weights) {
+    if (weights.length !== this.P) throw new Error(`expected ${this.P} weights, got ${weights.length}`);
+    this.device.queue.writeBuffer(this.params, 0, weights);
+    const zeros = new Float32Array(this.P);
+    this.device.queue.writeBuffer(this.m, 0, zeros);
+    this.device.queue.writeBuffer(this.v, 0, zeros);
+  }
+
+  /** One activation set: what the forward saves for the backward, for B rows of T positions. */
+  _activations(label, B, T, kvT) {
+    const { nLayer: L, dModel: C, nHead: H, vocabSize: V } = this.cfg, rows = B * T, S = U().STORAGE | U().COPY_SRC;
+    const f = (name, n) => this.buffer(`${label} ${name}`, 4 * n, S);
+    const layers = [];
+    for (let l = 0; l < L; l++) {
+      layers.push({
+        ln1: f("ln1", rows * C), ln1s: f("ln1 stats", rows * 2), q: f("q", rows * C), k: f("k", B * kvT * C), v: f("v", B * kvT * C),
+        att: f("att", rows * C), lse: f("lse", B * H * T), res2: f("res2", rows * C), ln2: f("ln2", rows * C),
+        ln2s: f("ln2 stats", rows * 2), h: f("h", rows * 4 * C), g: f("g", rows * 4 * C),
+      });
+    }
+    return {
+      B, T, kvT, layers, res: Array.from({ length: L + 1 }, (_, l) => f(`res${l}`, rows * C)),
+      lnf: f("lnf", rows * C), lnfs: f("lnf stats", rows * 2), logits: f("logits", rows * V), losses: f("losses", rows),
+      tokens: this.buffer(`${label} tokens`, 4 * rows, U().STORAGE | U().COPY_DST),
+      targets: this.buffer(`${label} targets`, 4 * rows, U().STORAGE | U().COPY_DST),
+    };
+  }
+
+  /** Forward pass of `rows` = B·T positions at absolute positions past.. (past > 0 only with a KV cache). */
+  _recordForward(plan, A, { B, T, past, logitRows }) {
+    const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
+    const o = this.offsets, P = this.params, rows = B * T;
+    ops.embedding(plan, { rows, T, C, past, tokens: A.tokens, params: P, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"], out: A.res[0] });
+    for (let l = 0; l < L; l++) {
+      const a = A.layers[l], n = `blocks.${l}.`;
+      ops.layernorm(plan, { rows, C, x: A.res[l], params: P, wOff: o[n + "ln1.weight"], bOff: o[n + "ln1.bias"], out: a.ln1, stats: a.ln1s, eps });
+      for (const [proj, out, cOff] of [["q_proj", a.q, 0], ["k_proj", a.k, past * C], ["v_proj", a.v, past * C]]) {
+        ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
+      }
+      ops.attention(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
+      ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
+      ops.layernorm(plan, { rows, C, x: a.res2, params: P, wOff: o[n + "ln2.weight"], bOff: o[n + "ln2.bias"], out: a.ln2, stats: a.ln2s, eps });
+      ops.matmul(plan, "nt", { M: rows, N: 4 * C, K: C, A: a.ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"] });
+      ops.gelu(plan, { n: rows * 4 * C, h: a.h, g: a.g });
+      ops.matmul(plan, "nt", { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 });
+    }
+    ops.layernorm(plan, { rows, C, x: A.res[L], params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], out: A.lnf, stats: A.lnfs, eps });
+    // logits = ln_f(x) · wteᵀ (tied head), for the last logitRows rows only when generating
+    const first = rows - logitRows;
+    ops.matmul(plan, "nt", { M: logitRows, N: V, K: C, A: A.lnf, aOff: first * C, B: P, bOff: o["token_embedding.weight"], C: A.logits, cOff: first * V });
+  }
+
+  _buildTraining() {
+    const { nLayer: L, dModel: C, nHead: H, vocabSize: V } = this.cfg, B = this.tr.batch, T = this.cfg.ctx, rows = B * T;
+    const ops = this.ops, o = this.offsets, P = this.params, G = this.grads;
+    const A = (this.act = this._activations("train", B, T, T));
+    const S = U().STORAGE | U().COPY_SRC;
+    const d = (this.dbuf = {
+      res: this.buffer("d res", 4 * rows * C, S), ln: this.buffer("d ln", 4 * rows * C, S), h: this.buffer("d h", 4 * rows * 4 * C, S),
+      att: this.buffer("d att", 4 * rows * C, S), q: this.buffer("d q", 4 * rows * C, S), k: this.buffer("d k", 4 * rows * C, S),
+      v: this.buffer("d v", 4 * rows * C, S), delta: this.buffer("attention delta", 4 * B * H * T, S),
+    });
+    this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
+    this.orderHost = new Uint32Array(V + 1 + rows);
+    this.cursorHost = new Uint32Array(V);
+    this.lossBuf = this.buffer("loss", 16, U().STORAGE | U().COPY_SRC);
+    this.partials = this.buffer("norm partials", 4 * NORM_PARTIALS, S);
+    this.scal = this.buffer("norm and clip", 16, S);
+    this.ring = Array.from({ length: LOSS_RING }, (_, i) => ({
+      buf: this.buffer(`loss readback ${i}`, 16, U().MAP_READ | U().COPY_DST), pending: null,
+    }));
+    this.ringNext = 0;
+
+    const plan = (this.trainPlan = new Plan(this.device, this.ops.pipelines, "train step"));
+    this._recordForward(plan, A, { B, T, past: 0, logitRows: rows });
+    ops.crossEntropy(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses, grad: true, lossOut: this.lossBuf });
+    // backward; A.logits now holds d(loss)/d(logits): (rows,V)
+    const wte = o["token_embedding.weight"];
+    ops.matmul(plan, "nn", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.ln });
+    ops.matmul(plan, "tn", { M: V, N: C, K: rows, A: A.logits, B: A.lnf, C: G, cOff: wte });
+    ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[L], stats: A.lnfs, params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], dx: d.res, accumulate: false, grads: G });
+    for (let l = L - 1; l >= 0; l--) {
+      const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
+      // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
+      ops.matmul(plan, "nn", { M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h });
+      ops.matmul(plan, "tn", { M: C, N: 4 * C, K: rows, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight") });
+      ops.columnSum(plan, { rows, N: C, dout: d.res, grads: G, outOff: w("mlp.fc_out.bias") });
+      ops.geluBackward(plan, { n: rows * 4 * C, h: a.h, dg: d.h });
+      ops.matmul(plan, "nn", { M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln });
+      ops.matmul(plan, "tn", { M: 4 * C, N: C, K: rows, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight") });
+      ops.columnSum(plan, { rows, N: 4 * C, dout: d.h, grads: G, outOff: w("mlp.fc_in.bias") });
+      ops.layernormBackward(plan, { rows, C, dout: d.ln, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), bOff: w("ln2.bias"), dx: d.res, accumulate: true, grads: G });
+      // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
+      ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
+      ops.matmul(plan, "tn", { M: C, N: C, K: rows, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight") });
+      ops.columnSum(plan, { rows, N: C, dout: d.res, grads: G, outOff: w("attn.o_proj.bias") });
+      ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: d.q, dk: d.k, dv: d.v });
+      [["q_proj", d.q], ["k_proj", d.k], ["v_proj", d.v]].forEach(([proj, dx], i) => {
+        ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: dx, B: P, bOff: w(`attn.${proj}.weight`), C: d.ln, accumulate: i > 0 });
+        ops.matmul(plan, "tn", { M: C, N: C, K: rows, A: dx, B: a.ln1, C: G, cOff: w(`attn.${proj}.weight`) });
+        ops.columnSum(plan, { rows, N: C, dout: dx, grads: G, outOff: w(`attn.${proj}.bias`) });
+      });
+      ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), bOff: w("ln1.bias"), dx: d.res, accumulate: true, grads: G });
+    }
+    ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
+    ops.gradNorm(plan, { n: this.P, grads: G, partials: this.partials, scal: this.scal, clip: this.tr.gradClip });
+    this.adamIndex = ops.adamw(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay, scal: this.scal, values: adamwValues(this.P, this.tr, 1) });
+    plan.freeze();
+
+    // eval: the same forward, cross-entropy without gradient, per-row losses read back
+    this.evalPlan = new Plan(this.device, this.ops.pipelines, "eval");
+    this._recordForward(this.evalPlan, A, { B, T, past: 0, logitRows: rows });
+    ops.crossEntropy(this.evalPlan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses, grad: false, lossOut: null });
+    this.evalPlan.freeze();
+    this.rowsReadback = this.buffer("row losses readback", 4 * rows, U().MAP_READ | U().COPY_DST);
+    this.xHost = new Uint32Array(rows);
+    this.yHost = new Uint32Array(rows);
+    this.startsHost = new Array(B);
+  }
+
+  /** Fills xHost/yHost with windows of `data` at `starts` (rows beyond starts.length repeat row 0). */
+  _fillWindows(data, starts) {
+    const T = this.cfg.ctx, B = this.tr.batch;
+    for (let r = 0; r < B; r++) {
+      const s = starts[Math.min(r, starts.length - 1)];
+      for (let t = 0; t < T; t++) { this.xHost[r * T + t] = data[s + t]; this.yHost[r * T + t] = data[s + t + 1]; }
+    }
+  }
+
+  /** The next training batch of the portable data stream: {x, y} as (B·T) Uint32Arrays. */
+  nextBatch() {
+    if (!this.train) throw new Error("no corpus: pass {corpus} or call setCorpus(bytes) before training");
+    batchStarts(this.seed, this.batchesDrawn, this.tr.batch, this.train.length - this.cfg.ctx, this.startsHost);
+    this.batchesDrawn += 1;
+    this._fillWindows(this.train, this.startsHost);
+    return { x: this.xHost, y: this.yHost };
+  }
+
+  _uploadBatch(x, y) {
+    const rows = this.tr.batch * this.cfg.ctx, V = this.cfg.vocabSize, ord = this.orderHost;
+    if (x.length !== rows || y.length !== rows) throw new Error(`a batch has ${rows} tokens and targets; got ${x.length} and ${y.length}`);
+    // counting sort of positions by token, for the deterministic embedding backward
+    ord.fill(0, 0, V + 1);
+    for (let r = 0; r < rows; r++) {
+      if (!(x[r] < V) || !(y[r] < V)) throw new Error(`token ${x[r]} or target ${y[r]} at ${r} is outside the vocabulary of ${V}`);
+      ord[x[r] + 1] += 1;
+    }
+    for (let t = 0; t < V; t++) ord[t + 1] += ord[t];
+    const cursor = this.cursorHost;
+    cursor.set(ord.subarray(0, V));
+    for (let r = 0; r < rows; r++) ord[V + 1 + cursor[x[r]]++] = r;
+    const q = this.device.queue;
+    q.writeBuffer(this.act.tokens, 0, x instanceof Uint32Array ? x : Uint32Array.from(x));
+    q.writeBuffer(this.act.targets, 0, y instanceof Uint32Array ? y : Uint32Array.from(y));
+    q.writeBuffer(this.order, 0, ord);
+  }
+
+  /**
+   * One training step on `batch` ({x, y}, B·T tokens each) or on the next batch of the stream.
+   * Returns a promise of the loss before the update; it resolves later, without blocking the next step.
+   */
+  async step(batch = null) {
+    const slot = this.ring[this.ringNext];
+    if (slot.pending) await slot.pending; // at most LOSS_RING steps in flight
+    const { x, y } = batch ?? this.nextBatch();
+    this._uploadBatch(x, y);
+    this.stepCount += 1;
+    this.trainPlan.update(this.adamIndex, adamwValues(this.P, this.tr, this.stepCount));
+    const enc = this.device.createCommandEncoder({ label: "train step" });
+    const pass = enc.beginComputePass();
+    this.trainPlan.encode(pass);
+    pass.end();
+    enc.copyBufferToBuffer(this.lossBuf, 0, slot.buf, 0, 16);
+    this.device.queue.submit([enc.finish()]);
+    this.ringNext = (this.ringNext + 1) % LOSS_RING;
+    const pending = slot.buf.mapAsync(GPUMapMode.READ).then(() => {
+      const loss = new Float32Array(slot.buf.getMappedRange(0, 4))[0];
+      slot.buf.unmap();
+      slot.pending = null;
+      return loss;
+    });
+    slot.pending = pending;
+    return { loss: pending };
+  }
+
+  /** Mean cross-entropy over B·T positions of a batch, without training. */
+  async lossOn(x, y) {
+    const rows = this.tr.batch * this.cfg.ctx;
+    const sum = await this._forwardLosses(x, y, rows);
+    return sum / rows;
+  }
+
+  async _forwardLosses(x, y, validRows) {
+    this._uploadBatch(x, y);
+    const enc = this.device.createCommandEncoder({ label: "eval" });
+    const pass = enc.beginComputePass();
+    this.evalPlan.encode(pass);
+    pass.end();
+    enc.copyBufferToBuffer(this.act.losses, 0, this.rowsReadback, 0, 4 * this.tr.batch * this.cfg.ctx);
+    this.device.queue.submit([enc.finish()]);
+    await this.rowsReadback.mapAsync(GPUMapMode.READ);
+    const losses = new Float32Array(this.rowsReadback.getMappedRange());
+    let sum = 0;
+    for (let r = 0; r < validRows; r++) sum += losses[r];
+    this.rowsReadback.unmap();
+    return sum;
+  }
+
+  /** Validation loss: mean cross-entropy over the K·ctx positions of the spec's eval windows. */
+  async evaluate() {
+    if (!this.val) throw new Error("no corpus: pass {corpus} or call setCorpus(bytes) before evaluating");
+    const T = this.cfg.ctx, B = this.tr.batch;
+    const starts = evalWindowStarts(this.val.length, T, this.tr.evalWindows);
+    let sum = 0;
+    for (let i = 0; i < starts.length; i += B) {
+      const chunk = starts.slice(i, i + B);
+      this._fillWindows(this.val, chunk);
+      sum += await this._forwardLosses(this.xHost, this.yHost, chunk.length * T);
+    }
+    return sum / (starts.length * T);
+  }
+
+  _buildGeneration() {
+    this.gen = this._activations("generate", 1, 1, this.cfg.ctx);
+    this.genPlan = new Plan(this.device, this.ops.pipelines, "decode");
+    this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
+    this.genPlan.freeze();
+    this.genLogits = this.buffer("logits readback", 4 * this.cfg.vocabSize, U().MAP_READ | U().COPY_DST);
+    this.genToken = new Uint32Array(1);
+  }
+
+  /** Feeds one token at position `pos` through the KV cache; with read, returns its logits. */
+  async _decode(token, pos, read) {
+    if (!this.genPlan) this._buildGeneration();
+    this.genPlan.rerecord();
+    this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: pos, logitRows: 1 });
+    this.genPlan.freeze();
+    this.genToken[0] = token;
+    this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
+    const enc = this.device.createCommandEncoder({ label: "decode" });
+    const pass = enc.beginComputePass();
+    this.genPlan.encode(pass);
+    pass.end();
+    if (read) enc.copyBufferToBuffer(this.gen.logits, 0, this.genLogits, 0, 4 * this.cfg.vocabSize);
+    this.device.queue.submit([enc.finish()]);
+    if (!read) return null;
+    await this.genLogits.mapAsync(GPUMapMode.READ);
+    const logits = new Float32Array(this.genLogits.getMappedRange()).slice();
+    this.genLogits.unmap();
+    return logits;
+  }
+
+  /** Logits of every position of `tokens` (≤ ctx), computed one token at a time through the KV cache. */
+  async decodeLogits(tokens) {
+    if (tokens.length > this.cfg.ctx) throw new Error(`${tokens.length} tokens exceed the context of ${this.cfg.ctx}`);
+    const out = [];
+    for (let i = 0; i < tokens.length; i++) out.push(await this._decode(tokens[i], i, true));
+    return out;
+  }
+
+  /**
+   * Generates maxNewTokens bytes after `prompt` (Uint8Array/array of bytes) with the KV cache.
+   * Context policy (docs/determinism.md): the model sees at most ctx tokens; when the window would
+   * exceed ctx it restarts from its last ctx/2 tokens at positions 0.., and the cache is rebuilt.
+   */
+  async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null } = {}) {
+    if (!prompt || prompt.length === 0) throw new Error("generation needs a prompt of at least one byte");
+    const ctx = this.cfg.ctx, half = Math.floor(ctx / 2), stream = new SampleStream(seed);
+    let window = Array.from(prompt);
+    if (window.length > ctx) window = window.slice(window.length - half);
+    let logits = null;
+    for (let i = 0; i < window.length; i++) logits = await this._decode(window[i], i, i === window.length - 1);
+    const out = [];
+    for (let n = 0; n < maxNewTokens; n++) {
+      const token = sampleToken(logits, temperature, topK, stream);
+      out.push(token);
+      if (onToken) onToken(token);
+      if (n === maxNewTokens - 1) break;
+      window.push(token);
+      if (window.length > ctx) {
+        window = window.slice(window.length - half);
+        for (let i = 0; i < window.length; i++) logits = await this._decode(window[i], i, i === window.length - 1);
+      } else {
+        logits = await this._decode(token, window.length - 1, true);
+      }
+    }
+    return Uint8Array.from(out);
+  }
+
+  async _read(buffer, bytes) {
+    const staging = this.device.createBuffer({ size: bytes, usage: U().MAP_READ | U().COPY_DST });
+    const enc = this.device.createCommandEncoder();
+    enc.copyBufferToBuffer(buffer, 0, staging, 0, bytes);
+    this.device.queue.submit([enc.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const out = new Float32Array(staging.getMappedRange().slice(0));
+    staging.destroy();
+    return out;
+  }
+
+  /** Current weights as one Float32Array in manifest order. */
+  async weights() { return this._read(this.params, 4 * this.P); }
+
+  /** The .tinygpt state bytes (docs/format.md): i32 step | weights | AdamW m | AdamW v, little-endian. */
+  async exportState() {
+    for (const slot of this.ring) if (slot.pending) await slot.pending;
+    const P = this.P, out = new Uint8Array(4 + 12 * P);
+    new DataView(out.buffer).setInt32(0, this.stepCount, true);
+    for (const [i, buf] of [this.params, this.m, this.v].entries()) {
+      const f = await this._read(buf, 4 * P);
+      out.set(new Uint8Array(f.buffer), 4 + 4 * P * i);
+    }
+    return out;
+  }
+
+  /** Loads state bytes of exactly 4 + 4P (weights only: fresh moments) or 4 + 12P bytes. */
+  importState(bytes) {
+    const u8 = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+    const P = this.P;
+    if (u8.length !== 4 + 4 * P && u8.length !== 4 + 12 * P) {
+      throw new Error(`state has ${u8.length} bytes; this model needs ${4 + 4 * P} (weights) or ${4 + 12 * P} (with AdamW moments)`);
+    }
+    const copy = u8.slice(); // aligned, and the caller's bytes are left untouched
+    const step = new DataView(copy.buffer).getInt32(0, true);
+    if (step < 0) throw new Error(`state step is negative (${step})`);
+    const floats = new Float32Array(copy.buffer, 4);
+    for (let i = 0; i < floats.length; i++) {
+      if (!Number.isFinite(floats[i])) throw new Error(`state holds a non-finite value at float ${i}`);
+    }
+    this.loadWeights(floats.subarray(0, P));
+    if (u8.length === 4 + 12 * P) {
+      this.device.queue.writeBuffer(this.m, 0, floats.subarray(P, 2 * P));
+      this.device.queue.writeBuffer(this.v, 0, floats.subarray(2 * P, 3 * P));
+    }
+    this.stepCount = step;
+  }
+
+  destroy() {
+    for (const p of [this.trainPlan, this.evalPlan, this.genPlan]) if (p) p.destroy();
+    for (const b of this.buffers) b.destroy();
+    this.buffers = [];
+  }
+}

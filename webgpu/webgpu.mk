@@ -1,0 +1,24 @@
+# WebGPU: Debian's chromium ships SwiftShader's Vulkan ICD (a software adapter: tests check
+# correctness only) and the npm `webgpu` package (Dawn for Node) is installed once into $(CACHE),
+# keyed by the lockfile's hash, and linked as webgpu/node_modules so fresh clones reuse it.
+WEBGPU_LOCK_HASH := $(shell sha256sum webgpu/package-lock.json | cut -c1-16)
+WEBGPU_NODE_DIR := $(CACHE)/node/webgpu-$(WEBGPU_LOCK_HASH)
+WEBGPU_STAMP := $(WEBGPU_NODE_DIR)/.installed
+SWIFTSHADER_ICD := /usr/lib/chromium/vk_swiftshader_icd.json
+SETUP_TARGETS += $(SWIFTSHADER_ICD) $(WEBGPU_STAMP) webgpu-node-modules
+
+$(SWIFTSHADER_ICD):
+	@echo "installing chromium (its SwiftShader Vulkan driver runs the WebGPU tests)"
+	@apt-get install -y -qq -o DPkg::Lock::Timeout=600 chromium >/dev/null
+	@test -f $@ || (echo "chromium did not provide $@" >&2; exit 1)
+
+$(WEBGPU_STAMP): webgpu/package.json webgpu/package-lock.json
+	@command -v node >/dev/null || apt-get install -y -qq -o DPkg::Lock::Timeout=600 nodejs npm >/dev/null
+	@echo "installing the npm webgpu package into $(WEBGPU_NODE_DIR)"
+	@mkdir -p $(WEBGPU_NODE_DIR) && cp webgpu/package.json webgpu/package-lock.json $(WEBGPU_NODE_DIR)/
+	@cd $(WEBGPU_NODE_DIR) && npm ci --silent --no-audit --no-fund --ignore-scripts 2>&1 | grep -v 'Unknown user config' || true
+	@test -f $(WEBGPU_NODE_DIR)/node_modules/webgpu/index.js && touch $@
+
+.PHONY: webgpu-node-modules
+webgpu-node-modules: $(WEBGPU_STAMP)
+	@test "$$(readlink webgpu/node_modules)" = "$(WEBGPU_NODE_DIR)/node_modules" || ln -sfn $(WEBGPU_NODE_DIR)/node_modules webgpu/node_modules
