@@ -68,8 +68,10 @@ def encode_header(header: dict) -> bytes:
     except (TypeError, ValueError) as e:  # NaN/inf or an object JSON cannot hold: refuse before writing
         raise TinyGPTFileError(f"refusing to save: header metadata is not plain JSON ({e})") from None
     text += b" " * (-(PREFIX.size + len(text)) % 4)
-    crc = zlib.crc32(text)
-    return text.replace(f'"headerCrc32":"{CRC_PLACEHOLDER}"'.encode(), f'"headerCrc32":"{crc:08x}"'.encode())
+    if len(_HEADER_CRC_FIELD.findall(text)) != 1:  # a nested one would make the file unreadable
+        raise TinyGPTFileError("refusing to save: header metadata may not hold a key named 'headerCrc32'")
+    field_ = f'"headerCrc32":"{CRC_PLACEHOLDER}"'.encode()
+    return text.replace(field_, f'"headerCrc32":"{zlib.crc32(text):08x}"'.encode())
 
 
 def decode_header(raw: bytes) -> dict:
@@ -77,7 +79,7 @@ def decode_header(raw: bytes) -> dict:
     if (PREFIX.size + len(raw)) % 4:
         raise TinyGPTFileError(f"header length {len(raw)} leaves the data unaligned (12 + N must be a multiple of 4)")
     try:
-        header = json.loads(raw.decode("utf-8"))
+        header = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
     except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         raise TinyGPTFileError(f"header JSON invalid: {e}") from None
     if not isinstance(header, dict):
@@ -90,6 +92,11 @@ def decode_header(raw: bytes) -> dict:
     if f"{crc:08x}" != header["headerCrc32"]:
         raise TinyGPTFileError("header CRC32 mismatch: the header is corrupt")
     return header
+
+
+def _refuse_constant(name: str):
+    """NaN and Infinity are not JSON: Python would accept them, JSON.parse in the browser would not."""
+    raise ValueError(f"{name} is not valid JSON")
 
 
 def write_state(path: str | Path, state: CheckpointState) -> None:
@@ -126,7 +133,7 @@ def write_state(path: str | Path, state: CheckpointState) -> None:
     header.setdefault("savedAt", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     text = encode_header(header)
     atomic_write(path, [PREFIX.pack(MAGIC, VERSION, len(text)), text, step_bytes]
-                  + [memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B") for a in arrays])
+                 + [memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B") for a in arrays])
 
 
 def atomic_write(path: str | Path, chunks) -> None:

@@ -211,6 +211,8 @@ def test_save_refuses_nan_and_leaves_the_existing_file_intact(tmp_path):
         model.blocks[0].mlp.fc_in.weight[1, 2] = 0.0
     with pytest.raises(TinyGPTFileError, match="header metadata is not plain JSON"):
         save(path, model, finalLoss=float("nan"))
+    with pytest.raises(TinyGPTFileError, match="may not hold a key named 'headerCrc32'"):
+        save(path, model, training={"headerCrc32": "0123abcd"})
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.tinygpt"]  # no temp file left behind
 
@@ -285,7 +287,7 @@ def test_refuses_wrong_magic_and_unknown_version(tmp_path):
 def test_refuses_invalid_header_json(tmp_path):
     _, state = split_file(valid_file())
     for text, problem in ((b'{"config": ', "header JSON invalid"), (b"[1, 2, 3]", "expected an object"),
-                          (b'{"a": "\xff\xfe"}', "header JSON invalid"), (b"[" * 100_000 + b"]" * 100_000, "header JSON invalid")):
+                          (b'{"a": "\xff\xfe"}', "header JSON invalid"), (b'{"a": NaN}', "NaN is not valid JSON"), (b"[" * 100_000 + b"]" * 100_000, "header JSON invalid")):
         text += b" " * (-(12 + len(text)) % 4)
         refused(tmp_path, PREFIX.pack(b"TGPT", 2, len(text)) + text + state, problem)
 
