@@ -220,11 +220,12 @@ export function sampleToken(logits, temperature, topK, stream) {
   let sum = 0;
   for (let i = 0; i < V; i++) if (keep[i]) { p[i] = Math.exp(l[i] - max); sum += p[i]; }
   const target = stream.nextUniform() * sum;
-  let cum = 0, lastKept = 0;
+  let cum = 0, lastNonzero = 0;
   for (let i = 0; i < V; i++) {
     if (!keep[i]) continue;
-    cum += p[i]; lastKept = i;
+    cum += p[i];
+    if (p[i] > 0) lastNonzero = i;
     if (cum > target) return i;
   }
-  return lastKept;
+  return lastNonzero; // u·sum rounded up to sum: the last kept byte of nonzero probability
 }

@@ -343,30 +343,35 @@ export class Trainer {
   }
 
   /**
-   * Generates maxNewTokens bytes after `prompt` (Uint8Array/array of bytes) with the KV cache.
-   * Context policy (docs/determinism.md): the model sees at most ctx tokens; when the window would
-   * exceed ctx it restarts from its last ctx/2 tokens at positions 0.., and the cache is rebuilt.
+   * Generates maxNewTokens bytes after `prompt` (bytes) with the KV cache, calling onToken(byte) as each
+   * one is sampled. Context policy (docs/determinism.md, as python_ref/sample.py's advance_window):
+   * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
+   * 0.., and the cache is rebuilt; prompt tokens go through the same policy.
    */
   async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null } = {}) {
     if (!prompt || prompt.length === 0) throw new Error("generation needs a prompt of at least one byte");
-    const ctx = this.cfg.ctx, half = Math.floor(ctx / 2), stream = new SampleStream(seed);
-    let window = Array.from(prompt);
-    if (window.length > ctx) window = window.slice(window.length - half);
-    let logits = null;
-    for (let i = 0; i < window.length; i++) logits = await this._decode(window[i], i, i === window.length - 1);
+    const ctx = this.cfg.ctx, stream = new SampleStream(seed);
+    let window = [], restarted = false;
+    const advance = (token) => {
+      restarted = window.length >= ctx;
+      if (restarted) window = window.slice(window.length - Math.floor(ctx / 2));
+      window.push(token);
+    };
+    for (const t of prompt) advance(t);
+    const rebuild = async () => {
+      let logits = null;
+      for (let i = 0; i < window.length; i++) logits = await this._decode(window[i], i, i === window.length - 1);
+      return logits;
+    };
+    let logits = await rebuild();
     const out = [];
     for (let n = 0; n < maxNewTokens; n++) {
       const token = sampleToken(logits, temperature, topK, stream);
       out.push(token);
       if (onToken) onToken(token);
       if (n === maxNewTokens - 1) break;
-      window.push(token);
-      if (window.length > ctx) {
-        window = window.slice(window.length - half);
-        for (let i = 0; i < window.length; i++) logits = await this._decode(window[i], i, i === window.length - 1);
-      } else {
-        logits = await this._decode(token, window.length - 1, true);
-      }
+      advance(token);
+      logits = restarted ? await rebuild() : await this._decode(token, window.length - 1, true);
     }
     return Uint8Array.from(out);
   }
