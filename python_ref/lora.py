@@ -120,15 +120,16 @@ class LoRA(nn.Module):
         self.base_crc32 = base_weights_crc32(model)
         for p in model.parameters():
             p.requires_grad_(False)
-        device = next(model.parameters()).device
+        first = next(model.parameters())
+        device, dtype = first.device, first.dtype  # float32 init values are exact in float64 too
         values = dict(initial_adapter_values(model.config, config))
         self.names = [name for name, _ in adapter_manifest(model.config, config)]
         self.lora_A, self.lora_B, self.linears = nn.ParameterList(), nn.ParameterList(), []
         modules = dict(model.named_modules())
         for name in self.names[0::2]:
             base = name.removesuffix(".lora_A")
-            self.lora_A.append(nn.Parameter(torch.from_numpy(values[base + ".lora_A"]).to(device)))
-            self.lora_B.append(nn.Parameter(torch.from_numpy(values[base + ".lora_B"]).to(device)))
+            self.lora_A.append(nn.Parameter(torch.from_numpy(values[base + ".lora_A"]).to(device, dtype)))
+            self.lora_B.append(nn.Parameter(torch.from_numpy(values[base + ".lora_B"]).to(device, dtype)))
             self.linears.append(modules[base])
             modules[base].register_forward_hook(self._hook(len(self.linears) - 1))
         model.lora_attached = True

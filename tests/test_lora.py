@@ -176,6 +176,27 @@ def test_merged_model_exports_as_a_plain_tinygpt(tmp_path):
     assert diff < 1e-5
 
 
+def test_adapters_apply_on_the_kv_cache_path_too():
+    _, lora = trained_lora(("q_proj", "k_proj", "v_proj"))
+    idx, _ = batch(8, b=2)
+    with torch.no_grad():
+        full, _ = lora(idx)
+        caches = [{} for _ in range(CONFIG.nLayer)]
+        steps = [lora(idx[:, t:t + 1], caches=caches, pos_offset=t)[0] for t in range(CONFIG.ctx)]
+    diff = (torch.cat(steps, dim=1) - full).abs().max().item()
+    print(f"LoRA model, KV cache vs full forward: max |logit diff| = {diff:.3e}")
+    assert diff < 1e-5
+
+
+def test_adapters_follow_a_float64_model():
+    model = TinyGPT(CONFIG, seed=0).double()
+    lora = LoRA(model, LoRAConfig(rank=2, alpha=2))
+    assert all(t.dtype == torch.float64 for _, t in lora.named_adapters())
+    idx, targets = batch()
+    _, loss = lora(idx, targets)
+    assert loss.dtype == torch.float64
+
+
 def test_attaching_twice_is_refused():
     model = TinyGPT(CONFIG, seed=0)
     LoRA(model, LoRAConfig(rank=2, alpha=2))
