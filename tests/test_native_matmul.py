@@ -1,4 +1,4 @@
-"""wasm/src/matmul.cpp and thread_pool.cpp against numpy float64, through the ctypes library of
+"""wasm/src/matmul.cpp, thread_pool.cpp and simd.h's exp/tanh against numpy float64, through the ctypes library of
 wasm/bench/matmul_lib.py: awkward shapes, 1 and 2 threads, the += semantics of the backward, the
 null-pointer skips, bit-identical results for any thread count, and the parallel_for contract.
 The "portable" build (no -march) runs simd.h's scalar back end, the code of the scalar WASM build."""
@@ -135,3 +135,16 @@ def test_parallel_for_covers_range_once(lib, threads, n, min_chunk):
             counts, chunks = lib.cover(pool, n, min_chunk)
             assert (counts == 1).all()
             assert chunks <= min(threads, max(1, n // min_chunk)) and (chunks >= 1 or n == 0)
+
+
+def test_simd_exp_and_tanh(lib):
+    x = np.concatenate([np.linspace(-87.3, 88.3, 200_001), [0.0, -1e-30, 1e-7, -20.5]]).astype(np.float32)
+    x64 = x.astype(np.float64)
+    exp_err = float(np.max(np.abs(lib.simd_exp(x) - np.exp(x64)) / np.exp(x64)))
+    t = np.linspace(-12, 12, 100_001).astype(np.float32)
+    tanh_err = float(np.max(np.abs(lib.simd_tanh(t) - np.tanh(t.astype(np.float64)))))
+    clamped = lib.simd_exp(np.array([-np.inf, -200.0, 200.0, np.inf], np.float32))
+    print(f"[{lib.simd}] simd exp max rel err {exp_err:.2e}; tanh max abs err {tanh_err:.2e}; "
+          f"exp(-inf, -200, 200, inf) = {clamped}")
+    assert exp_err < 5e-7 and tanh_err < 2e-7
+    assert np.all(np.isfinite(clamped)) and clamped[0] < 1.5e-38 and clamped[3] > 1e38

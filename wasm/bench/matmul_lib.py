@@ -60,6 +60,7 @@ class MatmulLib:
         lib.tgmm_backward.argtypes = [_P, _P, _P, _P, _P, _P, _I, _I, _I, _P]
         lib.tgmm_repeat_step.argtypes = [ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _P]
         lib.tgmm_pool_cover.argtypes = [_P, _I, _I, _P, _P]
+        lib.tgmm_simd_apply.argtypes = [_P, _P, _I, ctypes.c_int]
         lib.tgmm_gemm_strided.argtypes = [_I, _I, _I, _P, _I, _I, _P, _I, _I, _P, _I, ctypes.c_int, _P]
         self.lib = lib
         self.simd = lib.tgmm_simd_name().decode()
@@ -88,6 +89,16 @@ class MatmulLib:
         """C = A·B or C += A·B on strided views of flat float32 arrays (strides in elements)."""
         self.lib.tgmm_gemm_strided(M, N, K, _ptr(a), a_rs, a_cs, _ptr(b), b_rs, b_cs, _ptr(c), ldc,
                                    int(accumulate), pool.handle)
+
+    def simd_exp(self, x):
+        y = np.empty_like(x)
+        self.lib.tgmm_simd_apply(_ptr(x), _ptr(y), x.size, 0)
+        return y
+
+    def simd_tanh(self, x):
+        y = np.empty_like(x)
+        self.lib.tgmm_simd_apply(_ptr(x), _ptr(y), x.size, 1)
+        return y
 
     def cover(self, pool, n: int, min_chunk: int):
         """(per-item visit counts, number of chunks) of one parallel_for_scratch over [0, n)."""

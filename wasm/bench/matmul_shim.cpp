@@ -31,6 +31,17 @@ void tgmm_gemm_strided(int64_t M, int64_t N, int64_t K, const float* a, int64_t 
   });
 }
 
+// y = exp(x) (fn 0) or tanh(x) (fn 1) through simd.h, a vector at a time (the tail padded).
+void tgmm_simd_apply(const float* x, float* y, int64_t n, int fn) {
+  using namespace tg::simd;
+  for (int64_t i = 0; i < n; i += kWidth) {
+    float in[kWidth] = {0}, out[kWidth];
+    for (int64_t j = 0; j < kWidth && i + j < n; j++) in[j] = x[i + j];
+    store(out, fn == 0 ? tg::simd::exp(load(in)) : tg::simd::tanh(load(in)));
+    for (int64_t j = 0; j < kWidth && i + j < n; j++) y[i + j] = out[j];
+  }
+}
+
 // Runs forward then backward `reps` times (for timing without Python overhead per call).
 void tgmm_repeat_step(int reps, float* out, const float* inp, const float* weight, const float* bias,
                       float* dinp, float* dweight, float* dbias, const float* dout, int64_t M, int64_t K,

@@ -38,13 +38,13 @@ float* allocate_scratch(int n_threads) {
 
 void free_scratch(float* p) { ::operator delete[](p, std::align_val_t(64)); }
 
+#if TG_POOL_HAS_THREADS
 // Chunk c of n items split into `chunks` near-equal contiguous pieces.
 inline void chunk_bounds(int64_t n, int64_t chunks, int64_t c, int64_t* begin, int64_t* end) {
   *begin = n * c / chunks;
   *end = n * (c + 1) / chunks;
 }
 
-#if TG_POOL_HAS_THREADS
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
   _mm_pause();
