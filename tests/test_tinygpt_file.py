@@ -359,6 +359,22 @@ def test_refuses_negative_step_even_with_valid_crcs(tmp_path):
     refused(tmp_path, assemble(header, struct.pack("<i", -4) + state[4:], state_crc=True), r"step is negative \(-4\)")
 
 
+def test_lengths_are_64_bit_for_a_behemoth_file(tmp_path):
+    """A sparse 5.68 GB file one float short: the length arithmetic must not wrap at 2^32."""
+    from python_ref.config import model_config
+    config = model_config("behemoth")
+    header = {"config": config.to_json(), "manifest": manifest_entries(config), "includesOptimizerState": True,
+              "stateCrc32": "00000000", "headerCrc32": "00000000"}
+    prefix_and_header = assemble(header, b"")
+    path = tmp_path / "behemoth.tinygpt"
+    with open(path, "wb") as f:
+        f.write(prefix_and_header)
+        f.truncate(len(prefix_and_header) + 4 + 12 * 473_244_160 - 4)
+    with pytest.raises(TinyGPTFileError, match="5678929920 bytes after the header, expected 5678929924") as e:
+        read_state(path)
+    print(f"refused: {e.value}")
+
+
 # ---------------------------------------------------------------- fuzz
 
 FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
