@@ -130,3 +130,48 @@ def run_browser(page, spec: dict, timeout_ms: int = 600_000) -> dict:
 
 def max_rel_diff(a, b) -> float:
     return max(abs(x - y) / max(abs(y), 1e-30) for x, y in zip(a, b, strict=True))
+
+
+def python_init_file(path: Path, preset: str, seed: int) -> bytes:
+    """A .tinygpt written by python_ref (portable init of `seed`, step 0, no moments); returns its
+    state bytes (what tg_import_state takes)."""
+    from python_ref.config import model_config
+    from python_ref.model import TinyGPT
+    from python_ref.tinygpt_file import save
+    save(path, TinyGPT(model_config(preset), seed=seed), preset=preset)
+    raw = path.read_bytes()
+    return raw[12 + int.from_bytes(raw[8:12], "little"):]
+
+
+def native_trajectory(preset: str, init_state: bytes, steps: int, threads: int = 1) -> tuple[list[float], bytes]:
+    """The native build's losses for `steps` corpus steps from init_state, and its exported state."""
+    import sys
+    sys.path.insert(0, str(ROOT / "wasm" / "tests"))
+    from tinygpt_native import NativeModel, ensure_built
+    from python_ref.config import model_config, train_config
+    ensure_built()
+    tc = train_config(preset)
+    with NativeModel(model_config(preset), batch=tc.batch, n_threads=threads) as m:
+        m.import_state(init_state)
+        m.set_hyper_from(tc)
+        m.set_corpus(CORPUS.read_bytes(), tc.valFraction)
+        m.set_data_state(tc.seed, 0)
+        losses = [m.train_step() for _ in range(steps)]
+        return losses, m.export_state(with_moments=True)
+
+
+def state_floats(state: bytes):
+    import numpy as np
+    return np.frombuffer(state, dtype="<f4", offset=4)
+
+
+def max_rel_state_diff(a: bytes, b: bytes, blocks: int = 3) -> float:
+    """Max |a-b| over each block of two states (weights, m, v) relative to that block's max |b|:
+    elementwise relative error is meaningless for values that pass through zero."""
+    import numpy as np
+    x, y = state_floats(a).astype(np.float64), state_floats(b).astype(np.float64)
+    assert x.shape == y.shape and a[:4] == b[:4]
+    worst = 0.0
+    for xb, yb in zip(np.split(x, blocks), np.split(y, blocks)):
+        worst = max(worst, float(np.abs(xb - yb).max() / max(np.abs(yb).max(), 1e-30)))
+    return worst

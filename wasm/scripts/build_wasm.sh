@@ -9,8 +9,9 @@
 # and its modules from one origin. tinygpt_api.js (generated from tinygpt_api.h) tells the JS wrapper which
 # arguments are pointers, so worker code is the same for all four builds.
 #
-# Incremental: a variant is rebuilt only when the hash of its inputs (sources, headers, flags,
-# compiler version, this script) changes; a warm run prints nothing and takes well under a second.
+# Incremental: an object is recompiled only when the hash of its inputs (its source, all headers,
+# flags, compiler) changes, a variant relinked only when an object or the link flags change; a warm
+# run prints nothing and takes well under a second.
 #
 # usage: build_wasm.sh [--src DIR] [--api HEADER] [--out DIR] [--no-site-copy] [VARIANT...]
 set -euo pipefail
@@ -48,7 +49,9 @@ import json, sys
 names = sorted(json.load(sys.stdin)["functions"])
 print(",".join(["_malloc", "_free"] + ["_" + n for n in names]))')"
 
-COMMON=(-std=c++17 -O3 -Wall -fwasm-exceptions
+# Compile flags (per object) and link flags (per variant).
+CFLAGS=(-std=c++17 -O3 -Wall -fwasm-exceptions)
+LDFLAGS=(-O3 -fwasm-exceptions
     -sMODULARIZE -sEXPORT_ES6 -sEXPORT_NAME=createTinyGPTModule
     -sWASM_BIGINT                       # int64_t crosses into JS as BigInt, unsplit
     -sALLOW_MEMORY_GROWTH=1             # the C++ side allocates each model's arena once, at creation
@@ -60,25 +63,29 @@ COMMON=(-std=c++17 -O3 -Wall -fwasm-exceptions
 # tgThreads module option); the C++ pool takes its workers from it. STRICT=2: asking for more
 # threads than the pool has fails with an error instead of deadlocking in a worker.
 POOL='(Module["tgThreads"]||(typeof navigator<"u"&&navigator.hardwareConcurrency)||require("os").cpus().length)'
-THREADS=(-pthread -sPTHREAD_POOL_SIZE="$POOL" -sPTHREAD_POOL_SIZE_STRICT=2)
+THREADS_LD=(-sPTHREAD_POOL_SIZE="$POOL" -sPTHREAD_POOL_SIZE_STRICT=2)
 
-variant_flags() {  # sets VFLAGS for variant $1 (an array: the pool expression holds spaces)
+variant_flags() {  # sets VCFLAGS / VLDFLAGS for variant $1 (arrays: the pool expression holds spaces)
     case "$1" in
-        scalar)   VFLAGS=(-sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB) ;;
-        simd)     VFLAGS=(-sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB -msimd128) ;;
-        threads)  VFLAGS=(-sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB -msimd128 "${THREADS[@]}") ;;
-        memory64) VFLAGS=(-sENVIRONMENT=web,worker -sMEMORY64=1 -sMAXIMUM_MEMORY=16GB -msimd128 "${THREADS[@]}") ;;
+        scalar)   VCFLAGS=() ;;
+        simd)     VCFLAGS=(-msimd128) ;;
+        threads)  VCFLAGS=(-msimd128 -pthread) ;;
+        memory64) VCFLAGS=(-msimd128 -pthread -sMEMORY64=1 -Wno-experimental) ;;
+    esac
+    case "$1" in
+        memory64) VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker -sMAXIMUM_MEMORY=16GB "${THREADS_LD[@]}") ;;
+        threads)  VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB "${THREADS_LD[@]}") ;;
+        *)        VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB) ;;
     esac
 }
 
-inputs_hash() {  # inputs_hash VARIANT
-    {
-        variant_flags "$1"; printf '%s\n' "${COMMON[@]}" "${VFLAGS[@]}"
-        cat "$HERE/build_wasm.sh" "$HERE/api_signatures.py"
-        find "$SRC" -maxdepth 1 -type f \( -name '*.cpp' -o -name '*.h' \) -print0 | sort -z | xargs -0 cat
-        cat "$API"
-        cat "${TINYGPT_CACHE:-$HOME/.cache/tinygpt}/emsdk-trixie/.tinygpt-emscripten-ready" 2>/dev/null || command -v emcc
-    } | sha256sum | cut -c1-32
+TOOLCHAIN_ID="$(cat "${TINYGPT_CACHE:-$HOME/.cache/tinygpt}/emsdk-trixie/.tinygpt-emscripten-ready" 2>/dev/null || command -v emcc || true)"
+# Any header change recompiles every object (simple and safe; there are few headers).
+HEADERS_HASH="$(find "$SRC" -maxdepth 1 -type f -name '*.h' -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-32)"
+
+object_hash() {  # object_hash VARIANT SOURCE
+    variant_flags "$1"
+    { printf '%s\n' "${CFLAGS[@]}" "${VCFLAGS[@]}" "$TOOLCHAIN_ID" "$HEADERS_HASH"; cat "$2"; } | sha256sum | cut -c1-32
 }
 
 # Chromium >= 137 names the Memory64 descriptor field `address`; Emscripten 3.1.69 writes the
@@ -94,36 +101,59 @@ fix_memory64_descriptor() {
         echo "build_wasm.sh: no Memory64 descriptor found in $glue (Emscripten changed?)" >&2; return 1; }
 }
 
-build_variant() {
-    local v="$1" dir="$OUT/$1" hash
-    hash="$(inputs_hash "$v")"
-    if [ "$(cat "$dir/.inputs" 2>/dev/null)" = "$hash" ] && [ -f "$dir/tinygpt.mjs" ]; then
-        return 0
-    fi
-    echo "[build_wasm] $v" >&2
-    local t0=$SECONDS tmp="$dir.tmp"
-    rm -rf "$tmp"; mkdir -p "$tmp"
+compile_object() {  # compile_object VARIANT SOURCE: $OUT/VARIANT/obj/NAME.o, skipped when up to date
+    local v="$1" src="$2" obj hash
+    obj="$OUT/$v/obj/$(basename "$src" .cpp).o"
+    hash="$(object_hash "$v" "$src")"
+    [ -f "$obj" ] && [ "$(cat "$obj.hash" 2>/dev/null)" = "$hash" ] && return 0
+    mkdir -p "$OUT/$v/obj"
+    echo "[build_wasm] $v: compile $(basename "$src")" >&2
     variant_flags "$v"
-    (cd "$REPO" && "$EMCC" "${COMMON[@]}" "${VFLAGS[@]}" -I"$SRC" "${SOURCES[@]}" -o "$tmp/tinygpt.mjs") \
-        >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log" >&2; echo "[build_wasm] $v FAILED" >&2; return 1; }
-    if [ "$v" = memory64 ]; then fix_memory64_descriptor "$tmp/tinygpt.mjs"; fi
-    printf "export default %s;\n" "$signatures" >"$tmp/tinygpt_api.js"
-    printf '%s\n' "$hash" >"$tmp/.inputs"
-    rm -rf "$dir"; mv "$tmp" "$dir"
-    echo "[build_wasm] $v done in $((SECONDS - t0)) s" >&2
+    if ! (cd "$REPO" && "$EMCC" "${CFLAGS[@]}" "${VCFLAGS[@]}" -I"$SRC" -c "$src" -o "$obj.tmp") >"$obj.log" 2>&1; then
+        cat "$obj.log" >&2; echo "[build_wasm] $v: $(basename "$src") FAILED" >&2; rm -f "$obj.tmp"; return 1
+    fi
+    [ -s "$obj.log" ] && cat "$obj.log" >&2   # warnings
+    mv "$obj.tmp" "$obj"; echo "$hash" >"$obj.hash"
 }
 
-# Variants build in parallel, at most one per core: each is a single emcc process. Each writes
-# its exit status to a file, so no status is lost however the jobs interleave.
+link_variant() {  # link_variant VARIANT: $OUT/VARIANT/tinygpt.{mjs,wasm} + tinygpt_api.js
+    local v="$1" dir="$OUT/$1" hash objs=()
+    for src in "${SOURCES[@]}"; do objs+=("$dir/obj/$(basename "$src" .cpp).o"); done
+    variant_flags "$v"
+    hash="$({ printf '%s\n' "${LDFLAGS[@]}" "${VLDFLAGS[@]}" "$TOOLCHAIN_ID";
+              for o in "${objs[@]}"; do cat "$o.hash"; done; } | sha256sum | cut -c1-32)"
+    [ -f "$dir/tinygpt.mjs" ] && [ "$(cat "$dir/.link-hash" 2>/dev/null)" = "$hash" ] && return 0
+    echo "[build_wasm] $v: link" >&2
+    local t0=$SECONDS
+    rm -f "$dir/.link-hash"
+    (cd "$REPO" && "$EMCC" "${LDFLAGS[@]}" "${VLDFLAGS[@]}" "${objs[@]}" -o "$dir/tinygpt.mjs") >"$dir/link.log" 2>&1 ||
+        { cat "$dir/link.log" >&2; echo "[build_wasm] $v: link FAILED" >&2; return 1; }
+    if [ "$v" = memory64 ]; then fix_memory64_descriptor "$dir/tinygpt.mjs"; fi
+    printf "export default %s;\n" "$signatures" >"$dir/tinygpt_api.js"
+    echo "$hash" >"$dir/.link-hash"
+    echo "[build_wasm] $v: linked in $((SECONDS - t0)) s" >&2
+}
+
+# Jobs run in parallel, at most one per core. Each writes its exit status to a file, so no status
+# is lost however the jobs interleave.
 status_dir="$(mktemp -d)"; trap 'rm -rf "$status_dir"' EXIT
-for v in "${VARIANTS[@]}"; do
-    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do sleep 0.2; done
-    (build_variant "$v"; echo $? >"$status_dir/$v") &
-done
-wait
-for v in "${VARIANTS[@]}"; do
-    [ "$(cat "$status_dir/$v" 2>/dev/null)" = 0 ] || exit 1
-done
+run_jobs() {  # run_jobs FUNCTION ARGS-LINES...: one job per line ("a b" -> FUNCTION a b)
+    local fn="$1" i=0 line; shift
+    rm -f "$status_dir"/*
+    for line in "$@"; do
+        while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do sleep 0.1; done
+        # shellcheck disable=SC2086
+        ( $fn $line; echo $? >"$status_dir/$i" ) &
+        i=$((i + 1))
+    done
+    wait
+    for ((j = 0; j < i; j++)); do [ "$(cat "$status_dir/$j" 2>/dev/null)" = 0 ] || return 1; done
+}
+
+compile_jobs=()
+for v in "${VARIANTS[@]}"; do for src in "${SOURCES[@]}"; do compile_jobs+=("$v $src"); done; done
+run_jobs compile_object "${compile_jobs[@]}" || exit 1
+run_jobs link_variant "${VARIANTS[@]}" || exit 1
 
 if [ -n "$SITE" ]; then
     for v in "${VARIANTS[@]}"; do
