@@ -71,8 +71,9 @@ def test_adapter_shapes_and_portable_init():
     values = dict(initial_adapter_values(CONFIG, lora_cfg))
     # first A takes normals 0 .. 3C-1 of stream seed ^ key; the next A continues the count
     z = normals(7 ^ LORA_STREAM_KEY, 0, 3 * C + 3 * C)
-    assert np.array_equal(values["blocks.0.attn.q_proj.lora_A"].ravel(), (z[:3 * C] / math.sqrt(C)).astype(np.float32))
-    assert np.array_equal(values["blocks.0.attn.k_proj.lora_A"].ravel(), (z[3 * C:] / math.sqrt(C)).astype(np.float32))
+    std = 1.0 / math.sqrt(C)  # the spec's binary64 product z * (1 / sqrt(in)), then float32
+    assert np.array_equal(values["blocks.0.attn.q_proj.lora_A"].ravel(), (z[:3 * C] * std).astype(np.float32))
+    assert np.array_equal(values["blocks.0.attn.k_proj.lora_A"].ravel(), (z[3 * C:] * std).astype(np.float32))
     assert all(not v.any() for n, v in values.items() if n.endswith("lora_B"))
 
 
