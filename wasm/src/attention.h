@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "thread_pool.h"
+#include "vec_ops.h"
 
 namespace tg {
 
@@ -18,25 +19,14 @@ inline F attend_row(F* y, F* p, const F* q, const F* k, const F* v, int64_t n_ke
                     int64_t D, F scale) {
   F max_score = -INFINITY;
   for (int64_t j = 0; j < n_keys; j++) {
-    const F* kj = k + j * stride;
-    F s = 0;
-    for (int64_t d = 0; d < D; d++) s += q[d] * kj[d];
-    s *= scale;
+    const F s = vec_dot(q, k + j * stride, D) * scale;
     p[j] = s;
     if (s > max_score) max_score = s;
   }
-  F sum = 0;
-  for (int64_t j = 0; j < n_keys; j++) {
-    p[j] = std::exp(p[j] - max_score);
-    sum += p[j];
-  }
+  const F sum = vec_exp_shifted(p, max_score, n_keys);
   F inv = static_cast<F>(1) / sum;
   for (int64_t d = 0; d < D; d++) y[d] = 0;
-  for (int64_t j = 0; j < n_keys; j++) {
-    const F* vj = v + j * stride;
-    F w = p[j] * inv;
-    for (int64_t d = 0; d < D; d++) y[d] += w * vj[d];
-  }
+  for (int64_t j = 0; j < n_keys; j++) vec_axpy(y, p[j] * inv, v + j * stride, D);
   return max_score + std::log(sum);
 }
 
@@ -86,28 +76,17 @@ void attention_backward(F* dq, F* dk, F* dv, F* scratch, const F* dy, const F* q
         const F row_lse = lse[bh * T + t];
         F dot = 0;  // sum_j p_j dp_j
         for (int64_t j = 0; j <= t; j++) {
-          const F* kj = k + base + j * C;
-          const F* vj = v + base + j * C;
-          F s = 0, g = 0;
-          for (int64_t d = 0; d < D; d++) {
-            s += qt[d] * kj[d];
-            g += dyt[d] * vj[d];
-          }
-          p[j] = std::exp(s * scale - row_lse);
-          dp[j] = g;
-          dot += p[j] * g;
+          p[j] = vec_dot(qt, k + base + j * C, D) * scale;
+          dp[j] = vec_dot(dyt, v + base + j * C, D);
         }
+        vec_exp_shifted(p, row_lse, t + 1);  // p_j = exp(s_j - lse)
+        for (int64_t j = 0; j <= t; j++) dot += p[j] * dp[j];
         F* dqt = dq + base + t * C;
         for (int64_t j = 0; j <= t; j++) {
-          F ds = p[j] * (dp[j] - dot) * scale;
-          const F* kj = k + base + j * C;
-          F* dkj = dk + base + j * C;
-          F* dvj = dv + base + j * C;
-          for (int64_t d = 0; d < D; d++) {
-            dqt[d] += ds * kj[d];
-            dkj[d] += ds * qt[d];
-            dvj[d] += p[j] * dyt[d];
-          }
+          const F ds = p[j] * (dp[j] - dot) * scale;
+          vec_axpy(dqt, ds, k + base + j * C, D);
+          vec_axpy(dk + base + j * C, ds, qt, D);
+          vec_axpy(dv + base + j * C, p[j], dyt, D);
         }
       }
     }
