@@ -1,11 +1,16 @@
 """python_ref/lora.py: step-0 identity, frozen base, merge/unmerge, adapter file round trip and refusals."""
 import json
 import math
+import tempfile
 import zlib
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from python_ref.config import ConfigError, ModelConfig, model_config
 from python_ref.lora import (
@@ -286,3 +291,34 @@ def test_save_adapter_refuses_nan(tmp_path):
     with pytest.raises(AdapterFileError, match="refusing to save"):
         save_adapter(tmp_path / "a.tgla", lora)
     assert list(tmp_path.iterdir()) == []
+
+
+@lru_cache(maxsize=None)
+def adapter_file() -> bytes:
+    _, lora = trained_lora(("q_proj", "fc_out"))
+    with tempfile.TemporaryDirectory() as d:
+        save_adapter(Path(d) / "a.tgla", lora)
+        return (Path(d) / "a.tgla").read_bytes()
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_fuzz_damaged_adapter_files_are_refused(data):
+    """Truncations and byte flips anywhere: AdapterFileError, never another exception or a silent load."""
+    raw = bytearray(adapter_file())
+    if data.draw(st.booleans()):
+        raw = raw[:data.draw(st.integers(0, len(raw) - 1))]
+    else:
+        for _ in range(data.draw(st.integers(1, 3))):
+            raw[data.draw(st.integers(0, len(raw) - 1))] ^= data.draw(st.integers(1, 255))
+    if bytes(raw) == adapter_file():
+        return
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "f.tgla").write_bytes(bytes(raw))
+        with pytest.raises(AdapterFileError):
+            load_adapter(Path(d) / "f.tgla", fuzz_base())  # a refused load attaches nothing: reusable
+
+
+@lru_cache(maxsize=None)
+def fuzz_base() -> TinyGPT:
+    return TinyGPT(CONFIG, seed=0)
