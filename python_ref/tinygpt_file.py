@@ -163,9 +163,11 @@ def _parse_header(raw: bytes) -> dict:
     data_state = header.get("dataState")
     if data_state is not None and not (
         isinstance(data_state, dict)
-        and all(_is_int(data_state.get(k)) and data_state[k] >= 0 for k in ("seed", "batchesDrawn"))
+        and all(_is_int(data_state.get(k)) and 0 <= data_state[k] < 2**53 for k in ("seed", "batchesDrawn"))
     ):
-        raise TinyGPTFileError(f"header key 'dataState' must be {{seed, batchesDrawn}} (non-negative integers), got {data_state!r}")
+        raise TinyGPTFileError(
+            f"header key 'dataState' must be {{seed, batchesDrawn}}, integers in [0, 2^53), got {data_state!r}"
+        )
     return header
 
 
