@@ -9,6 +9,7 @@ step   ms/step and tokens/s of a full training step (forward, backward, clip, Ad
 matmul GFLOP/s of the step's Linear-layer products alone (forward + dinp + dweight + dbias, the shapes
        of the preset, counted as many times as the model runs them): torch.mm on preallocated
        outputs (N threads) vs wasm/src/matmul.cpp (1 and N threads).
+pool   the thread pool's fork-join overhead per parallel_for.
 shapes GFLOP/s per distinct Linear shape and product (forward, dinp, dweight), torch and native at
        1 and N threads: where the matmul is weak.
 
@@ -219,7 +220,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", default=DEFAULT_PRESETS)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="the 'all cores' count")
-    ap.add_argument("--part", default="step,matmul", help="step, matmul, shapes (comma-separated)")
+    ap.add_argument("--part", default="step,matmul", help="step, matmul, shapes, pool (comma-separated)")
     ap.add_argument("--seconds", type=float, default=2.0, help="timing budget per measurement")
     ap.add_argument("--lib", default=None, help="libtinygpt.so (default $TINYGPT_BUILD/native/libtinygpt.so)")
     ap.add_argument("--variant", default="native", help="matmul build: native, avx2, portable")
@@ -254,6 +255,13 @@ def main(argv=None):
                       f"{t_torch / tn:.2f}x | {t1 / tn:.2f}x | {tokens / t_torch:,.0f} | {tokens / tn:,.0f} |", flush=True)
             else:
                 print(f"| {p} | {tokens} | {t_torch * 1e3:.1f} | - | - | - | - | {tokens / t_torch:,.0f} | - |", flush=True)
+
+    if "pool" in parts:
+        for t in sorted({1, T}):
+            with mm.pool(t) as pool:
+                mm.pool_roundtrip(pool, 2, 1000)
+                us = min(mm.pool_roundtrip(pool, 2, 20000) for _ in range(3)) * 1e6
+            print(f"thread pool, {t} thread(s): {us:.2f} us per parallel_for (fork + join, trivial work)")
 
     if "shapes" in parts:
         print(f"\nPer Linear shape and product, GFLOP/s:")

@@ -60,6 +60,8 @@ class MatmulLib:
         lib.tgmm_backward.argtypes = [_P, _P, _P, _P, _P, _P, _I, _I, _I, _P]
         lib.tgmm_repeat_step.argtypes = [ctypes.c_int, _P, _P, _P, _P, _P, _P, _P, _P, _I, _I, _I, _P]
         lib.tgmm_pool_cover.argtypes = [_P, _I, _I, _P, _P]
+        lib.tgmm_pool_roundtrip.argtypes = [_P, _I, _I]
+        lib.tgmm_pool_roundtrip.restype = ctypes.c_double
         lib.tgmm_simd_apply.argtypes = [_P, _P, _I, ctypes.c_int]
         lib.tgmm_gemm_strided.argtypes = [_I, _I, _I, _P, _I, _I, _P, _I, _I, _P, _I, ctypes.c_int, _P]
         self.lib = lib
@@ -89,6 +91,10 @@ class MatmulLib:
         """C = A·B or C += A·B on strided views of flat float32 arrays (strides in elements)."""
         self.lib.tgmm_gemm_strided(M, N, K, _ptr(a), a_rs, a_cs, _ptr(b), b_rs, b_cs, _ptr(c), ldc,
                                    int(accumulate), pool.handle)
+
+    def pool_roundtrip(self, pool, n: int = 2, iters: int = 20000) -> float:
+        """Seconds per parallel_for of n trivial items: the fork-join overhead."""
+        return self.lib.tgmm_pool_roundtrip(pool.handle, n, iters)
 
     def simd_exp(self, x):
         y = np.empty_like(x)

@@ -1,5 +1,7 @@
 // extern "C" entry points over matmul.h and thread_pool.h, so that tests/test_native_matmul.py and
 // wasm/bench/bench_native.py can drive the kernels through ctypes from a small shared library.
+#include <chrono>
+
 #include "../src/matmul.h"
 #include "../src/simd.h"
 #include "../src/thread_pool.h"
@@ -66,6 +68,15 @@ void tgmm_pool_cover(void* pool, int64_t n, int64_t min_chunk, int32_t* counts, 
     __atomic_fetch_add(&chunk_count[0], 1, __ATOMIC_RELAXED);
   });
   *n_chunks = chunk_count[0];
+}
+
+// Seconds per parallel_for of `n` trivial items (the pool's fork-join overhead), over `iters` calls.
+double tgmm_pool_roundtrip(void* pool, int64_t n, int64_t iters) {
+  tg::ThreadPool& p = *static_cast<tg::ThreadPool*>(pool);
+  volatile int64_t sink = 0;
+  auto start = std::chrono::steady_clock::now();
+  for (int64_t i = 0; i < iters; i++) p.parallel_for(n, 1, [&](int64_t b, int64_t e) { sink = sink + (e - b); });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / double(iters);
 }
 
 }  // extern "C"

@@ -1,6 +1,9 @@
 // The persistent pool. Workers are started once in the constructor and joined in the destructor.
-// A parallel_for publishes (task, ctx, n, chunks) and bumps a generation counter; each worker runs
-// its chunk and decrements `pending`; the caller runs chunk 0 and then waits for pending == 0.
+// A parallel_for publishes (task, ctx, n) and then one atomic word holding a new generation number
+// and the chunk count; the workers with a chunk (indices 1 .. chunks-1) run it and decrement
+// `pending`; the caller runs chunk 0 and then waits for pending == 0. Workers without a chunk only
+// note the generation: the caller never waits on them, so a pool larger than the work (or than the
+// cores, when the machine is busy) costs nothing but their wake-up.
 // Idle workers spin on the generation for a short while (the gaps between the kernels of one
 // training step are microseconds, far shorter than a futex wake-up) and then block on a condition
 // variable, so an idle model costs no CPU.
@@ -62,60 +65,65 @@ struct ThreadPool::Impl {
   std::vector<std::thread> workers;
   float* scratch = nullptr;
 
-  // The published job; written by the caller before the generation bump (release), read by
-  // workers after they see it (acquire).
+  // The published job; written by the caller before the job word (release), read by the
+  // participating workers after they see it (acquire), and stable until pending drops to 0.
   Task task = nullptr;
   void* ctx = nullptr;
   int64_t n = 0;
-  int64_t chunks = 0;
   bool stop = false;
 
-  std::atomic<uint64_t> generation{0};
+  // generation << kChunkBits | chunks
+  static constexpr int kChunkBits = 16;
+  std::atomic<uint64_t> job{0};
   std::atomic<int> pending{0};
   std::atomic<int> sleepers{0};
   std::mutex mutex;
   std::condition_variable wake;
 
   void worker_loop(int index);
-  uint64_t wait_for_generation(uint64_t seen);
+  uint64_t wait_for_job(uint64_t seen_generation);
 };
 
-uint64_t ThreadPool::Impl::wait_for_generation(uint64_t seen) {
+// Returns the first job word whose generation differs from seen_generation.
+uint64_t ThreadPool::Impl::wait_for_job(uint64_t seen_generation) {
   auto start = std::chrono::steady_clock::now();
   for (int spins = 0;; spins++) {
-    uint64_t g = generation.load(std::memory_order_acquire);
-    if (g != seen) return g;
+    uint64_t word = job.load(std::memory_order_acquire);
+    if (word >> kChunkBits != seen_generation) return word;
     cpu_relax();
     if ((spins & 63) == 63 && std::chrono::steady_clock::now() - start > kSpinTime) break;
   }
-  // Block. sleepers and generation are both seq_cst so that either the caller sees this sleeper
-  // and notifies under the mutex, or this thread sees the new generation before waiting.
+  // Block. sleepers and job are both seq_cst so that either the caller sees this sleeper and
+  // notifies under the mutex, or this thread sees the new job before waiting.
   std::unique_lock<std::mutex> lock(mutex);
   sleepers.fetch_add(1);
-  uint64_t g;
-  while ((g = generation.load()) == seen) wake.wait(lock);
+  uint64_t word;
+  while ((word = job.load()) >> kChunkBits == seen_generation) wake.wait(lock);
   sleepers.fetch_sub(1);
-  return g;
+  return word;
 }
 
 void ThreadPool::Impl::worker_loop(int index) {
-  uint64_t seen = 0;
+  uint64_t seen_generation = 0;
   float* my_scratch = scratch + int64_t(index) * kScratchFloats;
   for (;;) {
-    seen = wait_for_generation(seen);
+    uint64_t word = wait_for_job(seen_generation);
+    seen_generation = word >> kChunkBits;
     if (stop) return;
+    int64_t chunks = int64_t(word & ((uint64_t(1) << kChunkBits) - 1));
     if (index < chunks) {
       int64_t begin, end;
       chunk_bounds(n, chunks, index, &begin, &end);
       t_chunk_scratch = my_scratch;
       task(ctx, begin, end, my_scratch);
       t_chunk_scratch = nullptr;
+      pending.fetch_sub(1, std::memory_order_acq_rel);
     }
-    pending.fetch_sub(1, std::memory_order_acq_rel);
   }
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(n_threads < 1 ? 1 : n_threads > kMaxThreads ? kMaxThreads : n_threads) {
   impl_ = new Impl();
   impl_->scratch = allocate_scratch(n_threads_);
   impl_->workers.reserve(size_t(n_threads_ - 1));
@@ -125,7 +133,7 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads < 1 ? 1 : n_threads
 ThreadPool::~ThreadPool() {
   if (!impl_->workers.empty()) {
     impl_->stop = true;
-    impl_->generation.fetch_add(1);
+    impl_->job.store(((impl_->job.load() >> Impl::kChunkBits) + 1) << Impl::kChunkBits);
     {
       std::lock_guard<std::mutex> lock(impl_->mutex);
       impl_->wake.notify_all();
@@ -154,9 +162,9 @@ void ThreadPool::run(int64_t n, int64_t min_chunk, Task task, void* ctx) {
   im.task = task;
   im.ctx = ctx;
   im.n = n;
-  im.chunks = chunks;
-  im.pending.store(n_threads_ - 1, std::memory_order_relaxed);
-  im.generation.fetch_add(1);  // seq_cst: publishes the job (see wait_for_generation)
+  im.pending.store(int(chunks - 1), std::memory_order_relaxed);
+  uint64_t generation = (im.job.load(std::memory_order_relaxed) >> Impl::kChunkBits) + 1;
+  im.job.store(generation << Impl::kChunkBits | uint64_t(chunks));  // seq_cst: see wait_for_job
   if (im.sleepers.load() > 0) {
     std::lock_guard<std::mutex> lock(im.mutex);
     im.wake.notify_all();

@@ -15,6 +15,7 @@ class ThreadPool {
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   int size() const { return n_threads_; }
+  static constexpr int kMaxThreads = 1024;  // larger requests are clamped
 
   // Calls fn(begin, end) on disjoint contiguous chunks covering [0, n), across the pool, and
   // returns when all are done. Never allocates. Chunks smaller than min_chunk are not split off.
