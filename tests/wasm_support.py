@@ -60,8 +60,10 @@ def run_node(spec: dict, tmp_path: Path, timeout: float = 600) -> dict:
 
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
-    """Serves the repo at / and $BUILD/wasm at /build-wasm/; optionally cross-origin isolated."""
+    """Serves the repo at /, $BUILD/wasm at /build-wasm/ and a test's files at /files/;
+    cross-origin isolated (COOP/COEP) unless isolated is False."""
     isolated = True
+    files_dir: Path | None = None
     extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
                       ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
                       ".json": "application/json", ".html": "text/html"}
@@ -70,6 +72,8 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         clean = path.split("?", 1)[0].split("#", 1)[0]
         if clean.startswith("/build-wasm/"):
             return str(WASM_DIR / clean[len("/build-wasm/"):])
+        if clean.startswith("/files/") and self.files_dir is not None:
+            return str(self.files_dir / clean[len("/files/"):])
         return super().translate_path(path)
 
     def end_headers(self):
@@ -84,9 +88,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def static_server(isolated: bool = True):
+def static_server(isolated: bool = True, files_dir: Path | None = None):
     """A local server on 127.0.0.1 (random port) for the duration of the block; yields its base URL."""
-    handler = type("Handler", (_Handler,), {"isolated": isolated})
+    handler = type("Handler", (_Handler,), {"isolated": isolated, "files_dir": files_dir})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0),
                                              functools.partial(handler, directory=str(ROOT)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)

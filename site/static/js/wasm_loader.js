@@ -85,7 +85,8 @@ export function chooseBuild(features, needBytes, prefer = null) {
   if (features.cores < 2) {
     return { build: "simd", reason: "only one CPU core reported: single-threaded SIMD build" };
   }
-  return { build: "threads", reason: `cross-origin isolated, ${features.cores} cores: SIMD + ${features.cores}-thread build` };
+  const shared = features.isNode ? "Node (shared memory always available)" : "cross-origin isolated";
+  return { build: "threads", reason: `${shared}, ${features.cores} cores: SIMD + ${features.cores}-thread build` };
 }
 
 const defaultBaseUrl = () => new URL("../wasm/", import.meta.url);
