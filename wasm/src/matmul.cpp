@@ -5,7 +5,7 @@
 //   dweight  dW   (N,K) += dout^T (N,M) · inp (M,K)        A(n,m) = dout[m,n], B = inp
 //
 // Blocking follows BLIS (Goto's algorithm), simplified for the shapes of this model (K, N <= a few
-// thousand): C is split into one block of rows (and, when rows are few, of columns) per thread. For
+// thousand): C is split into one block of rows or of columns per thread (see run_gemm). For
 // each NC-wide, KC-deep block of B the thread packs B once into its scratch as NR-column
 // micro-panels (contiguous in the order the micro-kernel reads them, zero-padded at the edge) and
 // then sweeps all its rows, MC at a time: the MC×KC block of A stays in L2 while the jr loop walks
@@ -191,9 +191,6 @@ struct Gemm {
   }
 };
 
-// Splits C across the pool: by rows (in whole micro-tiles) when there are enough of them, else
-// also by columns (e.g. the one-row products of KV-cache generation). One block per thread, so
-// each thread packs each B block once.
 // The empty cases: nothing to do, or an empty reduction (C = bias or 0; += nothing). True if handled.
 bool gemm_trivial(const Gemm& g) {
   if (g.M <= 0 || g.N <= 0) return true;
@@ -204,12 +201,28 @@ bool gemm_trivial(const Gemm& g) {
   return true;
 }
 
+// Splits C across the pool into one block per thread, tm row blocks (whole micro-tiles) × tn column
+// blocks. Each thread packs its columns of B and, for dout^T, its rows of A; A read in place still
+// streams through the caches. The split minimises that traffic per thread, in floats moved:
+//   A: (M/tm)·K, twice if packed (read + write);  B: K·(N/tn), twice (it is always packed).
+// E.g. dweight of fc_out, (C, 4C) over B·T rows, splits its 4C columns; dweight of fc_in its rows.
 void run_gemm(const Gemm& g, ThreadPool& pool) {
   if (gemm_trivial(g)) return;
   int64_t units = std::min<int64_t>(pool.size(), std::max<int64_t>(1, 2 * g.M * g.N * g.K / kMinFlopsPerChunk));
   int64_t row_tiles = ceil_div(g.M, MR), col_tiles = ceil_div(g.N, NR);
-  int64_t tm = std::min(units, std::max<int64_t>(1, row_tiles / 4));
-  int64_t tn = std::min(units / tm, col_tiles);
+  int64_t tm = 1, tn = 1;
+  double best = -1;
+  for (int64_t r = 1; r <= units; r++) {
+    int64_t c = units / r;
+    if (r * c != units || r > row_tiles || c > col_tiles) continue;
+    double a = double(ceil_div(row_tiles, r) * MR) * double(g.K) * (g.A.rs == 1 ? 2.0 : 1.0);
+    double b = 2.0 * double(g.K) * double(ceil_div(col_tiles, c) * NR);
+    if (best < 0 || a + b < best) {
+      best = a + b;
+      tm = r;
+      tn = c;
+    }
+  }
   pool.parallel_for_scratch(tm * tn, 1, [&](int64_t begin, int64_t end, float* scratch) {
     for (int64_t u = begin; u < end; u++) {
       int64_t r = u / tn, c = u % tn;
