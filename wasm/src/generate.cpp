@@ -75,15 +75,17 @@ void decode_token(Model& model, int32_t token, int64_t pos, bool want_logits) {
     d.x[i] = w.wte[static_cast<int64_t>(token) * C + i] + w.wpe[pos * C + i];
   for (int64_t l = 0; l < c.n_layer; l++) {
     const LayerParams& p = w.layers[l];
-    float* k_row = d.k_cache[l] + pos * C;
+    const int64_t ctx = c.ctx;
+    float* kT = d.k_cache[l];  // (C, ctx)
     float* v_row = d.v_cache[l] + pos * C;
     layernorm_row(d.ln, &d.ln_mean, &d.ln_rstd, d.x, p.ln1w, p.ln1b, C, c.ln_eps);
     matmul_forward(d.q, d.ln, p.qw, p.qb, 1, C, C, pool);
-    matmul_forward(k_row, d.ln, p.kw, p.kb, 1, C, C, pool);
+    matmul_forward(d.k, d.ln, p.kw, p.kb, 1, C, C, pool);
+    for (int64_t i = 0; i < C; i++) kT[i * ctx + pos] = d.k[i];
     matmul_forward(v_row, d.ln, p.vw, p.vb, 1, C, C, pool);
     for (int64_t h = 0; h < H; h++)
-      attend_row(d.att + h * D, d.p, d.q + h * D, d.k_cache[l] + h * D, d.v_cache[l] + h * D,
-                 pos + 1, C, D, scale);
+      attend_row(d.att + h * D, d.p, d.q + h * D, kT + h * D * ctx, ctx, d.v_cache[l] + h * D, C,
+                 pos + 1, D, scale);
     matmul_forward(d.proj, d.att, p.ow, p.ob, 1, C, C, pool);
     for (int64_t i = 0; i < C; i++) d.x[i] = d.x[i] + d.proj[i];
     layernorm_row(d.ln, &d.ln_mean, &d.ln_rstd, d.x, p.ln2w, p.ln2b, C, c.ln_eps);

@@ -176,12 +176,12 @@ void Model::carve(Layout& a) {
   dk_ = a.take<float>(BT * C);
   dv_ = a.take<float>(BT * C);
   dh_ = a.take<float>(BT * 4 * C);
-  att_scratch_ = a.take<float>(B * H * 2 * T);
+  att_scratch_ = a.take<float>(attention_scratch_size(B, T, C, H));
   norm_partials_ = a.take<double>(norm_partials_count(P_));
   dec_.k_cache.assign(static_cast<size_t>(c.n_layer), nullptr);
   dec_.v_cache.assign(static_cast<size_t>(c.n_layer), nullptr);
   for (int64_t l = 0; l < c.n_layer; l++) {
-    dec_.k_cache[l] = a.take<float>(T * C);
+    dec_.k_cache[l] = a.take<float>(C * T);
     dec_.v_cache[l] = a.take<float>(T * C);
   }
   for (float** p : {&dec_.x, &dec_.ln, &dec_.q, &dec_.k, &dec_.v, &dec_.att, &dec_.proj})

@@ -60,7 +60,9 @@ struct LayerActs {
 
 // Buffers of token-at-a-time decoding with a KV cache (one sequence).
 struct DecodeBuffers {
-  std::vector<float*> k_cache, v_cache;  // per layer (ctx,C)
+  // Per layer: keys transposed, (C, ctx), so head h's are a (D, ctx) block as attend_row wants;
+  // values as rows, (ctx, C).
+  std::vector<float*> k_cache, v_cache;
   float *x, *ln, *q, *k, *v, *att, *proj;  // (C)
   float *h, *g;                            // (4C)
   float* logits;                           // (V)
@@ -144,7 +146,7 @@ class Model {
   float *dres_ = nullptr, *dln_ = nullptr, *datt_ = nullptr;          // (B,T,C)
   float *dq_ = nullptr, *dk_ = nullptr, *dv_ = nullptr;               // (B,T,C)
   float* dh_ = nullptr;                                               // (B,T,4C)
-  float* att_scratch_ = nullptr;                                      // (B*H*2T)
+  float* att_scratch_ = nullptr;  // attention_scratch_size(B, T, C, H)
   double* norm_partials_ = nullptr;
   DecodeBuffers dec_;
   int64_t cur_B_ = 0, cur_T_ = 0;  // shape of the last forward

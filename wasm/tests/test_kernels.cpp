@@ -120,7 +120,7 @@ template <class F>
 void check_attention(tg::ThreadPool& pool, int64_t B, int64_t T, int64_t C, int64_t H) {
   using Buf = std::vector<F>;
   Buf q = random_vec<F>(B * T * C), k = random_vec<F>(B * T * C), v = random_vec<F>(B * T * C);
-  Buf R = random_vec<F>(B * T * C), y(B * T * C), lse(B * H * T), scratch(B * H * 2 * T);
+  Buf R = random_vec<F>(B * T * C), y(B * T * C), lse(B * H * T), scratch(tg::attention_scratch_size(B, T, C, H));
   auto loss = [&] {
     tg::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T, C, H, pool);
     return dot(y, R);
