@@ -130,3 +130,21 @@ def test_overfit_gate_one_batch():
     print(f"\ntiny, one batch of {tc.batch}x{config.ctx}, lr {lr}: loss {losses[0]:.3f} -> {losses[-1]:.4f} "
           f"after {len(losses)} steps")
     assert losses[-1] < 0.05
+
+
+def test_thread_count_changes_no_bit():
+    """Every kernel splits work so that each sum keeps one order: 1 and 2 threads give the same state."""
+    config, tc = model_config("tiny"), train_config("tiny")
+    corpus = Corpus.from_file(DEFAULT_CORPUS)
+    states = []
+    for n_threads in (1, 2):
+        with NativeModel(config, batch=tc.batch, n_threads=n_threads) as m:
+            m.init(tc.seed)
+            m.set_hyper_from(tc)
+            m.set_corpus(corpus.data, tc.valFraction)
+            losses = [m.train_step() for _ in range(3)]
+            states.append((losses, m.export_state(True)))
+    (l1, s1), (l2, s2) = states
+    diff = np.abs(np.frombuffer(s1[4:], "<f4") - np.frombuffer(s2[4:], "<f4")).max()
+    print(f"\n3 steps, 1 vs 2 threads: losses equal={l1 == l2}, state max |diff| {diff:.1e}")
+    assert l1 == l2 and s1 == s2
