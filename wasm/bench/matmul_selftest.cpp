@@ -6,9 +6,12 @@
 //     wasm/bench/matmul_selftest.cpp wasm/src/matmul.cpp wasm/src/thread_pool.cpp -o t.js
 //   node t.js
 // (wasm/bench/run_wasm_selftest.sh runs the scalar, SIMD, relaxed-SIMD and threads builds.)
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "matmul.h"
@@ -101,7 +104,34 @@ bool check_exp_tanh() {
 
 }  // namespace
 
-int main() {
+// GFLOP/s of the three products on one Linear shape of the large preset (M = 12·128 rows, C = 192,
+// fc_in: K = C, N = 4C), for comparing back ends and micro-tile shapes: `selftest bench [threads]`.
+void bench(int threads) {
+  const int64_t M = 1536, K = 192, N = 768;
+  auto x = random_vector(M * K), w = random_vector(N * K), b = random_vector(N), d = random_vector(M * N);
+  std::vector<float> out(size_t(M * N)), dx(size_t(M * K)), dw(size_t(N * K));
+  tg::ThreadPool pool(threads);
+  auto time = [&](const char* name, auto&& fn) {
+    fn();
+    double best = 1e30;
+    for (int r = 0; r < 5; r++) {
+      auto t0 = std::chrono::steady_clock::now();
+      fn();
+      best = std::fmin(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::printf("%s %s threads=%d M,K,N=%lld,%lld,%lld: %.1f GFLOP/s\n", tg::simd::kSimdName, name, pool.size(),
+                (long long)M, (long long)K, (long long)N, 2.0 * M * K * N / best / 1e9);
+  };
+  time("forward", [&] { tg::matmul_forward(out.data(), x.data(), w.data(), b.data(), M, K, N, pool); });
+  time("dinp", [&] { tg::matmul_backward(dx.data(), nullptr, nullptr, d.data(), x.data(), w.data(), M, K, N, pool); });
+  time("dweight", [&] { tg::matmul_backward(nullptr, dw.data(), nullptr, d.data(), x.data(), w.data(), M, K, N, pool); });
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "bench") {
+    bench(argc > 2 ? std::atoi(argv[2]) : 1);
+    return 0;
+  }
   bool ok = true;
   const int64_t shapes[][3] = {{1, 7, 13}, {33, 65, 17}, {250, 96, 384}, {130, 520, 40}};
   for (int threads : {1, 2}) {
