@@ -57,22 +57,28 @@ struct View {
   int64_t rs, cs;
 };
 
-// Packs columns [j0, j0+cols) × depth [p0, p0+kb) of B as one micro-panel of NR columns:
-// dst[p*NR + j] = B(p0+p, j0+j), columns >= `cols` zero. B(p, j) = b.p[p*b.rs + j*b.cs]; one of the
-// strides is 1 (row-major weight or activations: copy runs; transposed weight: gather).
-void pack_b_panel(float* dst, View b, int64_t p0, int64_t j0, int64_t cols, int64_t kb) {
-  const float* s = b.p + p0 * b.rs + j0 * b.cs;
+// Packs columns [j0, j0+nb) × depth [p0, p0+kb) of B as NR-column micro-panels: panel q holds
+// dst[q*kb*NR + p*NR + j] = B(p0+p, j0+q*NR+j), columns past nb zero. B(p, j) = b.p[p*b.rs + j*b.cs];
+// one of the strides is 1: row-major weight or activations (rows copied p by p, each read once,
+// contiguously, and spread over the panels) or a transposed weight (gathered column by column).
+void pack_b_block(float* dst, View b, int64_t p0, int64_t kb, int64_t j0, int64_t nb) {
   if (b.cs == 1) {
     for (int64_t p = 0; p < kb; p++) {
-      const float* sp = s + p * b.rs;
+      const float* sp = b.p + (p0 + p) * b.rs + j0;
       float* d = dst + p * NR;
-      int64_t j = 0;
-      for (; j < cols; j++) d[j] = sp[j];
-      for (; j < NR; j++) d[j] = 0.0f;
+      for (int64_t jr = 0; jr < nb; jr += NR, d += kb * NR) {
+        int64_t cols = std::min<int64_t>(NR, nb - jr);
+        int64_t j = 0;
+        for (; j < cols; j++) d[j] = sp[jr + j];
+        for (; j < NR; j++) d[j] = 0.0f;
+      }
     }
-  } else {
+    return;
+  }
+  for (int64_t jr = 0; jr < nb; jr += NR, dst += kb * NR) {
+    int64_t cols = std::min<int64_t>(NR, nb - jr);
     for (int64_t j = 0; j < cols; j++) {
-      const float* sj = s + j * b.cs;
+      const float* sj = b.p + p0 * b.rs + (j0 + jr + j) * b.cs;
       for (int64_t p = 0; p < kb; p++) dst[p * NR + j] = sj[p * b.rs];
     }
     for (int64_t j = cols; j < NR; j++)
@@ -165,8 +171,7 @@ struct Gemm {
       int64_t nb = std::min(NC, c1 - jc);
       for (int64_t pc = 0; pc < K; pc += KC) {
         int64_t kb = std::min(KC, K - pc);
-        for (int64_t jr = 0; jr < nb; jr += NR)
-          pack_b_panel(b_packed + jr * kb, B, pc, jc + jr, std::min<int64_t>(NR, nb - jr), kb);
+        pack_b_block(b_packed, B, pc, kb, jc, nb);
         bool overwrite = pc == 0 && !accumulate;
         for (int64_t ic = r0; ic < r1; ic += MC) {
           int64_t ic_end = std::min(ic + MC, r1);
