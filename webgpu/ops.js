@@ -8,7 +8,7 @@ import { columnSum } from "./kernels/reduce.js";
 import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
 import { crossEntropy, meanLoss } from "./kernels/crossentropy.js";
 import { attentionForward, attentionBackwardDelta, attentionBackwardKV, attentionBackwardQ } from "./kernels/attention.js";
-import { sumSquares, clipCoefficient, adamw, NORM_WORKGROUPS } from "./kernels/optimizer.js";
+import { sumSquares, clipCoefficient, adamw, NORM_PARTIALS } from "./kernels/optimizer.js";
 import { PipelineCache } from "./plan.js";
 
 const matmulKernels = new Map();
@@ -42,12 +42,12 @@ export class Ops {
   }
 
   layernorm(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
-    return plan.add(layernormForward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(rows));
+    return plan.add(layernormForward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(Math.ceil(rows / 64)));
   }
 
   /** dx (+)= LayerNorm backward; then the weight and bias gradients into grads. */
   layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads }) {
-    plan.add(layernormBackward, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(rows));
+    plan.add(layernormBackward, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(Math.ceil(rows / 64)));
     plan.add(layernormParamGrad, { rows, C, w_off: wOff, b_off: bOff }, [dout, x, stats, grads], [Math.ceil(C / 64), 1]);
   }
 
@@ -68,7 +68,7 @@ export class Ops {
   }
 
   crossEntropy(plan, { rows, V, logits, targets, losses, grad, lossOut }) {
-    plan.add(crossEntropy, { rows, V, flags: grad ? 1 : 0, scale: 1 / rows }, [logits, targets, losses], grid1d(rows));
+    plan.add(crossEntropy, { rows, V, flags: grad ? 1 : 0, scale: 1 / rows }, [logits, targets, losses], grid1d(Math.ceil(rows / 64)));
     if (lossOut) plan.add(meanLoss, { n: rows }, [losses, lossOut], [1, 1]);
   }
 
@@ -86,8 +86,8 @@ export class Ops {
 
   /** scal = [norm, clip coefficient] of all n gradients. */
   gradNorm(plan, { n, grads, partials, scal, clip }) {
-    plan.add(sumSquares, { n }, [grads, partials], [NORM_WORKGROUPS, 1]);
-    plan.add(clipCoefficient, { parts: NORM_WORKGROUPS, clip }, [partials, scal], [1, 1]);
+    plan.add(sumSquares, { n }, [grads, partials], [NORM_PARTIALS / 128, 1]);
+    plan.add(clipCoefficient, { parts: NORM_PARTIALS, clip }, [partials, scal], [1, 1]);
   }
 
   /** Returns the dispatch index, whose step-dependent uniforms adamwValues() fills each step. */
@@ -96,7 +96,7 @@ export class Ops {
   }
 }
 
-export const NORM_PARTIALS = NORM_WORKGROUPS;
+export { NORM_PARTIALS };
 
 /** AdamW's uniforms for step t (1-based): bias corrections in binary64, as PyTorch computes them. */
 export function adamwValues(n, tr, t) {

@@ -267,6 +267,34 @@ export class Trainer {
     return { loss: pending };
   }
 
+  /**
+   * Wall-clock time of each dispatch of one training step, each submitted and awaited on its own
+   * (so it includes a submit's overhead): {kernelName: {count, ms}}, to find the slow kernels.
+   */
+  async profileStep(batch = null) {
+    const { x, y } = batch ?? this.nextBatch();
+    this._uploadBatch(x, y);
+    this.stepCount += 1;
+    this.trainPlan.update(this.adamIndex, adamwValues(this.P, this.tr, this.stepCount));
+    await this.device.queue.onSubmittedWorkDone();
+    const totals = {};
+    for (const e of this.trainPlan.entries) {
+      const t0 = performance.now();
+      const enc = this.device.createCommandEncoder();
+      const pass = enc.beginComputePass();
+      pass.setPipeline(e.pipeline);
+      pass.setBindGroup(0, e.bindGroup);
+      pass.dispatchWorkgroups(e.grid[0], e.grid[1]);
+      pass.end();
+      this.device.queue.submit([enc.finish()]);
+      await this.device.queue.onSubmittedWorkDone();
+      const t = (totals[e.kernel.name] ??= { count: 0, ms: 0 });
+      t.count += 1;
+      t.ms += performance.now() - t0;
+    }
+    return totals;
+  }
+
   /** Mean cross-entropy over B·T positions of a batch, without training. */
   async lossOn(x, y) {
     const rows = this.tr.batch * this.cfg.ctx;

@@ -1,4 +1,4 @@
-// Fused softmax + cross-entropy, one workgroup of 128 per row; with flags 1 the logits are
+// Fused softmax + cross-entropy; with flags 1 the logits are
 // overwritten in place by d(mean loss)/d(logits) = (softmax - onehot) · scale.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
@@ -17,26 +17,24 @@ fn wg_reduce(v: f32, li: u32, is_max: bool) -> f32 {
 }
 ${LINEAR_ID}`;
 
-// logits: (rows,V), targets: (rows) -> losses: (rows)
+// logits: (rows,V), targets: (rows) -> losses: (rows); one invocation per row (no barriers)
 export const crossEntropy = kernel("cross_entropy",
   [["rows", "u32"], ["V", "u32"], ["flags", "u32"], ["scale", "f32"]],
-  [["logits", "rw"], ["targets", "read", "u32"], ["losses", "rw"]], `${WG_REDUCE}
-@compute @workgroup_size(128)
+  [["logits", "rw"], ["targets", "read", "u32"], ["losses", "rw"]], `${LINEAR_ID}
+@compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let row = linear_workgroup(wid, nwg);
+  let row = linear_workgroup(wid, nwg) * 64u + li;
   if (row >= p.rows) { return; }
   let base = row * p.V;
-  var m = -3.0e38;
-  for (var i = li; i < p.V; i += 128u) { m = max(m, logits[base + i]); }
-  let mx = wg_reduce(m, li, true);
+  var mx = -3.0e38;
+  for (var i = 0u; i < p.V; i++) { mx = max(mx, logits[base + i]); }
   var s = 0.0;
-  for (var i = li; i < p.V; i += 128u) { s = s + exp(logits[base + i] - mx); }
-  let lse = mx + log(wg_reduce(s, li, false));
+  for (var i = 0u; i < p.V; i++) { s = s + exp(logits[base + i] - mx); }
+  let lse = mx + log(s);
   let t = targets[row];
-  if (li == 0u) { losses[row] = lse - logits[base + t]; }
-  workgroupBarrier();
+  losses[row] = lse - logits[base + t];
   if (p.flags == 1u) {
-    for (var i = li; i < p.V; i += 128u) {
+    for (var i = 0u; i < p.V; i++) {
       logits[base + i] = (exp(logits[base + i] - lse) - select(0.0, 1.0, i == t)) * p.scale;
     }
   }

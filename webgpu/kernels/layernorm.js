@@ -1,42 +1,32 @@
-// LayerNorm over the last dimension C, one workgroup of 64 invocations per row.
+// LayerNorm over the last dimension C, one invocation per row (rows are short: C ≤ a few thousand,
+// and a row-per-invocation kernel needs no barriers, which software adapters execute slowly).
 // Forward saves (mean, rstd) per row; backward recomputes x̂ from them.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-const ROW_REDUCE = `
-var<workgroup> red: array<f32, 64>;
-fn row_sum(v: f32, li: u32) -> f32 {
-  red[li] = v;
-  workgroupBarrier();
-  for (var s = 32u; s > 0u; s = s >> 1u) {
-    if (li < s) { red[li] = red[li] + red[li + s]; }
-    workgroupBarrier();
-  }
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
-${LINEAR_ID}`;
+const ROW = `${LINEAR_ID}
+fn row_index(wid: vec3u, nwg: vec3u, li: u32) -> u32 { return linear_workgroup(wid, nwg) * 64u + li; }`;
 
 // x: (rows,C) -> out: (rows,C); stats: (rows,2) = mean, rstd
 export const layernormForward = kernel("layernorm_forward",
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"], ["eps", "f32"]],
   [["x", "read"], ["params", "read"], ["out", "rw"], ["stats", "rw"]],
-  `${ROW_REDUCE}
+  `${ROW}
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let row = linear_workgroup(wid, nwg);
+  let row = row_index(wid, nwg, li);
   if (row >= p.rows) { return; }
   let base = row * p.C;
   var s = 0.0;
-  for (var c = li; c < p.C; c += 64u) { s = s + x[base + c]; }
-  let mean = row_sum(s, li) / f32(p.C);
+  for (var c = 0u; c < p.C; c++) { s = s + x[base + c]; }
+  let mean = s / f32(p.C);
   var q = 0.0;
-  for (var c = li; c < p.C; c += 64u) { let d = x[base + c] - mean; q = q + d * d; }
-  let rstd = 1.0 / sqrt(row_sum(q, li) / f32(p.C) + p.eps);
-  for (var c = li; c < p.C; c += 64u) {
+  for (var c = 0u; c < p.C; c++) { let d = x[base + c] - mean; q = q + d * d; }
+  let rstd = 1.0 / sqrt(q / f32(p.C) + p.eps);
+  for (var c = 0u; c < p.C; c++) {
     out[base + c] = (x[base + c] - mean) * rstd * params[p.w_off + c] + params[p.b_off + c];
   }
-  if (li == 0u) { stats[2u * row] = mean; stats[2u * row + 1u] = rstd; }
+  stats[2u * row] = mean;
+  stats[2u * row + 1u] = rstd;
 }
 `);
 
@@ -44,24 +34,24 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 export const layernormBackward = kernel("layernorm_backward",
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"]],
   [["dout", "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"]],
-  `${ROW_REDUCE}
+  `${ROW}
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let row = linear_workgroup(wid, nwg);
+  let row = row_index(wid, nwg, li);
   if (row >= p.rows) { return; }
   let base = row * p.C;
   let mean = stats[2u * row];
   let rstd = stats[2u * row + 1u];
   var a = 0.0;
   var b = 0.0;
-  for (var c = li; c < p.C; c += 64u) {
+  for (var c = 0u; c < p.C; c++) {
     let dn = dout[base + c] * params[p.w_off + c];
     a = a + dn;
     b = b + dn * (x[base + c] - mean) * rstd;
   }
-  let mean_dn = row_sum(a, li) / f32(p.C);
-  let mean_dn_xhat = row_sum(b, li) / f32(p.C);
-  for (var c = li; c < p.C; c += 64u) {
+  let mean_dn = a / f32(p.C);
+  let mean_dn_xhat = b / f32(p.C);
+  for (var c = 0u; c < p.C; c++) {
     let xhat = (x[base + c] - mean) * rstd;
     var g = (dout[base + c] * params[p.w_off + c] - mean_dn - xhat * mean_dn_xhat) * rstd;
     if (p.flags == 1u) { g = g + dx[base + c]; }

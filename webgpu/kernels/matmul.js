@@ -19,6 +19,8 @@ export const MATMUL_TILES = {
   64: { WX: 16, WY: 8, BK: 16, TM: 8, TN: 4 },
   128: { WX: 8, WY: 16, BK: 8, TM: 8, TN: 8 },
 };
+const range = (n) => Array.from({ length: n }, (_, i) => i);
+const each = (I, J, f) => range(I).flatMap((i) => range(J).map((j) => f(i, j))).join("\n");
 const tileShape = (t) => ({ ...t, BM: t.WY * t.TM, BN: t.WX * t.TN, threads: t.WX * t.WY });
 
 export function matmulKernel(variant, tile) {
@@ -43,12 +45,23 @@ fn load_b(k: u32, n: u32) -> f32 {
   return B[p.b_off + ${bT ? "n * p.K + k" : "k * p.N + n"}];
 }
 
+fn store(m: u32, n: u32, acc: f32) {
+  if (m >= p.M || n >= p.N) { return; }
+  var v = acc;
+  if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + n]; }
+  let idx = p.c_off + m * p.N + n;
+  if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
+  if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }
+  C[idx] = v;
+}
+
 @compute @workgroup_size(${WX}, ${WY})
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
         @builtin(local_invocation_index) li: u32) {
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
-  var acc: array<array<f32, TN>, TM>;
+  // the TM×TN accumulators are unrolled into scalars so that every backend keeps them in registers
+${each(TM, TN, (i, j) => `  var c${i}_${j} = 0.0;`)}
   for (var k0 = 0u; k0 < p.K; k0 += BK) {
     // consecutive invocations read consecutive addresses of global memory
     for (var e = li; e < BK * BM; e += THREADS) {
@@ -61,30 +74,13 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: ve
     }
     workgroupBarrier();
     for (var k = 0u; k < BK; k++) {
-      var a: array<f32, TM>;
-      var b: array<f32, TN>;
-      for (var i = 0u; i < TM; i++) { a[i] = As[k * BM + lid.y + i * WY]; }
-      for (var j = 0u; j < TN; j++) { b[j] = Bs[k * BN + lid.x + j * WX]; }
-      for (var i = 0u; i < TM; i++) {
-        for (var j = 0u; j < TN; j++) { acc[i][j] = acc[i][j] + a[i] * b[j]; }
-      }
+${range(TM).map((i) => `      let a${i} = As[k * BM + lid.y + ${i * WY}u];`).join("\n")}
+${range(TN).map((j) => `      let b${j} = Bs[k * BN + lid.x + ${j * WX}u];`).join("\n")}
+${each(TM, TN, (i, j) => `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
     }
     workgroupBarrier();
   }
-  for (var i = 0u; i < TM; i++) {
-    let m = m0 + lid.y + i * WY;
-    if (m >= p.M) { continue; }
-    for (var j = 0u; j < TN; j++) {
-      let n = n0 + lid.x + j * WX;
-      if (n >= p.N) { continue; }
-      var v = acc[i][j];
-      if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + n]; }
-      let idx = p.c_off + m * p.N + n;
-      if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
-      if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }
-      C[idx] = v;
-    }
-  }
+${each(TM, TN, (i, j) => `  store(m0 + lid.y + ${i * WY}u, n0 + lid.x + ${j * WX}u, c${i}_${j});`)}
 }
 `);
 }

@@ -2,7 +2,7 @@
 // The clip coefficient never leaves the GPU: AdamW reads it from `scal` and scales each gradient.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-export const NORM_WORKGROUPS = 256;
+export const NORM_PARTIALS = 16384; // invocations of sum_squares, each summing a fixed strided subset
 
 const WG_SUM = `
 var<workgroup> red: array<f32, 128>;
@@ -16,14 +16,13 @@ fn wg_sum(v: f32, li: u32) -> f32 {
   return red[0];
 }`;
 
-// grads: (n) -> partials: (NORM_WORKGROUPS) sums of squares, each over a fixed strided subset
-export const sumSquares = kernel("sum_squares", [["n", "u32"]], [["grads", "read"], ["partials", "rw"]], `${WG_SUM}
+// grads: (n) -> partials: (NORM_PARTIALS) sums of squares, invocation i over i, i + NORM_PARTIALS, ...
+export const sumSquares = kernel("sum_squares", [["n", "u32"]], [["grads", "read"], ["partials", "rw"]], `
 @compute @workgroup_size(128)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn main(@builtin(global_invocation_id) gid: vec3u) {
   var s = 0.0;
-  for (var i = wid.x * 128u + li; i < p.n; i += ${NORM_WORKGROUPS * 128}u) { let g = grads[i]; s = s + g * g; }
-  let total = wg_sum(s, li);
-  if (li == 0u) { partials[wid.x] = total; }
+  for (var i = gid.x; i < p.n; i += ${NORM_PARTIALS}u) { let g = grads[i]; s = s + g * g; }
+  partials[gid.x] = s;
 }
 `);
 

@@ -59,9 +59,19 @@ export async function trainJob(job) {
   try {
     if (job.initialWeights) result.initialWeights = f32b64(await trainer.weights());
     const fixed = job.fixedBatch ? { x: Uint32Array.from(job.fixedBatch.x), y: Uint32Array.from(job.fixedBatch.y) } : null;
-    const pending = [];
-    for (let i = 0; i < (job.steps ?? 0); i++) pending.push((await trainer.step(fixed)).loss);
-    result.losses = await Promise.all(pending);
+    if (job.stopBelow !== undefined) {
+      // the overfit gate: await each loss, stop once it is below the bar
+      for (let i = 0; i < job.steps; i++) {
+        const loss = await (await trainer.step(fixed)).loss;
+        result.losses.push(loss);
+        if (loss < job.stopBelow) break;
+      }
+    } else {
+      const pending = [];
+      for (let i = 0; i < (job.steps ?? 0); i++) pending.push((await trainer.step(fixed)).loss);
+      result.losses = await Promise.all(pending);
+    }
+    if (job.profile) result.profile = await trainer.profileStep(fixed);
     if (job.lossBatch) result.batchLoss = await trainer.lossOn(Uint32Array.from(job.lossBatch.x), Uint32Array.from(job.lossBatch.y));
     if (job.evaluate) result.valLoss = await trainer.evaluate();
     if (job.exportState) result.state = toBase64(await trainer.exportState());

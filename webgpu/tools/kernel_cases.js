@@ -1,7 +1,7 @@
 // Single-kernel cases for tests/test_webgpu_kernels.py, independent of the host (browser or Node):
 // each case names an op, its shapes and its inputs (raw little-endian bytes by name); each output
 // comes back as a Float32Array. The Python side computes the references and compares.
-import { Ops, adamwValues } from "../ops.js";
+import { Ops, adamwValues, NORM_PARTIALS } from "../ops.js";
 import { Plan } from "../plan.js";
 
 /** cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array} */
@@ -76,7 +76,7 @@ export async function runKernelCases(device, cases, inputs) {
     },
     adamw(c, plan) {
       const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
-      const partials = empty(256), scal = empty(4);
+      const partials = empty(NORM_PARTIALS), scal = empty(4);
       ops.gradNorm(plan, { n, grads, partials, scal, clip: c.training.gradClip });
       ops.adamw(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), scal, values: adamwValues(n, c.training, c.t) });
       return { scal: [scal, 2], params: [params, n], m: [m, n], v: [v, n] };

@@ -1,0 +1,148 @@
+"""webgpu/trainer.js end to end in headless Chromium (SwiftShader: correctness only, never speed).
+
+SwiftShader runs this WGSL at roughly a second per tiny-preset step on 2 shared cores, so these
+tests use the tiny preset's model with a smaller batch (and, for the 50-step parity, a shorter
+context): the arithmetic is the same at every size, only the loop counts differ.
+"""
+import base64
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from python_ref.config import DEFAULT_CORPUS, ModelConfig, TrainConfig, model_config, train_config
+from python_ref.data import BatchStream, Corpus
+from python_ref.evaluate import val_windows_loss
+from python_ref.model import TinyGPT
+from python_ref.tinygpt_file import CheckpointState, manifest_entries, model_from_state, read_state, write_state
+from python_ref.train import make_optimizer, train_step
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "webgpu" / "tools"))
+from browser_host import BrowserHost, from_b64  # noqa: E402
+
+CORPUS_URL = "/" + str(DEFAULT_CORPUS.relative_to(ROOT))
+# The tiny preset's model; the parity run shortens its context (64 tokens per batch: 4 x 16).
+PARITY = {"model": {"ctx": 16}, "training": {"batch": 4}}
+OVERFIT = {"training": {"batch": 4, "lr": 3e-3}}
+PARITY_STEPS = 50
+
+
+@pytest.fixture(scope="module")
+def host():
+    h = BrowserHost()
+    print("adapter:", h.call("adapterInfo"))
+    yield h
+    h.close()
+
+
+def configs(overrides: dict) -> tuple[ModelConfig, TrainConfig]:
+    m = model_config("tiny").to_json() | overrides.get("model", {})
+    return ModelConfig(**m), train_config("tiny", **overrides.get("training", {}))
+
+
+def first_batch(cfg: ModelConfig, tc: TrainConfig):
+    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)
+    return BatchStream(train, cfg.ctx, tc.batch, tc.seed).next()
+
+
+def state_from_bytes(raw: bytes, cfg: ModelConfig) -> CheckpointState:
+    """The exported bytes are the .tinygpt state: i32 step | weights | m | v (manifest order)."""
+    P = cfg.param_count()
+    assert len(raw) == 4 + 12 * P, f"state has {len(raw)} bytes, expected {4 + 12 * P}"
+    step = struct.unpack("<i", raw[:4])[0]
+    flat = np.frombuffer(raw, dtype="<f4", offset=4)
+    blocks = [{e["name"]: flat[b * P + e["offset"]: b * P + e["offset"] + int(np.prod(e["shape"]))].reshape(e["shape"])
+               for e in manifest_entries(cfg)} for b in range(3)]
+    return CheckpointState(cfg, step, *blocks)
+
+
+def batch_loss(model: TinyGPT, x: np.ndarray, y: np.ndarray) -> float:
+    with torch.no_grad():
+        return model(torch.from_numpy(x), torch.from_numpy(y))[1].item()
+
+
+@pytest.fixture(scope="module")
+def parity_run(host):
+    cfg, tc = configs(PARITY)
+    x, y = first_batch(cfg, tc)
+    job = {"preset": "tiny", "overrides": PARITY, "corpus": CORPUS_URL, "steps": PARITY_STEPS, "evaluate": True,
+           "exportState": True, "lossBatch": {"x": x.ravel().tolist(), "y": y.ravel().tolist()}}
+    return cfg, tc, (x, y), host.call("trainJob", job)
+
+
+def test_trajectory_parity_with_python_ref(parity_run):
+    cfg, tc, _, run = parity_run
+    model = TinyGPT(cfg, tc.seed)
+    optimizer = make_optimizer(model, tc)
+    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)
+    stream = BatchStream(train, cfg.ctx, tc.batch, tc.seed)
+    ref = [train_step(model, optimizer, *(torch.from_numpy(a) for a in stream.next()), tc.gradClip) for _ in range(PARITY_STEPS)]
+    got = np.array(run["losses"])
+    rel = np.abs(got - ref) / np.abs(ref)
+    print(f"{PARITY_STEPS}-step parity (tiny model, ctx {cfg.ctx}, batch {tc.batch}, lr {tc.lr}): losses "
+          f"{ref[0]:.4f} -> {ref[-1]:.4f}; max relative difference {rel.max():.3g} at step {int(rel.argmax()) + 1} (bar 1e-3)")
+    assert len(got) == PARITY_STEPS and rel.max() < 1e-3
+    val = val_windows_loss(model, Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)[1], tc.evalWindows)
+    print(f"val loss after {PARITY_STEPS} steps: WebGPU {run['valLoss']:.6f}, python_ref {val:.6f}")
+    assert abs(run["valLoss"] - val) / val < 1e-3
+
+
+def test_export_loads_in_python_ref(parity_run, tmp_path):
+    cfg, tc, (x, y), run = parity_run
+    state = state_from_bytes(base64.b64decode(run["state"]), cfg)
+    assert state.step == PARITY_STEPS
+    path = tmp_path / "webgpu.tinygpt"
+    write_state(path, state)  # the file the browser would save; read back through the checked reader
+    model = model_from_state(read_state(path))
+    loss = batch_loss(model, x, y)
+    print(f"fixed-batch loss: WebGPU {run['batchLoss']:.6f}, python_ref on the exported state {loss:.6f}, "
+          f"relative difference {abs(run['batchLoss'] - loss) / loss:.3g}")
+    assert abs(run["batchLoss"] - loss) / loss < 1e-5
+
+
+def test_import_state_round_trip(host, parity_run):
+    _, _, (x, y), run = parity_run
+    again = host.call("trainJob", {"preset": "tiny", "overrides": PARITY, "state": run["state"], "exportState": True,
+                                   "lossBatch": {"x": x.ravel().tolist(), "y": y.ravel().tolist()}})
+    assert again["state"] == run["state"], "importState then exportState must give the same bytes"
+    print(f"re-imported state: fixed-batch loss {again['batchLoss']:.7f} vs {run['batchLoss']:.7f}")
+    assert again["batchLoss"] == run["batchLoss"]
+
+
+def test_import_state_refuses_wrong_length(host):
+    with pytest.raises(Exception, match="state has 12 bytes"):
+        host.call("trainJob", {"preset": "tiny", "state": base64.b64encode(b"\0" * 12).decode()})
+
+
+def test_overfit_gate(host):
+    cfg, tc = configs(OVERFIT)
+    x, y = first_batch(cfg, tc)
+    run = host.call("trainJob", {"preset": "tiny", "overrides": OVERFIT, "steps": 300, "stopBelow": 0.05,
+                                 "fixedBatch": {"x": x.ravel().tolist(), "y": y.ravel().tolist()}})
+    losses = run["losses"]
+    print(f"overfit gate (tiny model, one batch of {tc.batch}x{cfg.ctx}, lr {tc.lr}): {losses[0]:.4f} -> "
+          f"{losses[-1]:.4f} after {len(losses)} steps (bar: < 0.05 within 300)")
+    assert losses[-1] < 0.05
+
+
+def test_worker_kv_cache_matches_full_forward(host):
+    """In a module Web Worker: KV-cache decoding gives python_ref's logits at every position; generation streams."""
+    cfg, tc = configs({})
+    prompt = list(b"ROMEO: what light through yonder")[: cfg.ctx]
+    job = {"preset": "tiny", "steps": 0, "decode": prompt,
+           "generate": {"prompt": list(b"ROMEO:"), "maxNewTokens": 40, "temperature": 0.8, "topK": 40, "seed": 3}}
+    run = host.page.evaluate(
+        "async (job) => (await import('/webgpu/tools/browser_entry.js')).trainJobInWorker(job)", job)
+    model = TinyGPT(cfg, tc.seed)
+    with torch.no_grad():
+        ref = model(torch.tensor([prompt]))[0][0].numpy()
+    got = np.stack([from_b64(s) for s in run["decodeLogits"]])
+    err = float(np.abs(got - ref).max())
+    print(f"KV-cache decode of {len(prompt)} tokens vs full forward: max abs logit difference {err:.3g} (tolerance 1e-4)")
+    assert err < 1e-4
+    # 40 tokens from a 6-token prompt cross the ctx=32 window: the cache is rebuilt once on the way
+    assert len(run["generated"]) == 40 and run["streamed"] == run["generated"]

@@ -1,0 +1,95 @@
+// Real-GPU benchmark of the WGSL trainer under Node (npm `webgpu`, Dawn on Vulkan):
+//   node webgpu/bench/bench.mjs [--presets small,medium,...] [--steps N] [--warmup N] [--sizes 1024,2048,4096]
+// Prints one JSON object: adapter, per-preset ms/step and tokens/s (one submit per step, the loss
+// read back through the ring without stalling), and matmul GFLOP/s (checked against float64 sums).
+// Never run this on a software adapter and call it a speed.
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { nodeDevice } from "../node_gpu.js";
+import { Trainer, configFromPresets } from "../trainer.js";
+import { Ops } from "../ops.js";
+import { Plan } from "../plan.js";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
+const presetNames = (args.presets ?? "small,medium,large,xl,huge,massive").split(",");
+const steps = Number(args.steps ?? 30), warmup = Number(args.warmup ?? 5);
+const sizes = (args.sizes ?? "1024,2048,4096").split(",").map(Number);
+
+const { device, info } = await nodeDevice();
+const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
+const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
+const out = { adapter: { vendor: info.vendor, architecture: info.architecture, device: info.device, description: info.description }, presets: [], matmul: [] };
+
+for (const name of presetNames) {
+  const config = configFromPresets(presets, name);
+  const t0 = performance.now();
+  const trainer = new Trainer(device, config, { corpus });
+  let last = null;
+  for (let i = 0; i < warmup; i++) last = (await trainer.step()).loss;
+  await last;
+  const start = performance.now();
+  const losses = [];
+  for (let i = 0; i < steps; i++) losses.push((await trainer.step()).loss);
+  const values = await Promise.all(losses);
+  const ms = (performance.now() - start) / steps;
+  const tokens = config.training.batch * config.model.ctx;
+  out.presets.push({ preset: name, params: trainer.P, batch: config.training.batch, ctx: config.model.ctx, msPerStep: ms,
+    tokensPerSecond: tokens / (ms / 1000), setupMs: start - t0, firstLoss: values[0], lastLoss: values[values.length - 1] });
+  console.error(`${name}: ${ms.toFixed(2)} ms/step, ${(tokens / (ms / 1000)).toFixed(0)} tokens/s, loss ${values[0].toFixed(3)} -> ${values[values.length - 1].toFixed(3)}`);
+  trainer.destroy();
+}
+
+// matmul C = A·Bᵀ (the forward Linear), square n: GFLOP/s from back-to-back dispatches in one submit
+const ops = new Ops(device);
+for (const n of sizes) {
+  const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+  const a = new Float32Array(n * n).map(() => Math.random() - 0.5), b = new Float32Array(n * n).map(() => Math.random() - 0.5);
+  const A = device.createBuffer({ size: 4 * n * n, usage: S }), B = device.createBuffer({ size: 4 * n * n, usage: S }), C = device.createBuffer({ size: 4 * n * n, usage: S });
+  device.queue.writeBuffer(A, 0, a);
+  device.queue.writeBuffer(B, 0, b);
+  for (const variant of ["nt", "nn", "tn"]) {
+    const plan = new Plan(device, ops.pipelines, `matmul ${n}`);
+    ops.matmul(plan, variant, { M: n, N: n, K: n, A, B, C });
+    plan.freeze();
+    const run = async (reps) => {
+      const enc = device.createCommandEncoder();
+      const pass = enc.beginComputePass();
+      for (let r = 0; r < reps; r++) plan.encode(pass);
+      pass.end();
+      device.queue.submit([enc.finish()]);
+      await device.queue.onSubmittedWorkDone();
+    };
+    await run(2);
+    const reps = n <= 1024 ? 50 : n <= 2048 ? 20 : 10;
+    const t = performance.now();
+    await run(reps);
+    const seconds = (performance.now() - t) / 1000 / reps;
+    // spot check 16 entries against float64 sums
+    const staging = device.createBuffer({ size: 4 * n * n, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+    const enc = device.createCommandEncoder();
+    enc.copyBufferToBuffer(C, 0, staging, 0, 4 * n * n);
+    device.queue.submit([enc.finish()]);
+    await staging.mapAsync(GPUMapMode.READ);
+    const c = new Float32Array(staging.getMappedRange());
+    let maxErr = 0;
+    for (let s = 0; s < 16; s++) {
+      const i = Math.floor(Math.random() * n), j = Math.floor(Math.random() * n);
+      let ref = 0;
+      for (let k = 0; k < n; k++) {
+        const av = variant === "tn" ? a[k * n + i] : a[i * n + k];
+        const bv = variant === "nt" ? b[j * n + k] : b[k * n + j];
+        ref += av * bv;
+      }
+      maxErr = Math.max(maxErr, Math.abs(ref - c[i * n + j]));
+    }
+    staging.unmap();
+    staging.destroy();
+    out.matmul.push({ n, variant, ms: seconds * 1000, gflops: (2 * n * n * n) / seconds / 1e9, spotCheckMaxAbsError: maxErr });
+    console.error(`matmul ${variant} ${n}: ${(2 * n * n * n / seconds / 1e9).toFixed(0)} GFLOP/s (spot-check error ${maxErr.toExponential(2)})`);
+    plan.destroy();
+  }
+  for (const x of [A, B, C]) x.destroy();
+}
+console.log(JSON.stringify(out, null, 1));
+device.destroy();
