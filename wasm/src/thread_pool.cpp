@@ -1,9 +1,9 @@
 // The persistent pool. Workers are started once in the constructor and joined in the destructor.
-// A parallel_for publishes (task, ctx, n) and then one atomic word holding a new generation number
-// and the chunk count; the workers with a chunk (indices 1 .. chunks-1) run it and decrement
-// `pending`; the caller runs chunk 0 and then waits for pending == 0. Workers without a chunk only
-// note the generation: the caller never waits on them, so a pool larger than the work (or than the
-// cores, when the machine is busy) costs nothing but their wake-up.
+// A parallel_for publishes (task, ctx, n), a claim word (generation, chunk count, next chunk) and a
+// new wake-up word; the caller and the woken workers claim chunks one at a time until none is
+// left, and the caller returns when all claimed chunks are done. Nobody waits for a worker that has
+// not started, so a pool larger than the work, or than the free cores of a busy machine, costs
+// nothing but wake-ups.
 // Idle workers spin on the generation for a short while (the gaps between the kernels of one
 // training step are microseconds, far shorter than a futex wake-up) and then block on a condition
 // variable, so an idle model costs no CPU.
@@ -65,31 +65,38 @@ struct ThreadPool::Impl {
   std::vector<std::thread> workers;
   float* scratch = nullptr;
 
-  // The published job; written by the caller before the job word (release), read by the
-  // participating workers after they see it (acquire), and stable until pending drops to 0.
+  // The published job; written by the caller before `claim` (release), read by a thread after it
+  // claims a chunk (acquire), and stable until `done` reaches the chunk count.
   Task task = nullptr;
   void* ctx = nullptr;
   int64_t n = 0;
   bool stop = false;
 
-  // generation << kChunkBits | chunks
-  static constexpr int kChunkBits = 16;
+  // Chunks are claimed, not assigned: claim = generation << 32 | chunks << 16 | next unclaimed
+  // chunk. Whoever is running (the caller first, workers as they wake) takes the next chunk, so a
+  // worker that the OS has not scheduled yet delays nothing: the others take its share. The
+  // generation in the word keeps a late worker from claiming in a job it never saw.
+  std::atomic<uint64_t> claim{0};
+  std::atomic<int64_t> done{0};
+  uint32_t generation = 0;  // the caller's counter
+
+  // Wake-up word (the generation) for idle workers, and the sleeping ones' condition variable.
   std::atomic<uint64_t> job{0};
-  std::atomic<int> pending{0};
   std::atomic<int> sleepers{0};
   std::mutex mutex;
   std::condition_variable wake;
 
   void worker_loop(int index);
-  uint64_t wait_for_job(uint64_t seen_generation);
+  uint64_t wait_for_job(uint64_t seen);
+  void run_chunks(uint64_t gen, float* my_scratch);
 };
 
-// Returns the first job word whose generation differs from seen_generation.
-uint64_t ThreadPool::Impl::wait_for_job(uint64_t seen_generation) {
+// Returns the first job word that differs from `seen`.
+uint64_t ThreadPool::Impl::wait_for_job(uint64_t seen) {
   auto start = std::chrono::steady_clock::now();
   for (int spins = 0;; spins++) {
     uint64_t word = job.load(std::memory_order_acquire);
-    if (word >> kChunkBits != seen_generation) return word;
+    if (word != seen) return word;
     cpu_relax();
     if ((spins & 63) == 63 && std::chrono::steady_clock::now() - start > kSpinTime) break;
   }
@@ -98,27 +105,37 @@ uint64_t ThreadPool::Impl::wait_for_job(uint64_t seen_generation) {
   std::unique_lock<std::mutex> lock(mutex);
   sleepers.fetch_add(1);
   uint64_t word;
-  while ((word = job.load()) >> kChunkBits == seen_generation) wake.wait(lock);
+  while ((word = job.load()) == seen) wake.wait(lock);
   sleepers.fetch_sub(1);
   return word;
 }
 
+// Claims and runs chunks of job `gen` until none is left (or a different job is published).
+void ThreadPool::Impl::run_chunks(uint64_t gen, float* my_scratch) {
+  uint64_t word = claim.load(std::memory_order_acquire);
+  for (;;) {
+    if (word >> 32 != (gen & 0xffffffffu)) return;
+    int64_t chunks = int64_t((word >> 16) & 0xffff), next = int64_t(word & 0xffff);
+    if (next >= chunks) return;
+    if (!claim.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+      continue;  // word now holds the current value
+    int64_t begin, end;
+    chunk_bounds(n, chunks, next, &begin, &end);
+    t_chunk_scratch = my_scratch;
+    task(ctx, begin, end, my_scratch);
+    t_chunk_scratch = nullptr;
+    done.fetch_add(1, std::memory_order_acq_rel);
+    word = claim.load(std::memory_order_acquire);
+  }
+}
+
 void ThreadPool::Impl::worker_loop(int index) {
-  uint64_t seen_generation = 0;
+  uint64_t seen = 0;
   float* my_scratch = scratch + int64_t(index) * kScratchFloats;
   for (;;) {
-    uint64_t word = wait_for_job(seen_generation);
-    seen_generation = word >> kChunkBits;
+    seen = wait_for_job(seen);
     if (stop) return;
-    int64_t chunks = int64_t(word & ((uint64_t(1) << kChunkBits) - 1));
-    if (index < chunks) {
-      int64_t begin, end;
-      chunk_bounds(n, chunks, index, &begin, &end);
-      t_chunk_scratch = my_scratch;
-      task(ctx, begin, end, my_scratch);
-      t_chunk_scratch = nullptr;
-      pending.fetch_sub(1, std::memory_order_acq_rel);
-    }
+    run_chunks(seen, my_scratch);
   }
 }
 
@@ -133,7 +150,7 @@ ThreadPool::ThreadPool(int n_threads)
 ThreadPool::~ThreadPool() {
   if (!impl_->workers.empty()) {
     impl_->stop = true;
-    impl_->job.store(((impl_->job.load() >> Impl::kChunkBits) + 1) << Impl::kChunkBits);
+    impl_->job.store(uint64_t(++impl_->generation));
     {
       std::lock_guard<std::mutex> lock(impl_->mutex);
       impl_->wake.notify_all();
@@ -162,22 +179,20 @@ void ThreadPool::run(int64_t n, int64_t min_chunk, Task task, void* ctx) {
   im.task = task;
   im.ctx = ctx;
   im.n = n;
-  im.pending.store(int(chunks - 1), std::memory_order_relaxed);
-  uint64_t generation = (im.job.load(std::memory_order_relaxed) >> Impl::kChunkBits) + 1;
-  im.job.store(generation << Impl::kChunkBits | uint64_t(chunks));  // seq_cst: see wait_for_job
+  im.done.store(0, std::memory_order_relaxed);
+  uint64_t gen = ++im.generation;
+  im.claim.store(gen << 32 | uint64_t(chunks) << 16, std::memory_order_release);
+  im.job.store(gen);  // seq_cst: see wait_for_job
   if (im.sleepers.load() > 0) {
     std::lock_guard<std::mutex> lock(im.mutex);
     im.wake.notify_all();
   }
-  int64_t begin, end;
-  chunk_bounds(n, chunks, 0, &begin, &end);
-  t_chunk_scratch = im.scratch;
-  task(ctx, begin, end, im.scratch);
-  t_chunk_scratch = nullptr;
+  im.run_chunks(gen, im.scratch);
+  // Every chunk is claimed; wait for the ones other threads are still running.
   auto start = std::chrono::steady_clock::now();
-  for (int spins = 0; im.pending.load(std::memory_order_acquire) != 0; spins++) {
+  for (int spins = 0; im.done.load(std::memory_order_acquire) != chunks; spins++) {
     cpu_relax();
-    // Past the spin time a worker was descheduled (a busy shared machine): give the core away.
+    // Past the spin time a worker was descheduled mid-chunk (a busy machine): give the core away.
     if ((spins & 63) == 63 && std::chrono::steady_clock::now() - start > kSpinTime)
       std::this_thread::yield();
   }

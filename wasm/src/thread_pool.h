@@ -19,8 +19,9 @@ class ThreadPool {
 
   // Calls fn(begin, end) on disjoint contiguous chunks covering [0, n), across the pool, and
   // returns when all are done. Never allocates. Chunks smaller than min_chunk are not split off.
-  // The split is static (at most size() chunks of near-equal length, the caller runs the first),
-  // so equal-cost items balance; a call made from inside a chunk runs inline on that thread.
+  // The split is at most size() chunks of near-equal length, each run by whichever thread claims it
+  // first (the caller included), so equal-cost items balance and a descheduled worker holds
+  // nothing up; a call made from inside a chunk runs inline on that thread.
   // One caller at a time: the pool is driven by the thread that owns the model.
   template <class F>
   void parallel_for(int64_t n, int64_t min_chunk, F&& fn) {
