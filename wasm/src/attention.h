@@ -3,42 +3,55 @@
 // The forward keeps only the log-sum-exp of each query's softmax row (B,H,T); the backward
 // recomputes the probabilities from it instead of storing a T x T matrix per head.
 //
-// Keys (and, in the backward, values) of one head are first transposed to (D, T) in scratch, so
-// the scores of a query against all its keys are D vector updates along the key axis
-// (s[0..n) += q[d] * kT[d][0..n)) rather than one horizontal dot-product reduction per key.
+// Training works on blocks of up to kAttnRows query rows of one (batch, head), as small matrix
+// products (gemm_strided, matmul.h): S = Q K^T, then the masked softmax row by row, then Y = P V;
+// the backward likewise. Only one block's scores live at a time, in per-(b, h) scratch.
+// KV-cache decoding (one query) uses attend_row below, on keys kept transposed.
 #pragma once
 #include <cmath>
 #include <cstdint>
 
+#include "matmul.h"
 #include "thread_pool.h"
 #include "vec_ops.h"
 
 namespace tg {
 
-// kT (D, kt_stride): kT[d][j] = x[j * x_stride + d] for j < n.
+constexpr int64_t kAttnRows = 64;
+
+// C (M,N) = A B (or += when accumulate), A(i,p) = a[i*a_rs + p*a_cs], B(p,j) = b[p*b_rs + j*b_cs].
+// Any type: plain loops (the double twins of the finite-difference test); float: gemm_strided.
 template <class F>
-inline void transpose_head(F* kT, int64_t kt_stride, const F* x, int64_t x_stride, int64_t n, int64_t D) {
-  for (int64_t j = 0; j < n; j++)
-    for (int64_t d = 0; d < D; d++) kT[d * kt_stride + j] = x[j * x_stride + d];
+inline void head_gemm(int64_t M, int64_t N, int64_t K, const F* a, int64_t a_rs, int64_t a_cs,
+                      const F* b, int64_t b_rs, int64_t b_cs, F* c, int64_t ldc, bool accumulate,
+                      float*) {
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < N; j++) {
+      F s = accumulate ? c[i * ldc + j] : F(0);
+      for (int64_t p = 0; p < K; p++) s += a[i * a_rs + p * a_cs] * b[p * b_rs + j * b_cs];
+      c[i * ldc + j] = s;
+    }
 }
 
-// s[j] = (q . k_j) * scale for j < n, with the keys transposed: kT (D, kt_stride).
-template <class F>
-inline void head_scores(F* s, const F* q, const F* kT, int64_t kt_stride, int64_t n, int64_t D, F scale) {
-  for (int64_t j = 0; j < n; j++) s[j] = 0;
-  for (int64_t d = 0; d < D; d++) vec_axpy(s, q[d], kT + d * kt_stride, n);
-  for (int64_t j = 0; j < n; j++) s[j] *= scale;
+inline void head_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs,
+                      const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
+                      bool accumulate, float* gemm_scratch) {
+  gemm_strided(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate, gemm_scratch);
 }
 
-// One query against keys 0 .. n_keys-1: y (D) = softmax(scores) . v_j; returns the row's
-// log-sum-exp. kT: keys transposed (D, kt_stride); v rows are v_stride apart. p: scratch (n_keys).
-// The training forward and KV-cache decoding both call this, so they compute the same numbers.
+// One query against keys 0 .. n_keys-1 (decoding): y (D) = softmax(q.k_j * scale) . v_j; returns
+// the row's log-sum-exp. kT: keys transposed (D, kt_stride), so the scores are D vector updates
+// along the key axis; v rows are v_stride apart. p: scratch (n_keys).
 template <class F>
 inline F attend_row(F* y, F* p, const F* q, const F* kT, int64_t kt_stride, const F* v,
                     int64_t v_stride, int64_t n_keys, int64_t D, F scale) {
-  head_scores(p, q, kT, kt_stride, n_keys, D, scale);
+  for (int64_t j = 0; j < n_keys; j++) p[j] = 0;
+  for (int64_t d = 0; d < D; d++) vec_axpy(p, q[d], kT + d * kt_stride, n_keys);
   F max_score = -INFINITY;
-  for (int64_t j = 0; j < n_keys; j++) max_score = p[j] > max_score ? p[j] : max_score;
+  for (int64_t j = 0; j < n_keys; j++) {
+    p[j] *= scale;
+    max_score = p[j] > max_score ? p[j] : max_score;
+  }
   const F sum = vec_exp_shifted(p, max_score, n_keys);
   const F inv = static_cast<F>(1) / sum;
   for (int64_t d = 0; d < D; d++) y[d] = 0;
@@ -46,75 +59,85 @@ inline F attend_row(F* y, F* p, const F* q, const F* kT, int64_t kt_stride, cons
   return max_score + std::log(sum);
 }
 
-// Floats of scratch that attention_forward and attention_backward need: per (b, h), the head's
-// keys and values transposed (2 D T) and two rows of T.
+// Floats of scratch attention_forward/backward need: two (kAttnRows, T) score blocks per (b, h).
 inline int64_t attention_scratch_size(int64_t B, int64_t T, int64_t C, int64_t H) {
-  return B * H * (2 * (C / H) * T + 2 * T);
+  (void)C;
+  return B * H * 2 * (T < kAttnRows ? T : kAttnRows) * T;
 }
 
 // q, k, v, y: (B,T,C); lse: (B,H,T); scratch: attention_scratch_size(B,T,C,H)
 template <class F>
 void attention_forward(F* y, F* lse, F* scratch, const F* q, const F* k, const F* v, int64_t B,
                        int64_t T, int64_t C, int64_t H, ThreadPool& pool) {
-  const int64_t D = C / H;
+  const int64_t D = C / H, R = T < kAttnRows ? T : kAttnRows;
   const F scale = static_cast<F>(1) / std::sqrt(static_cast<F>(D));
-  pool.parallel_for(B * H, 1, [&](int64_t i0, int64_t i1) {
+  pool.parallel_for_scratch(B * H, 1, [&](int64_t i0, int64_t i1, float* gemm_scratch) {
     for (int64_t bh = i0; bh < i1; bh++) {
       const int64_t b = bh / H, h = bh % H;
-      F* kT = scratch + bh * (2 * D * T + 2 * T);  // (D,T)
-      F* p = kT + 2 * D * T;                          // (T)
       const int64_t base = b * T * C + h * D;
-      transpose_head(kT, T, k + base, C, T, D);
-      for (int64_t t = 0; t < T; t++)
-        lse[bh * T + t] = attend_row(y + base + t * C, p, q + base + t * C, kT, T, v + base, C,
-                                     t + 1, D, scale);
+      F* S = scratch + bh * 2 * R * T;  // (R, T): scores, then probabilities
+      for (int64_t t0 = 0; t0 < T; t0 += R) {
+        const int64_t rows = T - t0 < R ? T - t0 : R, n = t0 + rows;  // queries t0.., keys 0..n-1
+        head_gemm(rows, n, D, q + base + t0 * C, C, 1, k + base, 1, C, S, T, false, gemm_scratch);
+        for (int64_t i = 0; i < rows; i++) {  // query t = t0 + i sees keys 0..t
+          F* s = S + i * T;
+          const int64_t keys = t0 + i + 1;
+          F max_score = -INFINITY;
+          for (int64_t j = 0; j < keys; j++) {
+            s[j] *= scale;
+            max_score = s[j] > max_score ? s[j] : max_score;
+          }
+          const F sum = vec_exp_shifted(s, max_score, keys);
+          const F inv = static_cast<F>(1) / sum;
+          for (int64_t j = 0; j < keys; j++) s[j] *= inv;
+          for (int64_t j = keys; j < n; j++) s[j] = 0;  // the causal mask
+          lse[bh * T + t0 + i] = max_score + std::log(sum);
+        }
+        head_gemm(rows, D, n, S, T, 1, v + base, C, 1, y + base + t0 * C, C, false, gemm_scratch);
+      }
     }
   });
 }
 
-// Given dy (B,T,C), writes (overwrites) dq, dk, dv (B,T,C). With p_j = exp(s_j - lse) and
-// dp_j = dy . v_j for one query t:  ds_j = p_j (dp_j - sum_i p_i dp_i),
-//   dq_t = scale sum_j ds_j k_j,  dk_j += scale ds_j q_t,  dv_j += p_j dy_t.
-// scratch: attention_scratch_size(B,T,C,H). Each (b, h) owns its channel slice of dq, dk, dv, so
-// heads run in parallel.
+// Given dy (B,T,C), writes (overwrites) dq, dk, dv (B,T,C). With P = exp(S - lse) (masked) and
+// dP = dY V^T, for each query row t:  dS_tj = P_tj (dP_tj - sum_i P_ti dP_ti) * scale, then
+//   dQ = dS K,  dK = dS^T Q,  dV = P^T dY.
+// Each (b, h) owns its channel slice of dq, dk, dv, so heads run in parallel.
 template <class F>
 void attention_backward(F* dq, F* dk, F* dv, F* scratch, const F* dy, const F* q, const F* k,
                         const F* v, const F* lse, int64_t B, int64_t T, int64_t C, int64_t H,
                         ThreadPool& pool) {
-  const int64_t D = C / H;
+  const int64_t D = C / H, R = T < kAttnRows ? T : kAttnRows;
   const F scale = static_cast<F>(1) / std::sqrt(static_cast<F>(D));
-  pool.parallel_for(B * H, 1, [&](int64_t i0, int64_t i1) {
+  pool.parallel_for_scratch(B * H, 1, [&](int64_t i0, int64_t i1, float* gemm_scratch) {
     for (int64_t bh = i0; bh < i1; bh++) {
       const int64_t b = bh / H, h = bh % H;
-      F* kT = scratch + bh * (2 * D * T + 2 * T);  // (D,T)
-      F* vT = kT + D * T;                             // (D,T)
-      F* p = vT + D * T;                              // (T)
-      F* dp = p + T;                                  // (T)
       const int64_t base = b * T * C + h * D;
-      transpose_head(kT, T, k + base, C, T, D);
-      transpose_head(vT, T, v + base, C, T, D);
+      F* P = scratch + bh * 2 * R * T;  // (R, T)
+      F* dS = P + R * T;                // (R, T): dP, then dS
       for (int64_t t = 0; t < T; t++)
         for (int64_t d = 0; d < D; d++) {
-          dq[base + t * C + d] = 0;
           dk[base + t * C + d] = 0;
           dv[base + t * C + d] = 0;
         }
-      for (int64_t t = 0; t < T; t++) {
-        const F* qt = q + base + t * C;
-        const F* dyt = dy + base + t * C;
-        const int64_t n = t + 1;
-        head_scores(p, qt, kT, T, n, D, scale);
-        head_scores(dp, dyt, vT, T, n, D, static_cast<F>(1));  // dp_j = dy_t . v_j
-        vec_exp_shifted(p, lse[bh * T + t], n);                  // p_j = exp(s_j - lse)
-        F dot = 0;                                               // sum_j p_j dp_j
-        for (int64_t j = 0; j < n; j++) dot += p[j] * dp[j];
-        F* dqt = dq + base + t * C;
-        for (int64_t j = 0; j < n; j++) {
-          const F ds = p[j] * (dp[j] - dot) * scale;
-          vec_axpy(dqt, ds, k + base + j * C, D);
-          vec_axpy(dk + base + j * C, ds, qt, D);
-          vec_axpy(dv + base + j * C, p[j], dyt, D);
+      for (int64_t t0 = 0; t0 < T; t0 += R) {
+        const int64_t rows = T - t0 < R ? T - t0 : R, n = t0 + rows;
+        head_gemm(rows, n, D, q + base + t0 * C, C, 1, k + base, 1, C, P, T, false, gemm_scratch);
+        head_gemm(rows, n, D, dy + base + t0 * C, C, 1, v + base, 1, C, dS, T, false, gemm_scratch);
+        for (int64_t i = 0; i < rows; i++) {
+          F* p = P + i * T;
+          F* ds = dS + i * T;
+          const int64_t keys = t0 + i + 1;
+          for (int64_t j = 0; j < keys; j++) p[j] *= scale;
+          vec_exp_shifted(p, lse[bh * T + t0 + i], keys);  // p_j = exp(s_j - lse)
+          F dot = 0;
+          for (int64_t j = 0; j < keys; j++) dot += p[j] * ds[j];
+          for (int64_t j = 0; j < keys; j++) ds[j] = p[j] * (ds[j] - dot) * scale;
+          for (int64_t j = keys; j < n; j++) p[j] = ds[j] = 0;  // the causal mask
         }
+        head_gemm(rows, D, n, dS, T, 1, k + base, C, 1, dq + base + t0 * C, C, false, gemm_scratch);
+        head_gemm(n, D, rows, dS, 1, T, q + base + t0 * C, C, 1, dk + base, C, true, gemm_scratch);
+        head_gemm(n, D, rows, P, 1, T, dy + base + t0 * C, C, 1, dv + base, C, true, gemm_scratch);
       }
     }
   });

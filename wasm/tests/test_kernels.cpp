@@ -129,7 +129,7 @@ void check_attention(tg::ThreadPool& pool, int64_t B, int64_t T, int64_t C, int6
   Buf dq(B * T * C), dk(B * T * C), dv(B * T * C);
   tg::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), R.data(), q.data(), k.data(),
                          v.data(), lse.data(), B, T, C, H, pool);
-  const std::string name = "attention D=" + std::to_string(C / H);
+  const std::string name = "attention T=" + std::to_string(T) + " D=" + std::to_string(C / H);
   report(name.c_str(), "dq", dq, numeric_grad(q, loss), Fd<F>::tol);
   report(name.c_str(), "dk", dk, numeric_grad(k, loss), Fd<F>::tol);
   report(name.c_str(), "dv", dv, numeric_grad(v, loss), Fd<F>::tol);
@@ -233,6 +233,7 @@ int main() {
     check_layernorm<double>(*pool);
     check_gelu<double>(*pool);
     check_attention<double>(*pool, 2, 5, 6, 2);
+    check_attention<double>(*pool, 1, 66, 4, 2);  // T > 64: more than one block of query rows
     check_embedding<double>(*pool);
     check_cross_entropy<double>(*pool);
     check_residual<double>(*pool);
@@ -242,6 +243,7 @@ int main() {
     check_attention<float>(*pool, 2, 5, 6, 2);
     check_attention<float>(*pool, 2, 6, 38, 2);
     check_attention<float>(*pool, 1, 7, 64, 2);
+    check_attention<float>(*pool, 1, 66, 4, 2);
     check_embedding<float>(*pool);
     check_cross_entropy<float>(*pool);
     check_residual<float>(*pool);
