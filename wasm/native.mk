@@ -12,7 +12,8 @@ ASAN_CXXFLAGS := -std=c++17 -O1 -g -fno-omit-frame-pointer -fsanitize=address,un
 
 NATIVE_OBJS := $(patsubst wasm/src/%.cpp,$(NATIVE)/obj/%.o,$(NATIVE_SRCS))
 ASAN_OBJS := $(patsubst wasm/src/%.cpp,$(NATIVE)/asan/%.o,$(NATIVE_SRCS))
-NATIVE_TESTS := $(patsubst wasm/tests/%.cpp,$(NATIVE)/%,$(wildcard wasm/tests/*.cpp))
+# test_api.cpp is built only with the sanitizers (test_api_asan below).
+NATIVE_TESTS := $(patsubst wasm/tests/%.cpp,$(NATIVE)/%,$(filter-out wasm/tests/test_api.cpp,$(wildcard wasm/tests/*.cpp)))
 
 BUILD_TARGETS += native
 .PHONY: native

@@ -184,7 +184,7 @@ void Model::carve(Layout& a) {
     dec_.k_cache[l] = a.take<float>(C * T);
     dec_.v_cache[l] = a.take<float>(T * C);
   }
-  for (float** p : {&dec_.x, &dec_.ln, &dec_.q, &dec_.k, &dec_.v, &dec_.att, &dec_.proj})
+  for (float** p : {&dec_.x, &dec_.ln, &dec_.q, &dec_.k, &dec_.att, &dec_.proj})
     *p = a.take<float>(C);
   dec_.h = a.take<float>(4 * C);
   dec_.g = a.take<float>(4 * C);
@@ -254,8 +254,6 @@ void Model::init_from_seed(uint64_t seed) {
 void Model::forward(const int32_t* x, int64_t B, int64_t T) {
   const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab, BT = B * T;
   ThreadPool& pool = *pool_;
-  cur_B_ = B;
-  cur_T_ = T;
   if (x != tokens_) std::memcpy(tokens_, x, static_cast<size_t>(BT) * 4);
   embedding_forward(encoded_, tokens_, w_.wte, w_.wpe, B, T, C, pool);  // (B,T,C)
   const float* residual = encoded_;

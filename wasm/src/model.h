@@ -63,7 +63,7 @@ struct DecodeBuffers {
   // Per layer: keys transposed, (C, ctx), so head h's are a (D, ctx) block as attend_row wants;
   // values as rows, (ctx, C).
   std::vector<float*> k_cache, v_cache;
-  float *x, *ln, *q, *k, *v, *att, *proj;  // (C)
+  float *x, *ln, *q, *k, *att, *proj;  // (C)
   float *h, *g;                            // (4C)
   float* logits;                           // (V)
   float* p;                                // (ctx) attention scratch
@@ -120,7 +120,6 @@ class Model {
   int64_t adam_steps = 0;  // steps since the moments were last zero: AdamW's bias-correction t
 
   const ParamViews& weight_views() const { return w_; }
-  const LayerActs& layer_acts(int64_t l) const { return acts_[l]; }
   DecodeBuffers& decode() { return dec_; }
 
  private:
@@ -149,7 +148,6 @@ class Model {
   float* att_scratch_ = nullptr;  // attention_scratch_size(B, T, C, H)
   double* norm_partials_ = nullptr;
   DecodeBuffers dec_;
-  int64_t cur_B_ = 0, cur_T_ = 0;  // shape of the last forward
 };
 
 }  // namespace tg
