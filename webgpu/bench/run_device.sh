@@ -1,0 +1,27 @@
+#!/bin/bash
+# On the GPU machine (no internet, no Node): unpack what was carried, then run both benchmarks on
+# the same GPU and leave the JSON in $OUT. Carried, from the repo root (folders in .git/info/exclude):
+#   .gl/        Debian's Vulkan loader debs (the device README's recipe)
+#   .wgcarry/   node.xz (this machine's Node 20), webgpu/ (npm `webgpu`: index.js, package.json,
+#               dist/linux-x64/dawn.node.xz)   -- made by webgpu/bench/pack_carry.sh
+set -euo pipefail
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+for f in .gl/*.deb; do dpkg -x "$f" /; done
+ldconfig
+NV_ICD=/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json
+[ -f "$NV_ICD" ] && export VK_DRIVER_FILES=$NV_ICD
+unxz() { python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' "$1" "$2"; }
+mkdir -p /tmp/wg/bin
+unxz .wgcarry/node.xz /tmp/wg/bin/node && chmod +x /tmp/wg/bin/node
+rm -rf webgpu/node_modules && mkdir -p webgpu/node_modules/webgpu/dist/linux-x64
+cp .wgcarry/webgpu/index.js .wgcarry/webgpu/package.json webgpu/node_modules/webgpu/
+unxz .wgcarry/webgpu/dist/linux-x64/dawn.node.xz webgpu/node_modules/webgpu/dist/linux-x64/dawn.node
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
+PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
+# each side runs even if the other fails, so one run always brings back what can be measured
+/tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
+  > "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
+PYTHONUNBUFFERED=1 python3 webgpu/bench/torch_bench.py --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
+  > "$OUT/torch_bench.json" || echo "PyTorch bench failed: exit $?"
+cat "$OUT/webgpu_bench.json" "$OUT/torch_bench.json"
