@@ -15,6 +15,7 @@ from python_ref.config import DEFAULT_CORPUS, model_config, train_config  # noqa
 from python_ref.data import BatchStream, Corpus  # noqa: E402
 from python_ref.model import TinyGPT, manifest  # noqa: E402
 from python_ref.tinygpt_file import CheckpointState, model_from_state, read_state, write_state  # noqa: E402
+from python_ref.train import make_optimizer, train_step  # noqa: E402
 
 
 def random_state(config, seed: int) -> CheckpointState:
@@ -80,24 +81,14 @@ def test_trajectory_parity_50_adamw_steps():
     stream = BatchStream(train, config.ctx, tc.batch, tc.seed)
 
     model = TinyGPT(config, seed=tc.seed)
-    # weight decay on 2-D tensors only, as the spec says
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": tc.weightDecay},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=tc.lr, betas=(tc.beta1, tc.beta2), eps=tc.eps)
+    opt = make_optimizer(model, tc)  # python_ref's own step: decay on 2-D tensors, clip, AdamW
     ref = []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread each side: robust when the shared cores are busy
     try:
         for _ in range(steps):
             x, y = stream.next()
-            _, loss = model(torch.from_numpy(x), torch.from_numpy(y))
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tc.gradClip)
-            opt.step()
-            ref.append(loss.item())
+            ref.append(train_step(model, opt, torch.from_numpy(x), torch.from_numpy(y), tc.gradClip))
     finally:
         torch.set_num_threads(threads)
 
