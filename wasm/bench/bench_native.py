@@ -4,8 +4,8 @@
                                     [--part step,matmul] [--seconds S]
 
 step   ms/step and tokens/s of a full training step (forward, backward, clip, AdamW) per preset:
-       PyTorch CPU eager (python_ref's train_step, N threads), the native C++ core through its C API
-       (build/native/libtinygpt.so: 1 thread and N threads).
+       PyTorch CPU eager with N threads (python_ref.bench.bench_preset: mean over its timed steps),
+       the native C++ core through its C API (build/native/libtinygpt.so: 1 thread and N threads).
 matmul GFLOP/s of the step's Linear-layer products alone (forward + dinp + dweight + dbias, the shapes
        of the preset, counted as many times as the model runs them): torch.mm on preallocated
        outputs (N threads) vs wasm/src/matmul.cpp (1 and N threads).
@@ -151,10 +151,21 @@ def bench_shapes(lib: MatmulLib, presets, threads: int, seconds: float):
 # ---- full training steps -------------------------------------------------------------------------
 
 def bench_step_torch(preset: str, threads: int, seconds: float) -> float:
+    """Seconds per PyTorch training step: python_ref.bench.bench_preset (what `tinygpt bench` runs:
+    the preset's real batches, mean over the timed steps) when it exists, else our own loop."""
+    torch.set_num_threads(threads)
+    try:
+        from python_ref.bench import bench_preset
+    except ImportError:
+        bench_preset = None
+    if bench_preset is not None:
+        probe = bench_preset(preset, "cpu", steps=1, warmup=1)["ms_per_step"] / 1e3
+        steps = max(3, int(seconds / max(probe, 1e-4)))
+        return bench_preset(preset, "cpu", steps=steps, warmup=2)["ms_per_step"] / 1e3
+
     from python_ref.model import TinyGPT
     from python_ref.train import make_optimizer, train_step
 
-    torch.set_num_threads(threads)
     cfg, tc = model_config(preset), train_config(preset)
     model = TinyGPT(cfg, seed=tc.seed)
     opt = make_optimizer(model, tc)
@@ -246,7 +257,8 @@ def main(argv=None):
         if not have_native:
             print(f"(no {lib_path}: native step columns skipped; run `make build` first)")
         corpus = load_corpus() if have_native else b""
-        print(f"\nTraining step (forward + backward + clip + AdamW), {args.stat} ms/step and tokens/s:")
+        print(f"\nTraining step (forward + backward + clip + AdamW), ms/step (native: {args.stat}; "
+              f"PyTorch: python_ref.bench.bench_preset's mean) and tokens/s:")
         print(f"| preset | tokens/step | PyTorch {T}T ms | native 1T ms | native {T}T ms | "
               f"native {T}T / PyTorch | native {T}T / 1T | PyTorch tok/s | native {T}T tok/s |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
