@@ -60,6 +60,7 @@ _SIGNATURES = {
 }
 
 _lib = None
+_built = False
 
 
 class NativeError(RuntimeError):
@@ -69,7 +70,12 @@ class NativeError(RuntimeError):
 
 
 def ensure_built() -> None:
-    subprocess.run(["make", "-s", "native", f"BUILD={BUILD}"], cwd=ROOT, check=True)
+    """Once per process: later calls would only re-check, and relinking a program another test is
+    running fails with 'Text file busy'."""
+    global _built
+    if not _built:
+        subprocess.run(["make", "-s", "native", f"BUILD={BUILD}"], cwd=ROOT, check=True)
+        _built = True
 
 
 def lib():
