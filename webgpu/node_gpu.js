@@ -2,10 +2,17 @@
 // On a machine without a GPU, point VK_ICD_FILENAMES at SwiftShader's Vulkan ICD (webgpu.mk does).
 import { create, globals } from "webgpu";
 
+// The GPU instance and adapter must outlive every device: if the garbage collector takes them, the
+// binding's event loop later runs Dawn's ProcessEvents on freed objects and the process crashes at
+// random (seen as segfaults and futex aborts once a dispatch runs long enough for a GC to happen).
+const alive = [];
+
 export async function nodeDevice({ powerPreference = "high-performance" } = {}) {
   Object.assign(globalThis, globals);
   const gpu = create([]);
+  alive.push(gpu);
   const adapter = await gpu.requestAdapter({ powerPreference });
+  alive.push(adapter);
   if (!adapter) throw new Error("no WebGPU adapter: is a Vulkan driver (or SwiftShader via VK_ICD_FILENAMES) available?");
   // big models need more than the default 128 MiB binding size; ask for what the adapter offers
   const requiredLimits = {
