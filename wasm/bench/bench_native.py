@@ -131,20 +131,21 @@ def product_calls(lib, pool, M, K, N, threads):
 
 
 def bench_shapes(lib: MatmulLib, presets, threads: int, seconds: float):
-    print(f"| preset | M,K,N | product | torch 1T | native 1T | torch {threads}T | native {threads}T |  (GFLOP/s)")
-    print("|---|---|---|---:|---:|---:|---:|")
+    counts = sorted({1, threads})
+    print("| preset | M,K,N | product | " + " | ".join(f"torch {t}T | native {t}T" for t in counts) + " |")
+    print("|---|---|---|" + "---:|---:|" * len(counts))
     for p in presets:
         for M, K, N, _ in linear_shapes(p):
             flops = 2 * M * K * N
             rates = {}
-            for t in sorted({1, threads}):
+            for t in counts:
                 torch.set_num_threads(t)
                 with lib.pool(t) as pool:
                     for name, (ft, fn) in product_calls(lib, pool, M, K, N, t).items():
                         rates[name, "torch", t] = flops / timed(ft, seconds / 6, min_reps=5) / 1e9
                         rates[name, "native", t] = flops / timed(fn, seconds / 6, min_reps=5) / 1e9
             for name in ("forward", "dinp", "dweight"):
-                cells = " | ".join(f"{rates[name, who, t]:.0f}" for t in (1, threads) for who in ("torch", "native"))
+                cells = " | ".join(f"{rates[name, who, t]:.0f}" for t in counts for who in ("torch", "native"))
                 print(f"| {p} | {M},{K},{N} | {name} | {cells} |", flush=True)
 
 
@@ -282,7 +283,7 @@ def main(argv=None):
             print(f"thread pool, {t} thread(s): {us:.2f} us per parallel_for (fork + join, trivial work)")
 
     if "shapes" in parts:
-        print(f"\nPer Linear shape and product, GFLOP/s:")
+        print(f"\nPer Linear shape and product, GFLOP/s ({args.stat} time):")
         bench_shapes(mm, presets, T, args.seconds)
 
     if "matmul" in parts:
