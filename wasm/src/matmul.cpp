@@ -40,7 +40,9 @@ constexpr int MR = 4, NV = 4;
 #endif
 constexpr int NR = NV * kWidth;
 
-// Cache blocking: 144 is a multiple of every MR above, 256 of every NR.
+// Cache blocking: an MC×KC block of A (144 KiB) stays in L2, a KC×NR micro-panel of B (16 KiB on
+// AVX2) in L1, and a KC×NC block of B (1 MiB, packed once per thread) in L2/L3, so that one pass
+// covers N up to 1024 (every Linear of tiny..xl). 144 is a multiple of every MR, 1024 of every NR.
 constexpr int64_t MC = 144, KC = 256, NC = 1024;
 static_assert(MC % MR == 0 && NC % NR == 0, "tiles must hold whole micro-panels");
 static_assert(KC * NC + MC * KC <= ThreadPool::kScratchFloats, "packed blocks must fit the scratch");
