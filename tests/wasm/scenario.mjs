@@ -36,7 +36,9 @@ export function runScenario(tg, spec, io) {
   };
 
   const out = { memoryBytesStart: tg.memoryBytes() };
+  let t0 = performance.now();
   const model = create(c, spec.threads ?? 1);
+  out.createMs = performance.now() - t0;
   const extra = [];
   try {
     Object.assign(out, {
@@ -46,12 +48,14 @@ export function runScenario(tg, spec, io) {
       nThreads: api.tg_n_threads(model),
       memoryBytesAfterCreate: tg.memoryBytes(),
     });
+    t0 = performance.now();
     if (spec.initState) {
       const bytes = io.read(spec.initState);
       withCopy(bytes, (p) => check(api.tg_import_state(model, p, bytes.length), "tg_import_state"));
     } else {
       check(api.tg_init(model, spec.initSeed), "tg_init");
     }
+    out.initMs = performance.now() - t0;
     const t = spec.training;
     check(api.tg_set_hyper(model, t.lr, t.beta1, t.beta2, t.eps, t.weightDecay, t.gradClip), "tg_set_hyper");
     if (spec.corpus) {
