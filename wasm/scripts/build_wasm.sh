@@ -42,6 +42,29 @@ EMCC="$HERE/em++.sh"
 mapfile -t SOURCES < <(find "$SRC" -maxdepth 1 -name '*.cpp' | sort)
 [ ${#SOURCES[@]} -gt 0 ] || { echo "build_wasm.sh: no .cpp files in $SRC" >&2; exit 1; }
 
+# Fast path for a warm tree: one hash over everything that can change an output (sources,
+# headers, API header, these scripts, the toolchain, the variants asked for). Equal to the last
+# successful run's and every output present: nothing to do.
+all_inputs_hash() {
+    { printf '%s\n' "${VARIANTS[@]}" "$SRC" "$API" "$SITE"
+      cat "$HERE/build_wasm.sh" "$HERE/api_signatures.py" "$API"
+      cat "${TINYGPT_CACHE:-$HOME/.cache/tinygpt}/emsdk-trixie/.tinygpt-emscripten-ready" 2>/dev/null || command -v emcc || true
+      find "$SRC" -maxdepth 1 -type f \( -name '*.cpp' -o -name '*.h' \) -print0 | sort -z | xargs -0 cat
+    } | sha256sum | cut -c1-32
+}
+outputs_present() {
+    local v f
+    for v in "${VARIANTS[@]}"; do
+        for f in tinygpt.mjs tinygpt.wasm tinygpt_api.js; do
+            [ -f "$OUT/$v/$f" ] || return 1
+            [ -z "$SITE" ] || cmp -s "$OUT/$v/$f" "$SITE/$v/$f" || return 1
+        done
+    done
+}
+ALL_INPUTS="$(all_inputs_hash)"
+[ "$(cat "$OUT/.all-inputs" 2>/dev/null)" = "$ALL_INPUTS" ] && outputs_present && exit 0
+rm -f "$OUT/.all-inputs"
+
 # Exports: every tg_ function of the C API, plus malloc/free for the buffers JS hands in.
 signatures="$(python3 "$HERE/api_signatures.py" "$API")"
 exports="$(printf '%s' "$signatures" | python3 -c '
@@ -163,3 +186,4 @@ if [ -n "$SITE" ]; then
         done
     done
 fi
+echo "$ALL_INPUTS" >"$OUT/.all-inputs"
