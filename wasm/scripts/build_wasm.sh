@@ -111,9 +111,12 @@ object_hash() {  # object_hash VARIANT SOURCE
     { printf '%s\n' "${CFLAGS[@]}" "${VCFLAGS[@]}" "$TOOLCHAIN_ID" "$HEADERS_HASH"; cat "$2"; } | sha256sum | cut -c1-32
 }
 
-# Chromium >= 137 names the Memory64 descriptor field `address`; Emscripten 3.1.69 writes the
-# older `index: "i64"`, and with it memory beyond 4 GiB silently fails to be created. Rewrite
-# every occurrence, and fail the build if the old key is still there afterwards.
+# Chromium names the Memory64 descriptor field `address`; Emscripten 3.1.69 writes the older
+# `index: "i64"`, which Chromium 156 ignores: measured here, new WebAssembly.Memory({initial: 1n,
+# maximum: 100000n, index: "i64"}) throws "Cannot convert a BigInt value to a number" and with
+# Numbers is capped at 65536 pages (4 GiB), while the same with `address: "i64"` grows to 4.6 GB.
+# The glue has two occurrences (its BigInt-bounds probe and the memory itself): rewrite both and
+# fail the build if the old key survives or no `address` key appears (an Emscripten change).
 fix_memory64_descriptor() {
     local glue="$1"
     sed -i -E 's/\bindex: *"i64"/address:"i64"/g; s/"index": *"i64"/"address":"i64"/g' "$glue"
