@@ -2,9 +2,9 @@
 // uniforms and workgroup counts. The trainer and the kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulGrid, chooseTile, MATMUL_FLAGS } from "./kernels/matmul.js";
-import { layernormForward, layernormBackward, layernormParamGrad } from "./kernels/layernorm.js";
+import { layernormForward, layernormBackward, layernormParamPartial } from "./kernels/layernorm.js";
 import { geluForward, geluBackward } from "./kernels/gelu.js";
-import { columnSum } from "./kernels/reduce.js";
+import { columnSumPartial, columnSumFinal, ROW_CHUNK } from "./kernels/reduce.js";
 import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
 import { crossEntropy, meanLoss } from "./kernels/crossentropy.js";
 import { attentionForward, attentionBackwardDelta, attentionBackwardKV, attentionBackwardQ } from "./kernels/attention.js";
@@ -25,10 +25,13 @@ function attentionFor(D) {
   return attentionKernels.get(D);
 }
 
+const cachesByDevice = new WeakMap(); // pipelines are shared by every trainer of a device
+
 export class Ops {
   constructor(device) {
     this.device = device;
-    this.pipelines = new PipelineCache(device);
+    if (!cachesByDevice.has(device)) cachesByDevice.set(device, new PipelineCache(device));
+    this.pipelines = cachesByDevice.get(device);
     // bound where a kernel's optional input (bias, residual) is unused
     this.dummy = device.createBuffer({ label: "unused binding", size: 16, usage: GPUBufferUsage.STORAGE });
   }
@@ -45,17 +48,26 @@ export class Ops {
     return plan.add(layernormForward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(Math.ceil(rows / 64)));
   }
 
-  /** dx (+)= LayerNorm backward; then the weight and bias gradients into grads. */
-  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads }) {
+  /**
+   * dx (+)= LayerNorm backward; then the weight and bias gradients into grads (they must lie
+   * contiguously, bias right after weight, as in the manifest). partials: reductionScratch(rows, C).
+   */
+  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads, partials }) {
+    if (bOff !== wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
     plan.add(layernormBackward, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(Math.ceil(rows / 64)));
-    plan.add(layernormParamGrad, { rows, C, w_off: wOff, b_off: bOff }, [dout, x, stats, grads], [Math.ceil(C / 64), 1]);
+    const chunks = Math.ceil(rows / ROW_CHUNK);
+    plan.add(layernormParamPartial, { rows, C }, [dout, x, stats, partials], [Math.ceil(C / 64), chunks]);
+    plan.add(columnSumFinal, { chunks, N: 2 * C, out_off: wOff }, [partials, grads], [Math.ceil((2 * C) / 64), 1]);
   }
 
   gelu(plan, { n, h, g }) { return plan.add(geluForward, { n }, [h, g], grid1d(Math.ceil(n / 256))); }
   geluBackward(plan, { n, h, dg }) { return plan.add(geluBackward, { n }, [h, dg], grid1d(Math.ceil(n / 256))); }
 
-  columnSum(plan, { rows, N, dout, grads, outOff }) {
-    return plan.add(columnSum, { rows, N, out_off: outOff }, [dout, grads], [Math.ceil(N / 64), 1]);
+  /** grads[outOff + n] = Σ_rows dout[r, n]; partials: reductionScratch(rows, N). */
+  columnSum(plan, { rows, N, dout, grads, outOff, partials }) {
+    const chunks = Math.ceil(rows / ROW_CHUNK);
+    plan.add(columnSumPartial, { rows, N }, [dout, partials], [Math.ceil(N / 64), chunks]);
+    plan.add(columnSumFinal, { chunks, N, out_off: outOff }, [partials, grads], [Math.ceil(N / 64), 1]);
   }
 
   embedding(plan, { rows, T, C, past, tokens, params, wteOff, wpeOff, out }) {
@@ -97,6 +109,9 @@ export class Ops {
 }
 
 export { NORM_PARTIALS };
+
+/** Floats of scratch that columnSum and layernormBackward need for `rows` rows of up to N columns. */
+export const reductionScratch = (rows, N) => Math.ceil(rows / ROW_CHUNK) * N;
 
 /** AdamW's uniforms for step t (1-based): bias corrections in binary64, as PyTorch computes them. */
 export function adamwValues(n, tr, t) {

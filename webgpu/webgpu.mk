@@ -1,6 +1,8 @@
-# WebGPU: Debian's chromium ships SwiftShader's Vulkan ICD (a software adapter: tests check
-# correctness only) and the npm `webgpu` package (Dawn for Node) is installed once into $(CACHE),
-# keyed by the lockfile's hash, and linked as webgpu/node_modules so fresh clones reuse it.
+# WebGPU: the tests drive headless Debian chromium (WebGPU on its SwiftShader adapter, through
+# Python playwright, which wasm/emscripten.mk installs) and Node with the npm `webgpu` package (Dawn)
+# on SwiftShader's Vulkan ICD from the same chromium package: software adapters, correctness only.
+# The npm package is installed once into $(CACHE), keyed by the lockfile's hash, and linked as
+# webgpu/node_modules so fresh clones reuse it.
 WEBGPU_LOCK_HASH := $(shell sha256sum webgpu/package-lock.json | cut -c1-16)
 WEBGPU_NODE_DIR := $(CACHE)/node/webgpu-$(WEBGPU_LOCK_HASH)
 WEBGPU_STAMP := $(WEBGPU_NODE_DIR)/.installed

@@ -2,6 +2,7 @@
 // and a row-per-invocation kernel needs no barriers, which software adapters execute slowly).
 // Forward saves (mean, rstd) per row; backward recomputes x̂ from them.
 import { kernel, LINEAR_ID } from "./kernel.js";
+import { ROW_CHUNK } from "./reduce.js";
 
 const ROW = `${LINEAR_ID}
 fn row_index(wid: vec3u, nwg: vec3u, li: u32) -> u32 { return linear_workgroup(wid, nwg) * 64u + li; }`;
@@ -60,23 +61,25 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 }
 `);
 
-// dweight[c] = Σ_rows dout·x̂, dbias[c] = Σ_rows dout: one invocation per channel, rows in order
-export const layernormParamGrad = kernel("layernorm_param_grad",
-  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"]],
-  [["dout", "read"], ["x", "read"], ["stats", "read"], ["grads", "rw"]],
+// dweight[c] = Σ_rows dout·x̂ and dbias[c] = Σ_rows dout, first per chunk of ROW_CHUNK rows:
+// partials: (chunks, 2, C); reduce.js's columnSumFinal then adds the chunks in order (N = 2C)
+export const layernormParamPartial = kernel("layernorm_param_partial",
+  [["rows", "u32"], ["C", "u32"]],
+  [["dout", "read"], ["x", "read"], ["stats", "read"], ["partials", "rw"]],
   `
 @compute @workgroup_size(64)
 fn main(@builtin(global_invocation_id) gid: vec3u) {
   let c = gid.x;
+  let chunk = gid.y;
   if (c >= p.C) { return; }
   var dw = 0.0;
   var db = 0.0;
-  for (var r = 0u; r < p.rows; r++) {
+  for (var r = chunk * ${ROW_CHUNK}u; r < min(p.rows, chunk * ${ROW_CHUNK}u + ${ROW_CHUNK}u); r++) {
     let d = dout[r * p.C + c];
     dw = dw + d * (x[r * p.C + c] - stats[2u * r]) * stats[2u * r + 1u];
     db = db + d;
   }
-  grads[p.w_off + c] = dw;
-  grads[p.b_off + c] = db;
+  partials[(2u * chunk) * p.C + c] = dw;
+  partials[(2u * chunk + 1u) * p.C + c] = db;
 }
 `);

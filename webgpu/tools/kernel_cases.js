@@ -1,7 +1,7 @@
 // Single-kernel cases for tests/test_webgpu_kernels.py, independent of the host (browser or Node):
 // each case names an op, its shapes and its inputs (raw little-endian bytes by name); each output
 // comes back as a Float32Array. The Python side computes the references and compares.
-import { Ops, adamwValues, NORM_PARTIALS } from "../ops.js";
+import { Ops, adamwValues, NORM_PARTIALS, reductionScratch } from "../ops.js";
 import { Plan } from "../plan.js";
 
 /** cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array} */
@@ -41,7 +41,7 @@ export async function runKernelCases(device, cases, inputs) {
       const { rows, C } = c, out = empty(rows * C), stats = empty(2 * rows), dx = input(`${c.id}_dx0`), grads = empty(c.nParams);
       const x = input(`${c.id}_x`), params = input(`${c.id}_params`), dout = input(`${c.id}_dout`);
       ops.layernorm(plan, { rows, C, x, params, wOff: c.wOff, bOff: c.bOff, out, stats, eps: c.eps });
-      ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads });
+      ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads, partials: empty(reductionScratch(rows, 2 * C)) });
       return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C], grads: [grads, c.nParams] };
     },
     gelu(c, plan) {
@@ -52,7 +52,7 @@ export async function runKernelCases(device, cases, inputs) {
     },
     column_sum(c, plan) {
       const grads = empty(c.outOff + c.N);
-      ops.columnSum(plan, { rows: c.rows, N: c.N, dout: input(`${c.id}_dout`), grads, outOff: c.outOff });
+      ops.columnSum(plan, { rows: c.rows, N: c.N, dout: input(`${c.id}_dout`), grads, outOff: c.outOff, partials: empty(reductionScratch(c.rows, c.N)) });
       return { grads: [grads, c.outOff + c.N] };
     },
     embedding(c, plan) {

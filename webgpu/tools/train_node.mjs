@@ -1,0 +1,20 @@
+// The trainer under Node (npm `webgpu`): echo '{"preset": "tiny", "overrides": {...}, "steps": 5}' | node train_node.mjs
+// Prints {"adapter", "losses"} as JSON. The same module the browser worker runs, unchanged.
+import { readFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { nodeDevice } from "../node_gpu.js";
+import { Trainer, configFromPresets } from "../trainer.js";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const job = JSON.parse(readFileSync(0, "utf8"));
+const { device, info } = await nodeDevice();
+const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
+const config = configFromPresets(presets, job.preset, job.overrides ?? {});
+const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
+const trainer = new Trainer(device, config, { corpus, seed: job.seed ?? config.training.seed });
+const pending = [];
+for (let i = 0; i < job.steps; i++) pending.push((await trainer.step()).loss);
+const losses = await Promise.all(pending);
+trainer.destroy();
+console.log(JSON.stringify({ adapter: info.architecture || info.vendor, losses }));
+device.destroy();
