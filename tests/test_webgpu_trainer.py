@@ -163,3 +163,37 @@ def test_node_host_runs_the_same_module(parity_run):
     diff = float(np.max(np.abs(np.array(node["losses"]) - parity_run[3]["losses"][:5])))
     print(f"Node host ({node['adapter']}): first 5 losses {node['losses']}; max difference to the browser's {diff:.3g}")
     assert diff < 1e-5
+
+
+@pytest.fixture(scope="module")
+def native():
+    sys.path.insert(0, str(ROOT / "wasm" / "tests"))
+    import tinygpt_native  # the C++ level's ctypes binding (wasm/tests/tinygpt_native.py)
+
+    tinygpt_native.ensure_built()
+    return tinygpt_native
+
+
+def test_trajectory_parity_with_cpp(parity_run, native):
+    cfg, tc, (x, y), run = parity_run
+    with native.NativeModel(cfg, tc.batch) as m:
+        m.init(tc.seed)
+        m.set_hyper_from(tc)
+        m.set_corpus(DEFAULT_CORPUS.read_bytes(), tc.valFraction)
+        ref = np.array([m.train_step() for _ in range(PARITY_STEPS)])
+    rel = np.abs(np.array(run["losses"]) - ref) / ref
+    print(f"{PARITY_STEPS}-step parity with the C++ level: max relative difference {rel.max():.3g} "
+          f"at step {int(rel.argmax()) + 1} (bar 1e-3)")
+    assert rel.max() < 1e-3
+
+
+def test_export_loads_in_cpp(parity_run, native):
+    cfg, tc, (x, y), run = parity_run
+    raw = base64.b64decode(run["state"])
+    with native.NativeModel(cfg, tc.batch) as m:
+        m.import_state(raw)
+        loss = m.forward_loss(x, y)
+        again = m.export_state(True)
+    print(f"fixed-batch loss: WebGPU {run['batchLoss']:.6f}, C++ on the exported state {loss:.6f}")
+    assert abs(run["batchLoss"] - loss) / loss < 1e-5
+    assert again == raw, "C++ re-exports the WebGPU state byte for byte"
