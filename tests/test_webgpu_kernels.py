@@ -38,7 +38,7 @@ def report(name, got, ref, tol):
 
 
 # --- matmul: three variants, both tiles, bias / residual / accumulate, operand offsets
-def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=False):
+def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=False, splits=None):
     a_off, b_off, bias_off = 5, 7, 3
     a = rng.standard_normal((K, M) if variant == "tn" else (M, K))
     b = rng.standard_normal((N, K) if variant == "nt" else (K, N))
@@ -56,10 +56,11 @@ def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=F
         c0 = rng.standard_normal((M, N))
         inputs["C0"] = f32(c0)
         ref = ref + c0
-    name = f"matmul {variant} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}{' +=' if accumulate else ''}"
+    name = (f"matmul {variant} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}"
+            f"{' +=' if accumulate else ''}{f' split-K {splits}' if splits else ''}")
     tol = 2e-6 * K * math.sqrt(K)
     add_case(dict(op="matmul", variant=variant, M=M, N=N, K=K, tile=tile, aOff=a_off, bOff=b_off, biasOff=bias_off,
-                  bias=bias, residual=residual, accumulate=accumulate), inputs,
+                  bias=bias, residual=residual, accumulate=accumulate, splits=splits), inputs,
              lambda out: report(name, out["C"], ref.ravel(), tol))
 
 
@@ -68,6 +69,8 @@ for variant in ("nt", "nn", "tn"):
     matmul_case(variant, 130, 67, 150, 128, residual=True)
     matmul_case(variant, 67, 130, 21, 64, accumulate=True)
 matmul_case("nt", 1, 256, 48, 64)  # a decode step's logits
+matmul_case("tn", 37, 53, 150, 64, bias=True, splits=3)  # split-K: chunks of 64, 64, 22
+matmul_case("tn", 70, 130, 300, 128, accumulate=True, residual=True, splits=5)
 
 
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)

@@ -1,7 +1,7 @@
 // Recording helpers: one method per layer operation, turning shapes and buffers into a kernel's
 // uniforms and workgroup counts. The trainer and the kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulGrid, chooseTile, MATMUL_FLAGS } from "./kernels/matmul.js";
+import { matmulKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS } from "./kernels/matmul.js";
 import { layernormForward, layernormBackward, layernormParamPartial } from "./kernels/layernorm.js";
 import { geluForward, geluBackward } from "./kernels/gelu.js";
 import { columnSumPartial, columnSumFinal, ROW_CHUNK } from "./kernels/reduce.js";
@@ -12,9 +12,9 @@ import { sumSquares, clipCoefficient, adamw, NORM_PARTIALS } from "./kernels/opt
 import { PipelineCache } from "./plan.js";
 
 const matmulKernels = new Map();
-function matmulFor(variant, tile) {
-  const key = `${variant}_${tile}`;
-  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(variant, tile));
+function matmulFor(variant, tile, split) {
+  const key = `${variant}_${tile}_${split}`;
+  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(variant, tile, split));
   return matmulKernels.get(key);
 }
 const attentionKernels = new Map();
@@ -36,12 +36,24 @@ export class Ops {
     this.dummy = device.createBuffer({ label: "unused binding", size: 16, usage: GPUBufferUsage.STORAGE });
   }
 
-  /** C[cOff..] (M,N) = op(A)·op(B) (+ bias) (+ C if accumulate) (+ R); offsets in elements. */
-  matmul(plan, variant, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0, accumulate = false, tile = chooseTile(M, N) }) {
+  /**
+   * C[cOff..] (M,N) = op(A)·op(B) (+ bias) (+ C if accumulate) (+ R); offsets in elements.
+   * splits > 1: split-K through `partials` (splits·M·N floats), see matmulKernel.
+   */
+  matmul(plan, variant, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
+    accumulate = false, tile = chooseTile(M, N), splits = 1, partials = null }) {
     const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0);
-    return plan.add(matmulFor(variant, tile),
-      { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags },
-      [A, B, bias ?? this.dummy, R ?? this.dummy, C], matmulGrid(M, N, tile));
+    const grid = matmulGrid(M, N, tile);
+    if (splits === 1) {
+      return plan.add(matmulFor(variant, tile, false),
+        { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags, k_chunk: K },
+        [A, B, bias ?? this.dummy, R ?? this.dummy, C], grid);
+    }
+    plan.add(matmulFor(variant, tile, true),
+      { M, N, K, a_off: aOff, b_off: bOff, c_off: 0, bias_off: 0, r_off: 0, flags: 0, k_chunk: splitChunk(K, splits, tile) },
+      [A, B, this.dummy, this.dummy, partials], [grid[0], grid[1], splits]);
+    return plan.add(matmulSplitFinal, { M, N, splits, c_off: cOff, bias_off: biasOff, r_off: rOff, flags },
+      [partials, bias ?? this.dummy, R ?? this.dummy, C], grid1d(Math.ceil((M * N) / 256)));
   }
 
   layernorm(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {

@@ -51,10 +51,10 @@ export class Plan {
     this.cursor = 0;
   }
 
-  /** values: {field: number} for the kernel's uniforms; buffers: GPUBuffer per binding; grid: [x, y]. */
+  /** values: {field: number} for the kernel's uniforms; buffers: GPUBuffer per binding; grid: [x, y] or [x, y, z]. */
   add(k, values, buffers, grid) {
     if (buffers.length !== k.buffers.length) throw new Error(`${k.name}: ${buffers.length} buffers for ${k.buffers.length} bindings`);
-    if (grid[0] === 0 || grid[1] === 0) return this.frozen ? this._skip(k) : undefined;
+    if (grid[0] === 0 || grid[1] === 0 || grid[2] === 0) return this.frozen ? this._skip(k) : undefined;
     const index = this.frozen ? this.cursor++ : this.entries.length;
     if (this.frozen && (index >= this.entries.length || this.entries[index].kernel !== k)) {
       throw new Error(`plan ${this.label}: re-recording diverged at dispatch ${index} (${k.name})`);
@@ -120,7 +120,7 @@ export class Plan {
     for (const e of this.entries) {
       pass.setPipeline(e.pipeline);
       pass.setBindGroup(0, e.bindGroup);
-      pass.dispatchWorkgroups(e.grid[0], e.grid[1]);
+      pass.dispatchWorkgroups(e.grid[0], e.grid[1], e.grid[2] ?? 1);
     }
   }
 

@@ -34,7 +34,7 @@ export async function runKernelCases(device, cases, inputs) {
       const C = c.accumulate ? input(`${c.id}_C0`) : empty(c.M * c.N);
       ops.matmul(plan, c.variant, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, B: input(`${c.id}_B`), bOff: c.bOff,
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
-        accumulate: c.accumulate, tile: c.tile });
+        accumulate: c.accumulate, tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(c.splits * c.M * c.N) : null });
       return { C: [C, c.M * c.N] };
     },
     layernorm(c, plan) {
