@@ -10,6 +10,11 @@ BUILD := $(CURDIR)/build
 export PYTHONPATH := $(CURDIR)
 export TINYGPT_BUILD := $(BUILD)
 
+# apt-get install that refreshes the package lists only when a package cannot be found (a fresh
+# machine has none; a warm one needs no network round trip).
+APT_GET := DEBIAN_FRONTEND=noninteractive apt-get -y -qq -o DPkg::Lock::Timeout=600
+apt_install = { $(APT_GET) install $(1) >/dev/null 2>&1 || { $(APT_GET) update >/dev/null && $(APT_GET) install $(1) >/dev/null; }; }
+
 SETUP_TARGETS :=
 BUILD_TARGETS :=
 include python_ref/python.mk

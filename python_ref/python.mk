@@ -4,7 +4,7 @@ SETUP_TARGETS += $(REQ_STAMP)
 
 $(REQ_STAMP):
 	@python3 -c 'import venv, ensurepip' 2>/dev/null || \
-	  (apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null)
+	  $(call apt_install,python3-venv)
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing Python requirements into $(VENV)"
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true

@@ -1,5 +1,5 @@
 # WebGPU: the tests drive headless Debian chromium (WebGPU on its SwiftShader adapter, through
-# Python playwright, which wasm/emscripten.mk installs) and Node with the npm `webgpu` package (Dawn)
+# Python playwright from requirements.txt) and Node with the npm `webgpu` package (Dawn)
 # on SwiftShader's Vulkan ICD from the same chromium package: software adapters, correctness only.
 # The npm package is installed once into $(CACHE), keyed by the lockfile's hash, and linked as
 # webgpu/node_modules so fresh clones reuse it.
@@ -11,11 +11,12 @@ SETUP_TARGETS += $(SWIFTSHADER_ICD) $(WEBGPU_STAMP) webgpu-node-modules
 
 $(SWIFTSHADER_ICD):
 	@echo "installing chromium (its SwiftShader Vulkan driver runs the WebGPU tests)"
-	@apt-get install -y -qq -o DPkg::Lock::Timeout=600 chromium >/dev/null
+	@$(call apt_install,chromium)
 	@test -f $@ || (echo "chromium did not provide $@" >&2; exit 1)
 
-$(WEBGPU_STAMP): webgpu/package.json webgpu/package-lock.json
-	@command -v node >/dev/null || apt-get install -y -qq -o DPkg::Lock::Timeout=600 nodejs npm >/dev/null
+# keyed by the lockfile's hash: no file prerequisites, so a fresh clone's new mtimes reinstall nothing
+$(WEBGPU_STAMP):
+	@command -v node >/dev/null || $(call apt_install,nodejs npm)
 	@echo "installing the npm webgpu package into $(WEBGPU_NODE_DIR)"
 	@mkdir -p $(WEBGPU_NODE_DIR) && cp webgpu/package.json webgpu/package-lock.json $(WEBGPU_NODE_DIR)/
 	@cd $(WEBGPU_NODE_DIR) && npm ci --silent --no-audit --no-fund --ignore-scripts 2>&1 | grep -v 'Unknown user config' || true

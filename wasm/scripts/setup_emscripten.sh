@@ -51,7 +51,8 @@ run_in_root() {
 if [ ! -e "$ROOT/.tinygpt-debootstrap-done" ]; then
     command -v debootstrap >/dev/null 2>&1 || {
         say "installing debootstrap (host apt)"
-        apt-get install -y -o DPkg::Lock::Timeout=600 debootstrap >/dev/null
+        { apt-get install -y -o DPkg::Lock::Timeout=600 debootstrap >/dev/null 2>&1 ||
+          { apt-get update -qq >/dev/null && apt-get install -y -o DPkg::Lock::Timeout=600 debootstrap >/dev/null; }; }
     }
     tmp="$ROOT.partial"
     if [ -e "$tmp" ]; then
