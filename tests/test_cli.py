@@ -6,21 +6,11 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
 from python_ref.cli import main
 from python_ref.config import DEFAULT_CORPUS
 
 from conftest import ROOT
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny shapes gain nothing from threads; on 2 shared cores torch's spinning threads slow them ~10x.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

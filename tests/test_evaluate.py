@@ -13,15 +13,6 @@ from python_ref.model import TinyGPT
 from python_ref.train import new_run
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny shapes gain nothing from threads; on 2 shared cores torch's spinning threads slow them ~10x.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_covering_loss_is_the_mean_over_every_byte():
     """A 2-window + tail file against position-by-position cross-entropy computed one window at a time."""
     model = TinyGPT(ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=16), seed=5)

@@ -24,15 +24,6 @@ from python_ref.tinygpt_file import PREFIX, TinyGPTFileError, load, save
 CONFIG = model_config("tiny")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny shapes: on 2 shared cores, OpenMP's spinning second thread made a forward 40x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def batch(seed=0, b=4):
     g = torch.Generator().manual_seed(seed)
     idx = torch.randint(0, 256, (b, CONFIG.ctx), generator=g)

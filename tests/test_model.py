@@ -14,15 +14,6 @@ from python_ref.model import TinyGPT, initial_tensor_values, manifest
 MICRO = ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=4)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny shapes: on 2 shared cores, OpenMP's spinning second thread made a forward 40x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def test_module_order_and_shapes_equal_the_manifest():
     for config in (MICRO, model_config("tiny"), model_config("small")):
         model = TinyGPT(config, seed=None)

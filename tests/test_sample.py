@@ -15,15 +15,6 @@ from python_ref.train import make_optimizer, train_step
 CTX = 8  # small, so that 40 new tokens cross the context boundary several times
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny shapes gain nothing from threads; on 2 shared cores torch's spinning threads slow them ~10x.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model():
     """A 2-layer, ctx-8 model trained 40 steps on Shakespeare, so its logits are peaked like a real model's."""

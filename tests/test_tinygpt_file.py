@@ -28,15 +28,6 @@ SMALLISH = ModelConfig(nLayer=2, nHead=2, dModel=16, ctx=8)
 REQUIRED = {"config", "manifest", "includesOptimizerState", "stateCrc32", "headerCrc32"}
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny shapes: on 2 shared cores, OpenMP's spinning second thread made a forward 40x slower."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 def trained(config: ModelConfig, steps: int = 3, seed: int = 0):
     """A model and a real torch AdamW after a few steps (decay only on 2+ dim tensors, as in training)."""
     model = TinyGPT(config, seed=seed)

@@ -15,15 +15,6 @@ from python_ref.train import make_optimizer, new_run, resolve_device, resume_run
 SMALL_CORPUS_BYTES = 40_000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # Tiny shapes gain nothing from threads; on 2 shared cores torch's spinning threads slow them ~10x.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def corpus():
     return Corpus.from_bytes(DEFAULT_CORPUS.read_bytes()[:SMALL_CORPUS_BYTES], "shakespeare-40k.txt")

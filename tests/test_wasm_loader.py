@@ -11,8 +11,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from wasm_support import (CORPUS, chromium_page, model_spec, require_build, run_browser, run_node,
-                          static_server)
+from wasm_support import chromium_page, model_spec, require_build, run_node, static_server
 
 
 @pytest.fixture(scope="module")

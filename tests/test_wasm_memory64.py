@@ -17,7 +17,7 @@ import pytest
 from conftest import ROOT
 from python_ref.config import model_config
 from python_ref.tinygpt_file import read_state, write_state
-from wasm_support import (CORPUS, chromium_page, max_rel_diff, max_rel_state_diff, model_spec,
+from wasm_support import (chromium_page, max_rel_diff, max_rel_state_diff, model_spec,
                           native_trajectory, python_init_file, require_build, run_browser, static_server)
 
 GiB = 2**30

@@ -287,7 +287,7 @@ def main(argv=None):
         bench_shapes(mm, presets, T, args.seconds)
 
     if "matmul" in parts:
-        print(f"\nLinear layers of one step (forward + dinp + dweight + dbias), ms and GFLOP/s:")
+        print("\nLinear layers of one step (forward + dinp + dweight + dbias), ms and GFLOP/s:")
         print(f"| preset | GFLOP | torch.mm {T}T ms | native 1T ms | native {T}T ms | "
               f"torch {T}T GFLOP/s | native 1T GFLOP/s | native {T}T GFLOP/s |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|")
