@@ -39,6 +39,17 @@ inline void head_gemm(int64_t M, int64_t N, int64_t K, const float* a, int64_t a
   gemm_strided(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate, gemm_scratch);
 }
 
+// Scales a row of n raw scores in place and returns its maximum (the softmax shift).
+template <class F>
+inline F scale_scores(F* s, int64_t n, F scale) {
+  F max_score = -INFINITY;
+  for (int64_t j = 0; j < n; j++) {
+    s[j] *= scale;
+    max_score = s[j] > max_score ? s[j] : max_score;
+  }
+  return max_score;
+}
+
 // One query against keys 0 .. n_keys-1 (decoding): y (D) = softmax(q.k_j * scale) . v_j; returns
 // the row's log-sum-exp. kT: keys transposed (D, kt_stride), so the scores are D vector updates
 // along the key axis; v rows are v_stride apart. p: scratch (n_keys).
@@ -47,11 +58,7 @@ inline F attend_row(F* y, F* p, const F* q, const F* kT, int64_t kt_stride, cons
                     int64_t v_stride, int64_t n_keys, int64_t D, F scale) {
   for (int64_t j = 0; j < n_keys; j++) p[j] = 0;
   for (int64_t d = 0; d < D; d++) vec_axpy(p, q[d], kT + d * kt_stride, n_keys);
-  F max_score = -INFINITY;
-  for (int64_t j = 0; j < n_keys; j++) {
-    p[j] *= scale;
-    max_score = p[j] > max_score ? p[j] : max_score;
-  }
+  const F max_score = scale_scores(p, n_keys, scale);
   const F sum = vec_exp_shifted(p, max_score, n_keys);
   const F inv = static_cast<F>(1) / sum;
   for (int64_t d = 0; d < D; d++) y[d] = 0;
@@ -82,11 +89,7 @@ void attention_forward(F* y, F* lse, F* scratch, const F* q, const F* k, const F
         for (int64_t i = 0; i < rows; i++) {  // query t = t0 + i sees keys 0..t
           F* s = S + i * T;
           const int64_t keys = t0 + i + 1;
-          F max_score = -INFINITY;
-          for (int64_t j = 0; j < keys; j++) {
-            s[j] *= scale;
-            max_score = s[j] > max_score ? s[j] : max_score;
-          }
+          const F max_score = scale_scores(s, keys, scale);
           const F sum = vec_exp_shifted(s, max_score, keys);
           const F inv = static_cast<F>(1) / sum;
           for (int64_t j = 0; j < keys; j++) s[j] *= inv;
