@@ -1,9 +1,9 @@
 // Real-GPU benchmark of the WGSL trainer under Node (npm `webgpu`, Dawn on Vulkan):
-//   node webgpu/bench/bench.mjs [--presets small,medium,...] [--steps N] [--warmup N] [--sizes 1024,2048,4096]
-// Prints one JSON object: adapter, per-preset ms/step and tokens/s (one submit per step, the loss
+//   node webgpu/bench/bench.mjs [--presets small,medium,...] [--steps N] [--warmup N] [--sizes 1024,2048,4096] [--out FILE]
+// Writes one JSON object (to FILE, else stdout — where Dawn's shader-compiler warnings also land): adapter, per-preset ms/step and tokens/s (one submit per step, the loss
 // read back through the ring without stalling), and matmul GFLOP/s (checked against float64 sums).
 // Never run this on a software adapter and call it a speed.
-import { readFileSync } from "node:fs";
+import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Trainer, configFromPresets } from "../trainer.js";
@@ -91,5 +91,6 @@ for (const n of sizes) {
   }
   for (const x of [A, B, C]) x.destroy();
 }
-console.log(JSON.stringify(out, null, 1));
+const json = JSON.stringify(out, null, 1);
+if (args.out) writeFileSync(args.out, json + "\n"); else console.log(json);
 device.destroy();

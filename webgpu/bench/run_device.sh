@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OU
 PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
 # each side runs even if the other fails, so one run always brings back what can be measured
 /tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
-  > "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
+  --out "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
 PYTHONUNBUFFERED=1 python3 webgpu/bench/torch_bench.py --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
   > "$OUT/torch_bench.json" || echo "PyTorch bench failed: exit $?"
 cat "$OUT/webgpu_bench.json" "$OUT/torch_bench.json"
