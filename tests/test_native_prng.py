@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "wasm" / "tests"))
@@ -53,14 +54,16 @@ def test_tiny_init_matches_the_vectors_bit_for_bit():
     print("tinyInit vectors: bit-identical")
 
 
-def test_whole_model_init_equals_python_ref():
+@pytest.mark.parametrize("threads", [1, 2])
+def test_whole_model_init_equals_python_ref(threads):
+    """Init is split across the pool; the counter-based stream makes every split bit-identical."""
     for preset, seed in (("tiny", 0), ("tiny", 1337), ("small", 7)):
         config = model_config(preset)
-        with NativeModel(config, batch=1) as m:
+        with NativeModel(config, batch=1, n_threads=threads) as m:
             m.init(seed)
             weights = m.weights()
         differing = 0
         for name, want in initial_tensor_values(config, seed):
             differing += int(np.count_nonzero(weights[name].view(np.uint32) != want.view(np.uint32)))
-        print(f"{preset} seed {seed}: {config.param_count()} weights, {differing} differ in any bit")
+        print(f"{preset} seed {seed}, {threads} thread(s): {config.param_count()} weights, {differing} differ in any bit")
         assert differing == 0

@@ -239,7 +239,11 @@ void Model::init_from_seed(uint64_t seed) {
   for (const TensorInfo& t : manifest_) {
     float* dst = weights_ + t.offset;
     if (t.init_normal) {
-      normal_float32(dst, seed, drawn, t.numel, t.init_std);
+      // The stream is counter-based, so any split across the pool gives the same bits.
+      const uint64_t first = drawn;
+      pool_->parallel_for(t.numel, 1 << 14, [&](int64_t i0, int64_t i1) {
+        normal_float32(dst + i0, seed, first + static_cast<uint64_t>(i0), i1 - i0, t.init_std);
+      });
       drawn += static_cast<uint64_t>(t.numel);
     } else {
       for (int64_t i = 0; i < t.numel; i++) dst[i] = t.init_fill;
