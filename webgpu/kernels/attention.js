@@ -12,18 +12,24 @@ const BH = `
   let b = wid.y / p.H;
   let h = wid.y % p.H;`;
 
+// Kernels with one invocation per query row (64 rows a workgroup) that stream K and V through
+// workgroup memory in tiles of BKV key rows.
+function queryRowsWithKeyTiles(D, BKV) {
+  return `const D = ${D}u;
+const BQ = 64u;
+const BKV = ${BKV}u;
+var<workgroup> Ks: array<f32, ${BKV * D}>;
+var<workgroup> Vs: array<f32, ${BKV * D}>;
+`;
+}
+
 // q: (B,T,C) queries at absolute positions past..past+T-1; k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
 export function attentionForward(D) {
   const BKV = attentionTiles(D).fwdKeys;
   return kernel(`attention_forward_d${D}`,
     [["T", "u32"], ["kvT", "u32"], ["past", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
     [["q", "read"], ["k", "read"], ["v", "read"], ["out", "rw"], ["lse", "rw"]], `
-const D = ${D}u;
-const BQ = 64u;
-const BKV = ${BKV}u;
-var<workgroup> Ks: array<f32, ${BKV * D}>;
-var<workgroup> Vs: array<f32, ${BKV * D}>;
-
+${queryRowsWithKeyTiles(D, BKV)}
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${BH}
   let qi = wid.x * BQ + li;
@@ -173,12 +179,7 @@ export function attentionBackwardQ(D) {
   return kernel(`attention_backward_q_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
     [["q", "read"], ["k", "read"], ["v", "read"], ["dout", "read"], ["lse", "read"], ["delta", "read"],
       ["dq", "rw"]], `
-const D = ${D}u;
-const BQ = 64u;
-const BKV = ${BKV}u;
-var<workgroup> Ks: array<f32, ${BKV * D}>;
-var<workgroup> Vs: array<f32, ${BKV * D}>;
-
+${queryRowsWithKeyTiles(D, BKV)}
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${BH}
   let qi = wid.x * BQ + li;

@@ -4,19 +4,20 @@
 import { kernel, LINEAR_ID } from "./kernel.js";
 import { ROW_CHUNK } from "./reduce.js";
 
-const ROW = `${LINEAR_ID}
-fn row_index(wid: vec3u, nwg: vec3u, li: u32) -> u32 { return linear_workgroup(wid, nwg) * 64u + li; }`;
+// Opens main() for one invocation per row: \`row\` (< p.rows) and \`base\` = row * p.C are in scope.
+const ROW_MAIN = `${LINEAR_ID}
+fn row_index(wid: vec3u, nwg: vec3u, li: u32) -> u32 { return linear_workgroup(wid, nwg) * 64u + li; }
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+  let row = row_index(wid, nwg, li);
+  if (row >= p.rows) { return; }
+  let base = row * p.C;`;
 
 // x: (rows,C) -> out: (rows,C); stats: (rows,2) = mean, rstd
 export const layernormForward = kernel("layernorm_forward",
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"], ["eps", "f32"]],
   [["x", "read"], ["params", "read"], ["out", "rw"], ["stats", "rw"]],
-  `${ROW}
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let row = row_index(wid, nwg, li);
-  if (row >= p.rows) { return; }
-  let base = row * p.C;
+  `${ROW_MAIN}
   var s = 0.0;
   for (var c = 0u; c < p.C; c++) { s = s + x[base + c]; }
   let mean = s / f32(p.C);
@@ -35,12 +36,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 export const layernormBackward = kernel("layernorm_backward",
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"]],
   [["dout", "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"]],
-  `${ROW}
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let row = row_index(wid, nwg, li);
-  if (row >= p.rows) { return; }
-  let base = row * p.C;
+  `${ROW_MAIN}
   let mean = stats[2u * row];
   let rstd = stats[2u * row + 1u];
   var a = 0.0;
