@@ -275,31 +275,36 @@ export class Trainer {
   }
 
   /**
-   * Wall-clock time of each dispatch of one training step, each submitted and awaited on its own
-   * (so it includes a submit's overhead): {kernelName: {count, ms}}, to find the slow kernels.
+   * GPU time of each dispatch of one training step: each dispatch is replayed `reps` times in one
+   * pass and once alone, and (t_reps - t_1) / (reps - 1) cancels the submit's own cost. Returns
+   * [{name, grid, ms}] in step order (replays repeat AdamW and accumulations: profile a throwaway trainer).
    */
-  async profileStep(batch = null) {
+  async profileStep(batch = null, reps = 21) {
     const { x, y } = batch ?? this.nextBatch();
     this._uploadBatch(x, y);
     this.stepCount += 1;
     this.trainPlan.update(this.adamIndex, adamwValues(this.P, this.tr, this.stepCount));
     await this.device.queue.onSubmittedWorkDone();
-    const totals = {};
-    for (const e of this.trainPlan.entries) {
+    const timed = async (e, n) => {
       const t0 = performance.now();
       const enc = this.device.createCommandEncoder();
       const pass = enc.beginComputePass();
       pass.setPipeline(e.pipeline);
       pass.setBindGroup(0, e.bindGroup);
-      pass.dispatchWorkgroups(e.grid[0], e.grid[1]);
+      for (let r = 0; r < n; r++) pass.dispatchWorkgroups(e.grid[0], e.grid[1], e.grid[2] ?? 1);
       pass.end();
       this.device.queue.submit([enc.finish()]);
       await this.device.queue.onSubmittedWorkDone();
-      const t = (totals[e.kernel.name] ??= { count: 0, ms: 0 });
-      t.count += 1;
-      t.ms += performance.now() - t0;
+      return performance.now() - t0;
+    };
+    const rows = [];
+    for (const e of this.trainPlan.entries) {
+      await timed(e, 1);
+      const one = Math.min(await timed(e, 1), await timed(e, 1));
+      const many = await timed(e, reps);
+      rows.push({ name: e.kernel.name, grid: [...e.grid], ms: Math.max(0, (many - one) / (reps - 1)) });
     }
-    return totals;
+    return rows;
   }
 
   /** Mean cross-entropy over B·T positions of a batch, without training. */

@@ -1,5 +1,6 @@
 // Real-GPU benchmark of the WGSL trainer under Node (npm `webgpu`, Dawn on Vulkan):
-//   node webgpu/bench/bench.mjs [--presets small,medium,...] [--steps N] [--warmup N] [--sizes 1024,2048,4096] [--out FILE]
+//   node webgpu/bench/bench.mjs [--presets small,medium,...] [--steps N] [--warmup N] [--sizes 1024,2048,4096]
+//                               [--profile 1] [--out FILE]
 // Writes one JSON object (to FILE, else stdout — where Dawn's shader-compiler warnings also land): adapter, per-preset ms/step and tokens/s (one submit per step, the loss
 // read back through the ring without stalling), and matmul GFLOP/s (checked against float64 sums).
 // Never run this on a software adapter and call it a speed.
@@ -37,7 +38,46 @@ for (const name of presetNames) {
   out.presets.push({ preset: name, params: trainer.P, batch: config.training.batch, ctx: config.model.ctx, msPerStep: ms,
     tokensPerSecond: tokens / (ms / 1000), setupMs: start - t0, firstLoss: values[0], lastLoss: values[values.length - 1] });
   console.error(`${name}: ${ms.toFixed(2)} ms/step, ${(tokens / (ms / 1000)).toFixed(0)} tokens/s, loss ${values[0].toFixed(3)} -> ${values[values.length - 1].toFixed(3)}`);
+  if (args.profile) out.presets[out.presets.length - 1].profile = await profile(trainer, name);
   trainer.destroy();
+}
+
+/**
+ * Where a step's time goes: the host's cost to encode and to submit one step (the GPU may idle
+ * while the host records), the latency of one step from idle, and each dispatch's GPU time.
+ */
+async function profile(trainer, name) {
+  const host = { encodeMs: 0, submitMs: 0 };
+  const n = 10;
+  for (let i = 0; i < n; i++) {
+    const t0 = performance.now();
+    const enc = device.createCommandEncoder();
+    const pass = enc.beginComputePass();
+    trainer.trainPlan.encode(pass);
+    pass.end();
+    const cb = enc.finish();
+    const t1 = performance.now();
+    device.queue.submit([cb]);
+    host.encodeMs += (t1 - t0) / n;
+    host.submitMs += (performance.now() - t1) / n;
+    await device.queue.onSubmittedWorkDone();
+  }
+  const t0 = performance.now();
+  await (await trainer.step()).loss;
+  host.idleStepMs = performance.now() - t0;
+  const rows = await trainer.profileStep();
+  const byKernel = {};
+  for (const r of rows) {
+    const k = (byKernel[r.name] ??= { name: r.name, count: 0, ms: 0 });
+    k.count += 1;
+    k.ms += r.ms;
+  }
+  const kernels = Object.values(byKernel).sort((a, b) => b.ms - a.ms);
+  const gpuMs = rows.reduce((s, r) => s + r.ms, 0);
+  console.error(`  ${name}: encode ${host.encodeMs.toFixed(2)} ms, submit ${host.submitMs.toFixed(2)} ms, one step from idle ${host.idleStepMs.toFixed(2)} ms, ` +
+    `sum of ${rows.length} dispatches ${gpuMs.toFixed(2)} ms`);
+  for (const k of kernels.slice(0, 12)) console.error(`    ${k.name.padEnd(34)} ${String(k.count).padStart(4)} × ${(1000 * k.ms / k.count).toFixed(1).padStart(8)} µs = ${k.ms.toFixed(3)} ms`);
+  return { ...host, dispatches: rows.length, gpuMs, kernels, rows };
 }
 
 // matmul C = A·Bᵀ (the forward Linear), square n: GFLOP/s from back-to-back dispatches in one submit

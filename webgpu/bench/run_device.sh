@@ -19,9 +19,10 @@ cp .wgcarry/webgpu/index.js .wgcarry/webgpu/package.json webgpu/node_modules/web
 unxz .wgcarry/webgpu/dist/linux-x64/dawn.node.xz webgpu/node_modules/webgpu/dist/linux-x64/dawn.node
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
+# PROFILE=1 adds each preset's host encode/submit cost and per-kernel GPU times; SKIP_TORCH=1 skips PyTorch
 # each side runs even if the other fails, so one run always brings back what can be measured
 /tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
-  --out "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
-PYTHONUNBUFFERED=1 python3 webgpu/bench/torch_bench.py --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
+  --sizes "${SIZES:-1024,2048,4096}" ${PROFILE:+--profile 1} --out "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
+[ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 python3 webgpu/bench/torch_bench.py --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
   > "$OUT/torch_bench.json" || echo "PyTorch bench failed: exit $?"
 cat "$OUT/webgpu_bench.json" "$OUT/torch_bench.json"

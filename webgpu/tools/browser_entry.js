@@ -71,7 +71,6 @@ export async function trainJob(job) {
       for (let i = 0; i < (job.steps ?? 0); i++) pending.push((await trainer.step(fixed)).loss);
       result.losses = await Promise.all(pending);
     }
-    if (job.profile) result.profile = await trainer.profileStep(fixed);
     if (job.lossBatch) result.batchLoss = await trainer.lossOn(Uint32Array.from(job.lossBatch.x), Uint32Array.from(job.lossBatch.y));
     if (job.evaluate) result.valLoss = await trainer.evaluate();
     if (job.exportState) result.state = toBase64(await trainer.exportState());
