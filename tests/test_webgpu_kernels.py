@@ -218,6 +218,32 @@ def attention_case(B, T, H, D):
 attention_case(2, 70, 3, 16)
 attention_case(1, 37, 2, 32)
 attention_case(1, 40, 1, 64)
+attention_case(2, 100, 2, 32)  # query blocks of 32: a partial last block, tiles of 32 keys across the diagonal
+
+
+# --- attention forward against a KV cache: queries at past..past+T-1, keys 0..kvT-1 of which the first past+T are filled
+def attention_cached_case(T, past, kvT, H, D):
+    C = H * D
+    q, k, v = rng.standard_normal((T, C)), rng.standard_normal((kvT, C)), rng.standard_normal((kvT, C))
+    out, lse = np.zeros((T, C)), np.zeros((H, T))
+    for h in range(H):
+        hs = slice(h * D, h * D + D)
+        for i in range(T):
+            s = k[:past + i + 1, hs] @ q[i, hs] / math.sqrt(D)
+            lse[h, i] = np.log(np.sum(np.exp(s - s.max()))) + s.max()
+            out[i, hs] = np.exp(s - lse[h, i]) @ v[:past + i + 1, hs]
+    name = f"attention cached T={T} past={past} kvT={kvT} H={H} D={D}"
+
+    def check(o):
+        report(f"{name} out", o["out"], out.ravel(), 2e-6)
+        report(f"{name} lse", o["lse"], lse.ravel(), 2e-5)
+
+    add_case(dict(op="attention_cached", T=T, past=past, kvT=kvT, H=H, C=C), {"q": f32(q), "k": f32(k), "v": f32(v)}, check)
+
+
+attention_cached_case(1, 45, 64, 2, 32)  # a decode step
+attention_cached_case(1, 100, 128, 1, 64)
+attention_cached_case(5, 7, 16, 2, 16)
 
 
 # --- global norm, clip, AdamW (decay on the masked parameters only)

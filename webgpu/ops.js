@@ -7,7 +7,7 @@ import { geluForward, geluBackward } from "./kernels/gelu.js";
 import { columnSumPartial, columnSumFinal, ROW_CHUNK } from "./kernels/reduce.js";
 import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
 import { crossEntropy, meanLoss } from "./kernels/crossentropy.js";
-import { attentionForward, attentionBackwardDelta, attentionBackwardKV, attentionBackwardQ } from "./kernels/attention.js";
+import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid } from "./kernels/attention.js";
 import { sumSquares, clipCoefficient, adamw, NORM_PARTIALS } from "./kernels/optimizer.js";
 import { PipelineCache } from "./plan.js";
 
@@ -20,7 +20,8 @@ function matmulFor(variant, tile, split) {
 const attentionKernels = new Map();
 function attentionFor(D) {
   if (!attentionKernels.has(D)) {
-    attentionKernels.set(D, { fwd: attentionForward(D), delta: attentionBackwardDelta(D), kv: attentionBackwardKV(D), q: attentionBackwardQ(D) });
+    const layout = attentionLayout(D);
+    attentionKernels.set(D, { layout, fwd: attentionForward(D, layout), q: attentionBackwardQ(D, layout), kv: attentionBackwardKV(D, layout) });
   }
   return attentionKernels.get(D);
 }
@@ -97,15 +98,15 @@ export class Ops {
   }
 
   attention(plan, { B, T, kvT, past, H, C, q, k, v, out, lse }) {
-    const D = C / H;
-    return plan.add(attentionFor(D).fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], [Math.ceil(T / 64), B * H]);
+    const D = C / H, A = attentionFor(D);
+    return plan.add(A.fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], attentionGrid(T, B * H, A.layout));
   }
 
   attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv }) {
     const D = C / H, A = attentionFor(D), scale = 1 / Math.sqrt(D);
-    plan.add(A.delta, { rows: B * T, T, H, C }, [dout, out, delta], [Math.ceil((B * T * H) / 64), 1]);
-    plan.add(A.kv, { T, H, C, scale }, [q, k, v, dout, lse, delta, dk, dv], [Math.ceil(T / 64), B * H]);
-    plan.add(A.q, { T, H, C, scale }, [q, k, v, dout, lse, delta, dq], [Math.ceil(T / 64), B * H]);
+    const grid = attentionGrid(T, B * H, A.layout);
+    plan.add(A.q, { T, H, C, scale }, [q, k, v, dout, out, lse, delta, dq], grid); // also writes delta, which dK/dV reads
+    plan.add(A.kv, { T, H, C, scale }, [q, k, v, dout, lse, delta, dk, dv], grid);
   }
 
   /** scal = [norm, clip coefficient] of all n gradients. */

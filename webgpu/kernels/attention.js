@@ -1,228 +1,285 @@
 // Causal self-attention, FlashAttention-2 style. q, k, v, out: (B,T,C) with head h on channels
 // h·D .. h·D+D-1. The forward keeps a running max and sum per query (online softmax) and saves one
 // log-sum-exp per row; the backward recomputes P from q, k and that statistic, so no T×T matrix
-// ever exists (memory linear in T). No atomics: dK/dV and dQ are two passes, each invocation owning
-// one row of its output. D (head size) is compiled in; tile sizes keep workgroup memory ≤ 16 KiB.
+// ever exists (memory linear in T). No atomics: dQ and dK/dV are two passes, each workgroup owning
+// a block of rows of its output.
+//
+// Parallel layout (all kernels): a workgroup owns ROWS rows (queries; keys for dK/dV) of one
+// (batch, head) and gives each row SPLIT invocations. The other side (keys; queries) streams
+// through workgroup memory in tiles of TILE rows; invocation t of a row takes rows t, t+SPLIT, ...
+// of each tile and keeps its own partial state (softmax max and sum and accumulator, or gradient
+// sums) in registers, so no barrier is needed per key. Afterwards the SPLIT partial states of a row
+// are merged through workgroup memory in a fixed order (deterministic). Head rows are read as vec4
+// (D is a multiple of 4); shared rows are padded by one vec4 so that invocations reading different
+// rows at once hit different banks. D is compiled in.
 import { kernel } from "./kernel.js";
 
+const WORKGROUP_BYTES = 16384;
+
+// Unrolls every `for (var i = 0u; i < NAME; i++) { ... }` whose bound is one of the compile-time
+// constants given, so that private arrays (the per-invocation accumulators) are indexed by
+// constants only and stay in registers: the driver does not unroll Tint's loops reliably, and one
+// dynamic index sends the whole array to (slow) local memory.
+function unrollLoops(code, bounds) {
+  const head = new RegExp(`for \\(var (\\w+) = 0u; \\1 < (${Object.keys(bounds).join("|")}); \\1\\+\\+\\) \\{`);
+  for (let m = head.exec(code); m; m = head.exec(code)) {
+    let depth = 1, end = m.index + m[0].length;
+    while (depth) depth += { "{": 1, "}": -1 }[code[end++]] ?? 0;
+    const body = code.slice(m.index + m[0].length, end - 1), name = new RegExp(`(?<![.\\w])${m[1]}\\b`, "g");
+    const copies = Array.from({ length: bounds[m[2]] }, (_, i) => `{${body.replace(name, `${i}u`)}}`);
+    code = code.slice(0, m.index) + copies.join("\n") + code.slice(end);
+  }
+  return code;
+}
 const pow2Floor = (x) => 2 ** Math.floor(Math.log2(x));
-export const attentionTiles = (D) => ({ fwdKeys: pow2Floor(Math.min(64, 2048 / D)), bwdRows: pow2Floor(Math.min(64, 1024 / D)) });
 
-const BH = `
-  let b = wid.y / p.H;
-  let h = wid.y % p.H;`;
-
-// Kernels with one invocation per query row (64 rows a workgroup) that stream K and V through
-// workgroup memory in tiles of BKV key rows.
-function queryRowsWithKeyTiles(D, BKV) {
-  return `const D = ${D}u;
-const BQ = 64u;
-const BKV = ${BKV}u;
-var<workgroup> Ks: array<f32, ${BKV * D}>;
-var<workgroup> Vs: array<f32, ${BKV * D}>;
-`;
+/** rows · split invocations a workgroup; tiles as large as two fit in workgroup memory (≤ 64 rows). */
+export function attentionLayout(D, { rows = 32, split = 8 } = {}) {
+  const stride = D / 4 + 1;
+  const tile = Math.max(split, pow2Floor(Math.min(64, (WORKGROUP_BYTES - 1024) / (2 * stride * 16))));
+  return { rows, split, tile, stride };
 }
 
+// Compile-time constants of a layout; also the loop bounds that unrollLoops() unrolls.
+function constants(D, { rows, split, tile, stride }) {
+  const wg = rows * split, shared = 2 * tile * stride, round = Math.min(D / 4, Math.floor(shared / wg));
+  if (round < 1 || tile % split || shared * 16 + 8 * tile > WORKGROUP_BYTES) throw new Error(`attention layout for D=${D} does not fit`);
+  return {
+    D4: D / 4, // vec4s per head row
+    RS: stride, // row stride of a shared tile in vec4s (padded)
+    ROWS: rows, SPLIT: split, WG: wg, TILE: tile,
+    PER_THREAD: tile / split, // tile rows each invocation takes
+    ROUND: round, // vec4s each invocation hands in per merge round
+    ROUNDS: Math.ceil(D / 4 / round),
+    SHARED: shared,
+  };
+}
+
+// A kernel body with the layout's constants, the shared tiles (two operands, reused as merge
+// scratch) and the merge of the SPLIT partial sums of each row; loops over constants unrolled.
+function withPreamble(D, layout, body) {
+  const k = constants(D, layout);
+  return unrollLoops(`${Object.entries(k).map(([n, v]) => `const ${n} = ${v}u;`).join("\n")}
+var<workgroup> sh: array<vec4f, SHARED>; // rows [0, TILE): first operand; [TILE, 2·TILE): second
+
+// Replaces each invocation's a by w·a summed over the SPLIT invocations of its row, for the vec4s c
+// it owns (owns(c, t)); others are left stale. Call from uniform control flow (barriers).
+fn merge(a: ptr<function, array<vec4f, D4>>, w: f32, li: u32) {
+  let t = li % SPLIT;
+  let first = li - t;
+  for (var rd = 0u; rd < ROUNDS; rd++) {
+    let r0 = rd * ROUND;
+    for (var x = 0u; x < ROUND; x++) {
+      if (r0 + x < D4) { sh[li * ROUND + x] = (*a)[r0 + x] * w; }
+    }
+    workgroupBarrier();
+    for (var x = 0u; x < ROUND; x++) {
+      if (r0 + x < D4 && x % SPLIT == t) {
+        var sum = vec4f(0.0);
+        for (var u = 0u; u < SPLIT; u++) { sum += sh[(first + u) * ROUND + x]; }
+        (*a)[r0 + x] = sum;
+      }
+    }
+    workgroupBarrier();
+  }
+}
+fn owns(c: u32, t: u32) -> bool { return (c % ROUND) % SPLIT == t; }
+${body}`, k);
+}
+
+// WGSL: rows j0 .. j0+TILE-1 of one head of buf (zeros from row `end` on) into tile rows [at, at+TILE)
+const loadTile = (buf, at, rowBase, times = "") => `
+    for (var e = li; e < TILE * D4; e += WG) {
+      let r = e / D4;
+      let c = e % D4;
+      var x = vec4f(0.0);
+      if (j0 + r < end) { x = ${buf}[(${rowBase} + j0 + r) * C4 + h * D4 + c]${times}; }
+      sh[(${at} + r) * RS + c] = x;
+    }`;
+
+const HEAD = `
+  let b = wid.y / p.H;
+  let h = wid.y % p.H;
+  let C4 = p.C / 4u;
+  let t = li % SPLIT;`;
+// the longest (last) query block first, so that the short ones fill the tail
+const QUERY_BLOCK = `
+  let q0 = ((p.T + ROWS - 1u) / ROWS - 1u - wid.x) * ROWS;
+  let qi = q0 + li / SPLIT;
+  let valid = qi < p.T;`;
+const vec4s = (names, mode) => names.map((n) => [n, mode, "vec4f"]);
+
 // q: (B,T,C) queries at absolute positions past..past+T-1; k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
-export function attentionForward(D) {
-  const BKV = attentionTiles(D).fwdKeys;
+export function attentionForward(D, layout = attentionLayout(D)) {
   return kernel(`attention_forward_d${D}`,
     [["T", "u32"], ["kvT", "u32"], ["past", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
-    [["q", "read"], ["k", "read"], ["v", "read"], ["out", "rw"], ["lse", "rw"]], `
-${queryRowsWithKeyTiles(D, BKV)}
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${BH}
-  let qi = wid.x * BQ + li;
-  let valid = qi < p.T;
-  let tq = p.past + qi;
-  var qr: array<f32, D>;
-  var acc: array<f32, D>;
+    [...vec4s(["q", "k", "v"], "read"), ["out", "rw", "vec4f"], ["lse", "rw"]], `
+${withPreamble(D, layout, `
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}${QUERY_BLOCK}
+  let tq = p.past + qi; // sees keys 0..tq
+  var qr: array<vec4f, D4>;
+  var acc: array<vec4f, D4>;
   if (valid) {
-    let base = (b * p.T + qi) * p.C + h * D;
-    for (var d = 0u; d < D; d++) { qr[d] = q[base + d] * p.scale; }
+    for (var c = 0u; c < D4; c++) { qr[c] = q[(b * p.T + qi) * C4 + h * D4 + c] * p.scale; }
   }
   var mx = -1.0e30;
   var l = 0.0;
-  let kv_end = p.past + min(p.T, wid.x * BQ + BQ); // keys any query of this workgroup sees
-  for (var j0 = 0u; j0 < kv_end; j0 += BKV) {
-    for (var e = li; e < BKV * D; e += BQ) {
-      let j = j0 + e / D;
-      var kk = 0.0;
-      var vv = 0.0;
-      if (j < kv_end) { let idx = (b * p.kvT + j) * p.C + h * D + e % D; kk = k[idx]; vv = v[idx]; }
-      Ks[e] = kk;
-      Vs[e] = vv;
-    }
+  let end = p.past + min(p.T, q0 + ROWS); // keys any query of the block sees
+  for (var j0 = 0u; j0 < end; j0 += TILE) {${loadTile("k", "0u", "b * p.kvT")}${loadTile("v", "TILE", "b * p.kvT")}
     workgroupBarrier();
     if (valid && j0 <= tq) {
-      var s: array<f32, BKV>;
+      var s: array<f32, PER_THREAD>;
       var bmax = mx;
-      for (var jj = 0u; jj < BKV; jj++) {
-        var dot = 0.0;
-        for (var d = 0u; d < D; d++) { dot = dot + qr[d] * Ks[jj * D + d]; }
-        s[jj] = dot;
-        if (j0 + jj <= tq) { bmax = max(bmax, dot); }
+      for (var i = 0u; i < PER_THREAD; i++) {
+        let r = t + i * SPLIT;
+        var sc = 0.0;
+        for (var c = 0u; c < D4; c++) { sc += dot(qr[c], sh[r * RS + c]); }
+        s[i] = sc;
+        if (j0 + r <= tq) { bmax = max(bmax, sc); }
       }
       let corr = exp(mx - bmax);
-      l = l * corr;
-      for (var d = 0u; d < D; d++) { acc[d] = acc[d] * corr; }
-      for (var jj = 0u; jj < BKV; jj++) {
-        if (j0 + jj > tq) { break; }
-        let pj = exp(s[jj] - bmax);
-        l = l + pj;
-        for (var d = 0u; d < D; d++) { acc[d] = acc[d] + pj * Vs[jj * D + d]; }
+      l *= corr;
+      for (var c = 0u; c < D4; c++) { acc[c] *= corr; }
+      for (var i = 0u; i < PER_THREAD; i++) {
+        let r = t + i * SPLIT;
+        if (j0 + r <= tq) {
+          let pr = exp(s[i] - bmax);
+          l += pr;
+          for (var c = 0u; c < D4; c++) { acc[c] += pr * sh[(TILE + r) * RS + c]; }
+        }
       }
       mx = bmax;
     }
     workgroupBarrier();
   }
+  // the row's softmax statistics from its SPLIT partial (max, sum) pairs
+  sh[li] = vec4f(mx, l, 0.0, 0.0);
+  workgroupBarrier();
+  let first = li - t;
+  var m = -1.0e30;
+  for (var u = 0u; u < SPLIT; u++) { m = max(m, sh[first + u].x); }
+  var sum = 0.0;
+  for (var u = 0u; u < SPLIT; u++) { sum += sh[first + u].y * exp(sh[first + u].x - m); }
+  workgroupBarrier();
+  merge(&acc, select(0.0, exp(mx - m) / sum, valid), li);
   if (valid) {
-    let base = (b * p.T + qi) * p.C + h * D;
-    for (var d = 0u; d < D; d++) { out[base + d] = acc[d] / l; }
-    lse[(b * p.H + h) * p.T + qi] = mx + log(l);
+    for (var c = 0u; c < D4; c++) {
+      if (owns(c, t)) { out[(b * p.T + qi) * C4 + h * D4 + c] = acc[c]; }
+    }
+    if (t == 0u) { lse[(b * p.H + h) * p.T + qi] = m + log(sum); }
   }
 }
-`);
+`)}`);
 }
 
-// dout, out: (B,T,C) -> delta: (B,H,T) = rowsum(dout · out) per head
-export function attentionBackwardDelta(D) {
-  return kernel(`attention_backward_delta_d${D}`, [["rows", "u32"], ["T", "u32"], ["H", "u32"], ["C", "u32"]],
-    [["dout", "read"], ["out", "read"], ["delta", "rw"]], `
-const D = ${D}u;
-@compute @workgroup_size(64)
-fn main(@builtin(global_invocation_id) gid: vec3u) {
-  let i = gid.x; // (row, head)
-  if (i >= p.rows * p.H) { return; }
-  let r = i / p.H;
-  let h = i % p.H;
-  var s = 0.0;
-  for (var d = 0u; d < D; d++) { s = s + dout[r * p.C + h * D + d] * out[r * p.C + h * D + d]; }
-  delta[((r / p.T) * p.H + h) * p.T + r % p.T] = s;
-}
-`);
-}
-
-// One invocation per key j: dk_j = Σ_{i≥j} ds_ij·(scale·q_i), dv_j = Σ_{i≥j} p_ij·dout_i
-export function attentionBackwardKV(D) {
-  const BQ = attentionTiles(D).bwdRows;
-  return kernel(`attention_backward_kv_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
-    [["q", "read"], ["k", "read"], ["v", "read"], ["dout", "read"], ["lse", "read"], ["delta", "read"],
-      ["dk", "rw"], ["dv", "rw"]], `
-const D = ${D}u;
-const BK = 64u;
-const BQ = ${BQ}u;
-var<workgroup> Qs: array<f32, ${BQ * D}>;
-var<workgroup> Os: array<f32, ${BQ * D}>;
-var<workgroup> Ls: array<f32, ${BQ}>;
-var<workgroup> Ds: array<f32, ${BQ}>;
-
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${BH}
-  let kj = wid.x * BK + li;
-  let valid = kj < p.T;
-  var kr: array<f32, D>;
-  var vr: array<f32, D>;
-  var dk_acc: array<f32, D>;
-  var dv_acc: array<f32, D>;
+// dq_i = scale · Σ_{j≤i} ds_ij·k_j, ds_ij = p_ij·(dout_i·v_j − delta_i); also writes
+// delta: (B,H,T) = rowsum(dout · out) per head, which the dK/dV pass reads.
+export function attentionBackwardQ(D, layout = attentionLayout(D)) {
+  return kernel(`attention_backward_q_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
+    [...vec4s(["q", "k", "v", "dout", "out"], "read"), ["lse", "read"], ["delta", "rw"], ["dq", "rw", "vec4f"]], `
+${withPreamble(D, layout, `
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}${QUERY_BLOCK}
+  var qr: array<vec4f, D4>;
+  var dor: array<vec4f, D4>;
+  var dqa: array<vec4f, D4>;
+  var row_lse = 0.0;
+  var row_delta = 0.0;
   if (valid) {
-    let base = (b * p.T + kj) * p.C + h * D;
-    for (var d = 0u; d < D; d++) { kr[d] = k[base + d]; vr[d] = v[base + d]; }
+    let base = (b * p.T + qi) * C4 + h * D4;
+    for (var c = 0u; c < D4; c++) {
+      qr[c] = q[base + c] * p.scale;
+      dor[c] = dout[base + c];
+      row_delta += dot(dor[c], out[base + c]);
+    }
+    row_lse = lse[(b * p.H + h) * p.T + qi];
   }
-  for (var i0 = wid.x * BK; i0 < p.T; i0 += BQ) {
-    for (var e = li; e < BQ * D; e += BK) {
-      let i = i0 + e / D;
-      var qq = 0.0;
-      var oo = 0.0;
-      if (i < p.T) { let idx = (b * p.T + i) * p.C + h * D + e % D; qq = q[idx] * p.scale; oo = dout[idx]; }
-      Qs[e] = qq;
-      Os[e] = oo;
-    }
-    for (var e = li; e < BQ; e += BK) {
-      let i = i0 + e;
-      var ll = 0.0;
-      var dd = 0.0;
-      if (i < p.T) { ll = lse[(b * p.H + h) * p.T + i]; dd = delta[(b * p.H + h) * p.T + i]; }
-      Ls[e] = ll;
-      Ds[e] = dd;
-    }
+  let end = min(p.T, q0 + ROWS);
+  for (var j0 = 0u; j0 < end; j0 += TILE) {${loadTile("k", "0u", "b * p.T")}${loadTile("v", "TILE", "b * p.T")}
     workgroupBarrier();
-    if (valid) {
-      for (var ii = 0u; ii < BQ; ii++) {
-        let i = i0 + ii;
-        if (i >= p.T) { break; }
-        if (i < kj) { continue; }
-        var s = 0.0;
-        var dp = 0.0;
-        for (var d = 0u; d < D; d++) { s = s + Qs[ii * D + d] * kr[d]; dp = dp + Os[ii * D + d] * vr[d]; }
-        let pij = exp(s - Ls[ii]);
-        let ds = pij * (dp - Ds[ii]);
-        for (var d = 0u; d < D; d++) {
-          dv_acc[d] = dv_acc[d] + pij * Os[ii * D + d];
-          dk_acc[d] = dk_acc[d] + ds * Qs[ii * D + d];
+    if (valid && j0 <= qi) {
+      for (var i = 0u; i < PER_THREAD; i++) {
+        let r = t + i * SPLIT;
+        if (j0 + r <= qi) {
+          var s = 0.0;
+          var dp = 0.0;
+          for (var c = 0u; c < D4; c++) { s += dot(qr[c], sh[r * RS + c]); dp += dot(dor[c], sh[(TILE + r) * RS + c]); }
+          let ds = exp(s - row_lse) * (dp - row_delta);
+          for (var c = 0u; c < D4; c++) { dqa[c] += ds * sh[r * RS + c]; }
         }
       }
     }
     workgroupBarrier();
   }
+  merge(&dqa, p.scale, li);
   if (valid) {
-    let base = (b * p.T + kj) * p.C + h * D;
-    for (var d = 0u; d < D; d++) { dk[base + d] = dk_acc[d]; dv[base + d] = dv_acc[d]; }
+    for (var c = 0u; c < D4; c++) {
+      if (owns(c, t)) { dq[(b * p.T + qi) * C4 + h * D4 + c] = dqa[c]; }
+    }
+    if (t == 0u) { delta[(b * p.H + h) * p.T + qi] = row_delta; }
   }
 }
-`);
+`)}`);
 }
 
-// One invocation per query i: dq_i = scale · Σ_{j≤i} ds_ij·k_j
-export function attentionBackwardQ(D) {
-  const BKV = attentionTiles(D).bwdRows;
-  return kernel(`attention_backward_q_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
-    [["q", "read"], ["k", "read"], ["v", "read"], ["dout", "read"], ["lse", "read"], ["delta", "read"],
-      ["dq", "rw"]], `
-${queryRowsWithKeyTiles(D, BKV)}
-@compute @workgroup_size(64)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${BH}
-  let qi = wid.x * BQ + li;
-  let valid = qi < p.T;
-  var qr: array<f32, D>;
-  var orow: array<f32, D>;
-  var dq_acc: array<f32, D>;
-  var li_lse = 0.0;
-  var li_delta = 0.0;
+// dk_j = Σ_{i≥j} ds_ij·(scale·q_i), dv_j = Σ_{i≥j} p_ij·dout_i; lse, delta: (B,H,T)
+export function attentionBackwardKV(D, layout = attentionLayout(D)) {
+  return kernel(`attention_backward_kv_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
+    [...vec4s(["q", "k", "v", "dout"], "read"), ["lse", "read"], ["delta", "read"], ...vec4s(["dk", "dv"], "rw")], `
+${withPreamble(D, layout, `
+var<workgroup> stats: array<vec2f, TILE>; // (lse, delta) of the tile's queries
+
+@compute @workgroup_size(WG)
+fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}
+  let k0 = wid.x * ROWS; // block 0, which sees every query, first
+  let kj = k0 + li / SPLIT;
+  let valid = kj < p.T;
+  var kr: array<vec4f, D4>;
+  var vr: array<vec4f, D4>;
+  var dka: array<vec4f, D4>;
+  var dva: array<vec4f, D4>;
   if (valid) {
-    let base = (b * p.T + qi) * p.C + h * D;
-    for (var d = 0u; d < D; d++) { qr[d] = q[base + d] * p.scale; orow[d] = dout[base + d]; }
-    li_lse = lse[(b * p.H + h) * p.T + qi];
-    li_delta = delta[(b * p.H + h) * p.T + qi];
+    let base = (b * p.T + kj) * C4 + h * D4;
+    for (var c = 0u; c < D4; c++) { kr[c] = k[base + c]; vr[c] = v[base + c]; }
   }
-  let kv_end = min(p.T, wid.x * BQ + BQ);
-  for (var j0 = 0u; j0 < kv_end; j0 += BKV) {
-    for (var e = li; e < BKV * D; e += BQ) {
-      let j = j0 + e / D;
-      var kk = 0.0;
-      var vv = 0.0;
-      if (j < kv_end) { let idx = (b * p.T + j) * p.C + h * D + e % D; kk = k[idx]; vv = v[idx]; }
-      Ks[e] = kk;
-      Vs[e] = vv;
+  let end = p.T;
+  for (var j0 = k0; j0 < end; j0 += TILE) {${loadTile("q", "0u", "b * p.T", " * p.scale")}${loadTile("dout", "TILE", "b * p.T")}
+    for (var e = li; e < TILE; e += WG) {
+      var st = vec2f(0.0);
+      if (j0 + e < end) { let i = (b * p.H + h) * p.T + j0 + e; st = vec2f(lse[i], delta[i]); }
+      stats[e] = st;
     }
     workgroupBarrier();
     if (valid) {
-      for (var jj = 0u; jj < BKV; jj++) {
-        let j = j0 + jj;
-        if (j > qi) { break; }
-        var s = 0.0;
-        var dp = 0.0;
-        for (var d = 0u; d < D; d++) { s = s + qr[d] * Ks[jj * D + d]; dp = dp + orow[d] * Vs[jj * D + d]; }
-        let ds = exp(s - li_lse) * (dp - li_delta);
-        for (var d = 0u; d < D; d++) { dq_acc[d] = dq_acc[d] + ds * Ks[jj * D + d]; }
+      for (var x = 0u; x < PER_THREAD; x++) {
+        let r = t + x * SPLIT;
+        if (j0 + r >= kj && j0 + r < end) {
+          var s = 0.0;
+          var dp = 0.0;
+          for (var c = 0u; c < D4; c++) { s += dot(sh[r * RS + c], kr[c]); dp += dot(sh[(TILE + r) * RS + c], vr[c]); }
+          let pr = exp(s - stats[r].x);
+          let ds = pr * (dp - stats[r].y);
+          for (var c = 0u; c < D4; c++) {
+            dva[c] += pr * sh[(TILE + r) * RS + c];
+            dka[c] += ds * sh[r * RS + c];
+          }
+        }
       }
     }
     workgroupBarrier();
   }
+  merge(&dka, 1.0, li);
+  merge(&dva, 1.0, li);
   if (valid) {
-    let base = (b * p.T + qi) * p.C + h * D;
-    for (var d = 0u; d < D; d++) { dq[base + d] = dq_acc[d] * p.scale; }
+    let base = (b * p.T + kj) * C4 + h * D4;
+    for (var c = 0u; c < D4; c++) {
+      if (owns(c, t)) { dk[base + c] = dka[c]; dv[base + c] = dva[c]; }
+    }
   }
 }
-`);
+`)}`);
 }
+
+/** Workgroup counts of a kernel whose workgroups own `rows` rows of each (batch, head). */
+export const attentionGrid = (T, BH, layout) => [Math.ceil(T / layout.rows), BH];

@@ -74,6 +74,11 @@ export async function runKernelCases(device, cases, inputs) {
       ops.attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv });
       return { out: [out, n], lse: [lse, B * H * T], dq: [dq, n], dk: [dk, n], dv: [dv, n] };
     },
+    attention_cached(c, plan) {
+      const { T, past, kvT, H, C } = c, out = empty(T * C), lse = empty(H * T);
+      ops.attention(plan, { B: 1, T, kvT, past, H, C, q: input(`${c.id}_q`), k: input(`${c.id}_k`), v: input(`${c.id}_v`), out, lse });
+      return { out: [out, T * C], lse: [lse, H * T] };
+    },
     adamw(c, plan) {
       const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
       const partials = empty(NORM_PARTIALS), scal = empty(4);
