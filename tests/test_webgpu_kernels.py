@@ -103,6 +103,7 @@ def layernorm_case(rows, C):
 
 layernorm_case(130, 50)  # three chunks of the two-pass parameter-gradient reduction
 layernorm_case(5, 200)
+layernorm_case(67, 333)  # rows not a multiple of a workgroup's, C past 256 and not a multiple of 32
 
 
 # --- GELU (tanh form)
@@ -182,6 +183,7 @@ def cross_entropy_case(rows, V=256):
 
 
 cross_entropy_case(37)
+cross_entropy_case(11, V=70)  # V not a multiple of the lanes per row
 
 
 # --- causal attention, forward + backward (head sizes 16, 32, 64; T across tile boundaries)

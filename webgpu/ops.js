@@ -2,11 +2,11 @@
 // uniforms and workgroup counts. The trainer and the kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS } from "./kernels/matmul.js";
-import { layernormForward, layernormBackward, layernormParamPartial } from "./kernels/layernorm.js";
+import { layernormKernels, layernormParamGrads, layernormParamWorkgroups } from "./kernels/layernorm.js";
 import { geluForward, geluBackward } from "./kernels/gelu.js";
 import { columnSumPartial, columnSumFinal, ROW_CHUNK } from "./kernels/reduce.js";
 import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
-import { crossEntropy, meanLoss } from "./kernels/crossentropy.js";
+import { crossEntropy, crossEntropyWorkgroups, meanLoss } from "./kernels/crossentropy.js";
 import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid } from "./kernels/attention.js";
 import { sumSquares, clipCoefficient, adamw, NORM_PARTIALS } from "./kernels/optimizer.js";
 import { PipelineCache } from "./plan.js";
@@ -58,19 +58,20 @@ export class Ops {
   }
 
   layernorm(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
-    return plan.add(layernormForward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(Math.ceil(rows / 64)));
+    const k = layernormKernels(C);
+    return plan.add(k.forward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(k.workgroups(rows)));
   }
 
   /**
    * dx (+)= LayerNorm backward; then the weight and bias gradients into grads (they must lie
-   * contiguously, bias right after weight, as in the manifest). partials: reductionScratch(rows, C).
+   * contiguously, bias right after weight, as in the manifest). partials: unused (the parameter
+   * gradients need no scratch any more).
    */
   layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads, partials }) {
     if (bOff !== wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
-    plan.add(layernormBackward, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(Math.ceil(rows / 64)));
-    const chunks = Math.ceil(rows / ROW_CHUNK);
-    plan.add(layernormParamPartial, { rows, C }, [dout, x, stats, partials], [Math.ceil(C / 64), chunks]);
-    plan.add(columnSumFinal, { chunks, N: 2 * C, out_off: wOff }, [partials, grads], [Math.ceil((2 * C) / 64), 1]);
+    const k = layernormKernels(C);
+    plan.add(k.backward, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(k.workgroups(rows)));
+    plan.add(layernormParamGrads, { rows, C, w_off: wOff }, [dout, x, stats, grads], [layernormParamWorkgroups(C), 1]);
   }
 
   gelu(plan, { n, h, g }) { return plan.add(geluForward, { n }, [h, g], grid1d(Math.ceil(n / 256))); }
@@ -93,7 +94,7 @@ export class Ops {
   }
 
   crossEntropy(plan, { rows, V, logits, targets, losses, grad, lossOut }) {
-    plan.add(crossEntropy, { rows, V, flags: grad ? 1 : 0, scale: 1 / rows }, [logits, targets, losses], grid1d(Math.ceil(rows / 64)));
+    plan.add(crossEntropy, { rows, V, flags: grad ? 1 : 0, scale: 1 / rows }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
     if (lossOut) plan.add(meanLoss, { n: rows }, [losses, lossOut], [1, 1]);
   }
 
