@@ -37,40 +37,45 @@ def report(name, got, ref, tol):
     return err
 
 
-# --- matmul: three variants, both tiles, bias / residual / accumulate, operand offsets
-def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=False, splits=None):
+# --- matmul: three variants, every tile, bias / residual / accumulate / fused bias gradient, operand offsets
+def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=False, splits=None, bias_grad=False):
     a_off, b_off, bias_off = 5, 7, 3
     a = rng.standard_normal((K, M) if variant == "tn" else (M, K))
     b = rng.standard_normal((N, K) if variant == "nt" else (K, N))
-    ref = (a.T if variant == "tn" else a) @ (b.T if variant == "nt" else b)
+    ref = ((a.T if variant == "tn" else a) @ (b.T if variant == "nt" else b)).ravel()
     inputs = {"A": f32(np.concatenate([np.zeros(a_off), a.ravel()])), "B": f32(np.concatenate([np.zeros(b_off), b.ravel()]))}
     if bias:
         bv = rng.standard_normal(N)
         inputs["bias"] = f32(np.concatenate([np.zeros(bias_off), bv]))
-        ref = ref + bv
+        ref = ref + np.tile(bv, M)
     if residual:
         r = rng.standard_normal((M, N))
         inputs["R"] = f32(r)
-        ref = ref + r
+        ref = ref + r.ravel()
     if accumulate:
         c0 = rng.standard_normal((M, N))
         inputs["C0"] = f32(c0)
-        ref = ref + c0
+        ref = ref + c0.ravel()
+    if bias_grad:  # the Linear's bias gradient Σ_k A[k, m], stored right after the M·N weight gradients
+        ref = np.concatenate([ref, a.sum(0)])
     name = (f"matmul {variant} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}"
-            f"{' +=' if accumulate else ''}{f' split-K {splits}' if splits else ''}")
+            f"{' +=' if accumulate else ''}{' +bias-grad' if bias_grad else ''}{f' split-K {splits}' if splits else ''}")
     tol = 2e-6 * K * math.sqrt(K)
     add_case(dict(op="matmul", variant=variant, M=M, N=N, K=K, tile=tile, aOff=a_off, bOff=b_off, biasOff=bias_off,
-                  bias=bias, residual=residual, accumulate=accumulate, splits=splits), inputs,
-             lambda out: report(name, out["C"], ref.ravel(), tol))
+                  bias=bias, residual=residual, accumulate=accumulate, splits=splits, biasGrad=bias_grad), inputs,
+             lambda out: report(name, out["C"], ref, tol))
 
 
-for variant in ("nt", "nn", "tn"):
-    matmul_case(variant, 37, 53, 29, 64, bias=True)
-    matmul_case(variant, 130, 67, 150, 128, residual=True)
-    matmul_case(variant, 67, 130, 21, 64, accumulate=True)
-matmul_case("nt", 1, 256, 48, 64)  # a decode step's logits
-matmul_case("tn", 37, 53, 150, 64, bias=True, splits=3)  # split-K: chunks of 64, 64, 22
-matmul_case("tn", 70, 130, 300, 128, accumulate=True, residual=True, splits=5)
+TILES = ("128x64", "64x64", "64x32", "32x64", "32x32", "32x32w")
+for i, variant in enumerate(("nt", "nn", "tn")):
+    matmul_case(variant, 37, 53, 29, TILES[i], bias=True)
+    matmul_case(variant, 130, 67, 150, TILES[i + 3], residual=True)
+    matmul_case(variant, 67, 130, 21, TILES[(i + 1) % 6], accumulate=True)
+matmul_case("nt", 1, 256, 48, "32x32")  # a decode step's logits
+matmul_case("tn", 37, 53, 150, "64x64", bias=True, splits=3)  # split-K: chunks of 64, 64, 22
+matmul_case("tn", 70, 130, 300, "128x64", accumulate=True, residual=True, splits=5)
+matmul_case("tn", 45, 37, 130, "32x32", bias_grad=True)
+matmul_case("tn", 70, 33, 301, "32x64", bias_grad=True, splits=4)
 
 
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)
@@ -121,16 +126,6 @@ def gelu_case(n):
 
 
 gelu_case(1001)
-
-
-# --- bias gradient: column sums
-def column_sum_case(rows, N, out_off):
-    d = rng.standard_normal((rows, N))
-    add_case(dict(op="column_sum", rows=rows, N=N, outOff=out_off), {"dout": f32(d)},
-             lambda o: report(f"column sum {rows}x{N}", o["grads"][out_off:], d.sum(0), 1e-5 * rows))
-
-
-column_sum_case(77, 45, 13)
 
 
 # --- embedding forward + deterministic scatter-add backward

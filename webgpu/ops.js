@@ -4,7 +4,7 @@ import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS } from "./kernels/matmul.js";
 import { layernormKernels, layernormParamGrads, layernormParamWorkgroups } from "./kernels/layernorm.js";
 import { geluForward, geluBackward } from "./kernels/gelu.js";
-import { columnSumPartial, columnSumFinal, ROW_CHUNK } from "./kernels/reduce.js";
+import { columnSumFinal, ROW_CHUNK } from "./kernels/reduce.js";
 import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
 import { crossEntropy, crossEntropyWorkgroups, meanLoss } from "./kernels/crossentropy.js";
 import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid } from "./kernels/attention.js";
@@ -39,22 +39,23 @@ export class Ops {
 
   /**
    * C[cOff..] (M,N) = op(A)·op(B) (+ bias) (+ C if accumulate) (+ R); offsets in elements.
-   * splits > 1: split-K through `partials` (splits·M·N floats), see matmulKernel.
+   * biasGrad ("tn" only): also C[cOff + M·N + m] = Σ_k A[k, m], the Linear's bias gradient.
+   * splits > 1: split-K through `partials` (splits·(M·N [+ M]) floats), see matmulKernel.
    */
   matmul(plan, variant, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
-    accumulate = false, tile = chooseTile(M, N), splits = 1, partials = null }) {
-    const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0);
-    const grid = matmulGrid(M, N, tile);
+    accumulate = false, biasGrad = false, tile = chooseTile(variant, M, N), splits = 1, partials = null }) {
+    if (biasGrad && (variant !== "tn" || bias || accumulate || R)) throw new Error("biasGrad: a plain \"tn\" product only");
+    const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0)
+      | (biasGrad ? MATMUL_FLAGS.biasGrad : 0);
+    const grid = matmulGrid(M, N, tile), len = M * N + (biasGrad ? M : 0);
+    const uniforms = { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags, k_chunk: K, len };
     if (splits === 1) {
-      return plan.add(matmulFor(variant, tile, false),
-        { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags, k_chunk: K },
-        [A, B, bias ?? this.dummy, R ?? this.dummy, C], grid);
+      return plan.add(matmulFor(variant, tile, false), uniforms, [A, B, bias ?? this.dummy, R ?? this.dummy, C], grid);
     }
-    plan.add(matmulFor(variant, tile, true),
-      { M, N, K, a_off: aOff, b_off: bOff, c_off: 0, bias_off: 0, r_off: 0, flags: 0, k_chunk: splitChunk(K, splits, tile) },
+    plan.add(matmulFor(variant, tile, true), { ...uniforms, c_off: 0, k_chunk: splitChunk(K, splits, tile) },
       [A, B, this.dummy, this.dummy, partials], [grid[0], grid[1], splits]);
-    return plan.add(matmulSplitFinal, { M, N, splits, c_off: cOff, bias_off: biasOff, r_off: rOff, flags },
-      [partials, bias ?? this.dummy, R ?? this.dummy, C], grid1d(Math.ceil((M * N) / 256)));
+    return plan.add(matmulSplitFinal, { len, N, splits, c_off: cOff, bias_off: biasOff, r_off: rOff, flags: flags & ~MATMUL_FLAGS.biasGrad },
+      [partials, bias ?? this.dummy, R ?? this.dummy, C], grid1d(Math.ceil(len / 256)));
   }
 
   layernorm(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
@@ -76,13 +77,6 @@ export class Ops {
 
   gelu(plan, { n, h, g }) { return plan.add(geluForward, { n }, [h, g], grid1d(Math.ceil(n / 256))); }
   geluBackward(plan, { n, h, dg }) { return plan.add(geluBackward, { n }, [h, dg], grid1d(Math.ceil(n / 256))); }
-
-  /** grads[outOff + n] = Σ_rows dout[r, n]; partials: reductionScratch(rows, N). */
-  columnSum(plan, { rows, N, dout, grads, outOff, partials }) {
-    const chunks = Math.ceil(rows / ROW_CHUNK);
-    plan.add(columnSumPartial, { rows, N }, [dout, partials], [Math.ceil(N / 64), chunks]);
-    plan.add(columnSumFinal, { chunks, N, out_off: outOff }, [partials, grads], [Math.ceil(N / 64), 1]);
-  }
 
   embedding(plan, { rows, T, C, past, tokens, params, wteOff, wpeOff, out }) {
     return plan.add(embeddingForward, { rows, T, C, past, wte_off: wteOff, wpe_off: wpeOff }, [tokens, params, out], grid1d(Math.ceil((rows * C) / 256)));
@@ -112,7 +106,7 @@ export class Ops {
 
   /** scal = [norm, clip coefficient] of all n gradients. */
   gradNorm(plan, { n, grads, partials, scal, clip }) {
-    plan.add(sumSquares, { n }, [grads, partials], [NORM_PARTIALS / 128, 1]);
+    plan.add(sumSquares, { n }, [grads, partials], [NORM_PARTIALS, 1]);
     plan.add(clipCoefficient, { parts: NORM_PARTIALS, clip }, [partials, scal], [1, 1]);
   }
 

@@ -6,7 +6,7 @@
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
 import { Ops, adamwValues, NORM_PARTIALS, reductionScratch } from "./ops.js";
-import { chooseSplits } from "./kernels/matmul.js";
+import { chooseSplits, chooseTile } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 
 const LOSS_RING = 4;
@@ -146,11 +146,13 @@ export class Trainer {
       v: this.buffer("d v", 4 * rows * C, S), delta: this.buffer("attention delta", 4 * B * H * T, S),
       partials: this.buffer("column-sum partials", 4 * reductionScratch(rows, 4 * C), S),
     });
-    // weight gradients dW = dYᵀ·X have few output tiles and K = B·T: split-K through one scratch buffer
+    // weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY fused in) have few output tiles
+    // and K = B·T: split-K through one scratch buffer
+    const splitsFor = (M, N) => chooseSplits(M, N, rows, chooseTile("tn", M, N));
     const splitShapes = [[V, C], [C, 4 * C], [4 * C, C], [C, C]];
-    const scratch = Math.max(16, ...splitShapes.map(([M, N]) => (chooseSplits(M, N, rows) > 1 ? chooseSplits(M, N, rows) * M * N : 0)));
+    const scratch = Math.max(16, ...splitShapes.map(([M, N]) => (splitsFor(M, N) > 1 ? splitsFor(M, N) * (M * N + M) : 0)));
     d.splitK = this.buffer("split-K partials", 4 * scratch, S);
-    const tn = (args) => ops.matmul(plan, "tn", { ...args, K: rows, splits: chooseSplits(args.M, args.N, rows), partials: d.splitK });
+    const tn = (args) => ops.matmul(plan, "tn", { ...args, K: rows, splits: splitsFor(args.M, args.N), partials: d.splitK });
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
     this.orderHost = new Uint32Array(V + 1 + rows);
     this.cursorHost = new Uint32Array(V);
@@ -174,22 +176,18 @@ export class Trainer {
       const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
       ops.matmul(plan, "nn", { M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h });
-      tn({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight") });
-      ops.columnSum(plan, { rows, N: C, dout: d.res, grads: G, outOff: w("mlp.fc_out.bias"), partials: d.partials });
+      tn({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true });
       ops.geluBackward(plan, { n: rows * 4 * C, h: a.h, dg: d.h });
       ops.matmul(plan, "nn", { M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln });
-      tn({ M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight") });
-      ops.columnSum(plan, { rows, N: 4 * C, dout: d.h, grads: G, outOff: w("mlp.fc_in.bias"), partials: d.partials });
+      tn({ M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true });
       ops.layernormBackward(plan, { rows, C, dout: d.ln, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), bOff: w("ln2.bias"), dx: d.res, accumulate: true, grads: G, partials: d.partials });
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
       ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
-      tn({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight") });
-      ops.columnSum(plan, { rows, N: C, dout: d.res, grads: G, outOff: w("attn.o_proj.bias"), partials: d.partials });
+      tn({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
       ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: d.q, dk: d.k, dv: d.v });
       [["q_proj", d.q], ["k_proj", d.k], ["v_proj", d.v]].forEach(([proj, dx], i) => {
         ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: dx, B: P, bOff: w(`attn.${proj}.weight`), C: d.ln, accumulate: i > 0 });
-        tn({ M: C, N: C, A: dx, B: a.ln1, C: G, cOff: w(`attn.${proj}.weight`) });
-        ops.columnSum(plan, { rows, N: C, dout: dx, grads: G, outOff: w(`attn.${proj}.bias`), partials: d.partials });
+        tn({ M: C, N: C, A: dx, B: a.ln1, C: G, cOff: w(`attn.${proj}.weight`), biasGrad: true });
       });
       ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), bOff: w("ln1.bias"), dx: d.res, accumulate: true, grads: G, partials: d.partials });
     }

@@ -3,43 +3,67 @@
 // materialised (weights stay PyTorch's [out, in]):
 //   "nt": A (M,K) · B(N,K)ᵀ   forward Linear:     y  = x · Wᵀ + b
 //   "nn": A (M,K) · B(K,N)    input gradient:     dx = dy · W
-//   "tn": A(K,M)ᵀ · B(K,N)    weight gradient:    dW = dyᵀ · x
+//   "tn": A(K,M)ᵀ · B(K,N)    weight gradient:    dW = dyᵀ · x   (and, fused, db = Σ_k dy[k,:])
 // A WX×WY workgroup owns a BM×BN tile (BM = WY·TM, BN = WX·TN); invocation (tx, ty) owns rows
 // ty + WY·i and columns tx + WX·j (interleaved, so workgroup-memory reads and global writes are
-// contiguous across a warp).
+// contiguous across a warp). TinyGPT's products are small (a few hundred rows and columns), so on a
+// big GPU they are latency-bound: the next K-slab is loaded into registers while the current one is
+// multiplied, and the tile is chosen per shape to put enough workgroups in flight (chooseTile).
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-export const MATMUL_FLAGS = { bias: 1, accumulate: 2, residual: 4 };
+export const MATMUL_FLAGS = { bias: 1, accumulate: 2, residual: 4, biasGrad: 8 };
 
-/**
- * Tile shapes, both 128 invocations: "64" (64×64, 8×4 outputs per invocation) for small or skinny
- * products, "128" (128×64, 8×8 outputs each) for large ones.
- */
+/** Tile shapes by name "BMxBN" (threads = WX·WY ≤ 256, workgroup memory ≤ 16 KiB). */
 export const MATMUL_TILES = {
-  64: { WX: 16, WY: 8, BK: 16, TM: 8, TN: 4 },
-  128: { WX: 8, WY: 16, BK: 8, TM: 8, TN: 8 },
+  "128x64": { WX: 8, WY: 16, BK: 8, TM: 8, TN: 8 },
+  "64x64": { WX: 16, WY: 8, BK: 16, TM: 8, TN: 4 },
+  "64x32": { WX: 8, WY: 16, BK: 16, TM: 4, TN: 4 },
+  "32x64": { WX: 16, WY: 8, BK: 16, TM: 4, TN: 4 },
+  "32x32": { WX: 8, WY: 8, BK: 16, TM: 4, TN: 4 },
+  "32x32w": { WX: 16, WY: 16, BK: 16, TM: 2, TN: 2 },
 };
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 const each = (I, J, f) => range(I).flatMap((i) => range(J).map((j) => f(i, j))).join("\n");
-const tileShape = (t) => ({ ...t, BM: t.WY * t.TM, BN: t.WX * t.TN, threads: t.WX * t.WY });
+export const tileShape = (name) => {
+  const t = MATMUL_TILES[name];
+  if (!t) throw new Error(`unknown matmul tile ${name}; one of ${Object.keys(MATMUL_TILES).join(", ")}`);
+  return { ...t, BM: t.WY * t.TM, BN: t.WX * t.TN, threads: t.WX * t.WY };
+};
 
 /**
  * split: the split-K form for products with few output tiles and a long K (weight gradients, K = B·T):
- * workgroup z sums K-range [z·k_chunk, (z+1)·k_chunk) into partials[z] (M,N), and matmulSplitFinal
- * adds the partials in order (deterministic, no atomics) and applies bias / accumulate / residual.
+ * workgroup z sums K-range [z·k_chunk, (z+1)·k_chunk) into partials[z] (a slab of p.len floats), and
+ * matmulSplitFinal adds the slabs in order (deterministic, no atomics) and applies the epilogue.
+ * With flags.biasGrad ("tn" only) the column sums of A, Σ_k A[k, m], land right after C's M·N values
+ * (the manifest keeps each Linear's bias right after its weight): the first column of workgroups
+ * sums the A tiles it already holds in workgroup memory.
  */
 export function matmulKernel(variant, tile, split = false) {
-  const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(MATMUL_TILES[tile]);
+  const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(tile);
   const aT = variant === "tn", bT = variant === "nt";
+  // a tile loaded k-fastest is stored transposed: pad its rows so the stores do not share a bank
+  const AS = BM + (aT ? 0 : 1), BS = BN + (bT ? 1 : 0);
+  const LA = (BK * BM) / threads, LB = (BK * BN) / threads;
+  if (!Number.isInteger(LA) || !Number.isInteger(LB)) throw new Error(`tile ${tile}: slab not divisible by ${threads} invocations`);
+  const aCoord = aT ? "let kk = e / BM; let mm = e % BM;" : "let mm = e / BK; let kk = e % BK;";
+  const bCoord = bT ? "let nn = e / BK; let kb = e % BK;" : "let kb = e / BN; let nn = e % BN;";
+  const fetch = (k0) => [
+    ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} ra${r} = load_a(m0 + mm, ${k0} + kk); }`),
+    ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} rb${r} = load_b(${k0} + kb, n0 + nn); }`),
+  ].join("\n");
+  const stash = [
+    ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} As[kk * AS + mm] = ra${r}; }`),
+    ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} Bs[kb * BS + nn] = rb${r}; }`),
+  ].join("\n");
   return kernel(`matmul_${variant}_${tile}${split ? "_split" : ""}`,
     [["M", "u32"], ["N", "u32"], ["K", "u32"], ["a_off", "u32"], ["b_off", "u32"], ["c_off", "u32"],
-      ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"], ["k_chunk", "u32"]],
+      ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"], ["k_chunk", "u32"], ["len", "u32"]],
     [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]],
     `
-const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u; const TM = ${TM}u; const TN = ${TN}u;
-const WX = ${WX}u; const WY = ${WY}u; const THREADS = ${threads}u;
-var<workgroup> As: array<f32, ${BK * BM}>; // [k][m]
-var<workgroup> Bs: array<f32, ${BK * BN}>; // [k][n]
+const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
+const AS = ${AS}u; const BS = ${BS}u;
+var<workgroup> As: array<f32, ${BK * AS}>; // [k][m]
+var<workgroup> Bs: array<f32, ${BK * BS}>; // [k][n]
 
 fn load_a(m: u32, k: u32) -> f32 {
   if (m >= p.M || k >= p.K) { return 0.0; }
@@ -50,15 +74,15 @@ fn load_b(k: u32, n: u32) -> f32 {
   return B[p.b_off + ${bT ? "n * p.K + k" : "k * p.N + n"}];
 }
 
-fn store(m: u32, n: u32, acc: f32, z: u32) {
+// slab: this workgroup's output base (c_off, or partial z's slab when split)
+fn store(slab: u32, m: u32, n: u32, acc: f32) {
   if (m >= p.M || n >= p.N) { return; }
-  ${split ? "C[(z * p.M + m) * p.N + n] = acc;\n  return;" : ""}
-  var v = acc;
+  let idx = slab + m * p.N + n;
+  ${split ? "C[idx] = acc;" : `var v = acc;
   if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + n]; }
-  let idx = p.c_off + m * p.N + n;
   if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
   if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }
-  C[idx] = v;
+  C[idx] = v;`}
 }
 
 @compute @workgroup_size(${WX}, ${WY})
@@ -66,43 +90,54 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: ve
         @builtin(local_invocation_index) li: u32) {
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
-  // the TM×TN accumulators are unrolled into scalars so that every backend keeps them in registers
+  // the TM×TN accumulators and the prefetch registers are unrolled into scalars so that every
+  // backend keeps them in registers
 ${each(TM, TN, (i, j) => `  var c${i}_${j} = 0.0;`)}
+${range(TM).map((i) => `  var s${i} = 0.0; // Σ_k A[k, row i] for the fused bias gradient`).join("\n")}
+${range(LA).map((r) => `  var ra${r} = 0.0;`).join("\n")}
+${range(LB).map((r) => `  var rb${r} = 0.0;`).join("\n")}
+  let bias_grad = ${aT ? "(p.flags & 8u) != 0u && wid.x == 0u" : "false"};
   let k_begin = ${split ? "wid.z * p.k_chunk" : "0u"};
   let k_end = ${split ? "min(p.K, k_begin + p.k_chunk)" : "p.K"}; // k_chunk is a multiple of BK
+  {
+${fetch("k_begin")}
+  }
   for (var k0 = k_begin; k0 < k_end; k0 += BK) {
-    // consecutive invocations read consecutive addresses of global memory
-    for (var e = li; e < BK * BM; e += THREADS) {
-      ${aT ? "let kk = e / BM; let mm = e % BM;" : "let mm = e / BK; let kk = e % BK;"}
-      As[kk * BM + mm] = load_a(m0 + mm, k0 + kk);
-    }
-    for (var e = li; e < BK * BN; e += THREADS) {
-      ${bT ? "let nn = e / BK; let kb = e % BK;" : "let kb = e / BN; let nn = e % BN;"}
-      Bs[kb * BN + nn] = load_b(k0 + kb, n0 + nn);
-    }
+${stash}
     workgroupBarrier();
+    if (k0 + BK < k_end) {
+${fetch("(k0 + BK)")}
+    }
     for (var k = 0u; k < BK; k++) {
-${range(TM).map((i) => `      let a${i} = As[k * BM + lid.y + ${i * WY}u];`).join("\n")}
-${range(TN).map((j) => `      let b${j} = Bs[k * BN + lid.x + ${j * WX}u];`).join("\n")}
+${range(TM).map((i) => `      let a${i} = As[k * AS + lid.y + ${i * WY}u];`).join("\n")}
+${range(TN).map((j) => `      let b${j} = Bs[k * BS + lid.x + ${j * WX}u];`).join("\n")}
 ${each(TM, TN, (i, j) => `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
+      if (bias_grad) {
+${range(TM).map((i) => `        s${i} = s${i} + a${i};`).join("\n")}
+      }
     }
     workgroupBarrier();
   }
-${each(TM, TN, (i, j) => `  store(m0 + lid.y + ${i * WY}u, n0 + lid.x + ${j * WX}u, c${i}_${j}, wid.z);`)}
+  let slab = ${split ? "wid.z * p.len" : "p.c_off"};
+${each(TM, TN, (i, j) => `  store(slab, m0 + lid.y + ${i * WY}u, n0 + lid.x + ${j * WX}u, c${i}_${j});`)}
+  if (bias_grad && lid.x == 0u) {
+${range(TM).map((i) => `    if (m0 + lid.y + ${i * WY}u < p.M) { C[slab + p.M * p.N + m0 + lid.y + ${i * WY}u] = s${i}; }`).join("\n")}
+  }
 }
 `);
 }
 
-// partials: (splits, M, N) -> C[c_off..] (M,N) = Σ_z partials[z] (+ bias) (+ C) (+ R), z in order
+// partials: (splits, len) -> C[c_off..c_off+len) = Σ_z partials[z] (+ bias) (+ C) (+ R), z in order;
+// len is M·N, or M·N + M with a fused bias gradient (whose sums get no epilogue: flags are 0 then)
 export const matmulSplitFinal = kernel("matmul_split_final",
-  [["M", "u32"], ["N", "u32"], ["splits", "u32"], ["c_off", "u32"], ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"]],
+  [["len", "u32"], ["N", "u32"], ["splits", "u32"], ["c_off", "u32"], ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"]],
   [["partials", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]], `${LINEAR_ID}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let i = linear_workgroup(wid, nwg) * 256u + li;
-  if (i >= p.M * p.N) { return; }
+  if (i >= p.len) { return; }
   var v = 0.0;
-  for (var z = 0u; z < p.splits; z++) { v = v + partials[z * p.M * p.N + i]; }
+  for (var z = 0u; z < p.splits; z++) { v = v + partials[z * p.len + i]; }
   if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + i % p.N]; }
   if ((p.flags & 2u) != 0u) { v = v + C[p.c_off + i]; }
   if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + i]; }
@@ -110,15 +145,29 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 }
 `);
 
+/** Workgroups of a product on a tile. */
+export function tileCount(M, N, tile) {
+  const t = tileShape(tile);
+  return Math.ceil(M / t.BM) * Math.ceil(N / t.BN);
+}
+
 /**
- * How many K-splits a product gets: enough to reach ~128 workgroups when its output has few tiles
- * and K is long (each split still gets ≥ 256 of K). 1 = no split.
+ * The tile for a product, from timing every tile on every preset's products on an H200
+ * (webgpu/bench/matmul_tiles.mjs; docs/performance.md): these products are too small to fill a big
+ * GPU, so small tiles with many invocations win (latency hiding beats register reuse) until there
+ * are ≥ 512 tiles of 32×32; weight gradients ("tn", split-K below) take 128×64 once M·N ≥ 100k.
  */
-export function chooseSplits(M, N, K, tile = chooseTile(M, N)) {
-  const t = tileShape(MATMUL_TILES[tile]);
-  const tiles = Math.ceil(M / t.BM) * Math.ceil(N / t.BN);
-  if (tiles >= 128 || K < 512) return 1;
-  return Math.max(1, Math.min(16, Math.floor(K / 256), Math.ceil(128 / tiles)));
+export function chooseTile(variant, M, N) {
+  if (variant === "tn") return M * N >= 100_000 ? "128x64" : "32x64";
+  return tileCount(M, N, "32x32") >= 512 ? "32x64" : "32x32w";
+}
+
+/**
+ * How many K-splits a product gets: enough to reach ~512 workgroups when its output has few tiles
+ * (each split still gets ≥ 64 of K). 1 = no split.
+ */
+export function chooseSplits(M, N, K, tile) {
+  return Math.max(1, Math.min(16, Math.floor(K / 64), Math.ceil(512 / tileCount(M, N, tile))));
 }
 
 /** K per split: a multiple of the tile's BK. */
@@ -127,12 +176,7 @@ export function splitChunk(K, splits, tile) {
   return Math.ceil(K / splits / BK) * BK;
 }
 
-/** Large products get the 128-tile kernel once it still yields enough workgroups to fill a GPU. */
-export function chooseTile(M, N) {
-  return Math.ceil(M / 128) * Math.ceil(N / 64) >= 128 ? 128 : 64;
-}
-
 export function matmulGrid(M, N, tile) {
-  const t = tileShape(MATMUL_TILES[tile]);
+  const t = tileShape(tile);
   return [Math.ceil(N / t.BN), Math.ceil(M / t.BM)];
 }

@@ -31,11 +31,12 @@ export async function runKernelCases(device, cases, inputs) {
 
   const run = {
     matmul(c, plan) {
-      const C = c.accumulate ? input(`${c.id}_C0`) : empty(c.M * c.N);
+      const len = c.M * c.N + (c.biasGrad ? c.M : 0);
+      const C = c.accumulate ? input(`${c.id}_C0`) : empty(len);
       ops.matmul(plan, c.variant, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, B: input(`${c.id}_B`), bOff: c.bOff,
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
-        accumulate: c.accumulate, tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(c.splits * c.M * c.N) : null });
-      return { C: [C, c.M * c.N] };
+        accumulate: c.accumulate, biasGrad: c.biasGrad, tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(c.splits * len) : null });
+      return { C: [C, len] };
     },
     layernorm(c, plan) {
       const { rows, C } = c, out = empty(rows * C), stats = empty(2 * rows), dx = input(`${c.id}_dx0`), grads = empty(c.nParams);
@@ -49,11 +50,6 @@ export async function runKernelCases(device, cases, inputs) {
       ops.gelu(plan, { n: c.n, h, g });
       ops.geluBackward(plan, { n: c.n, h, dg });
       return { g: [g, c.n], dh: [dg, c.n] };
-    },
-    column_sum(c, plan) {
-      const grads = empty(c.outOff + c.N);
-      ops.columnSum(plan, { rows: c.rows, N: c.N, dout: input(`${c.id}_dout`), grads, outOff: c.outOff, partials: empty(reductionScratch(c.rows, c.N)) });
-      return { grads: [grads, c.outOff + c.N] };
     },
     embedding(c, plan) {
       const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);
