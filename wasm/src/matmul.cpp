@@ -5,13 +5,14 @@
 //   dweight  dW   (N,K) += dout^T (N,M) · inp (M,K)        A(n,m) = dout[m,n], B = inp
 //
 // Blocking follows BLIS (Goto's algorithm), simplified for the shapes of this model (K, N <= a few
-// thousand): C is split into one block of rows or of columns per thread (see run_gemm). For
+// thousand): C is split into a few blocks of rows or of columns per thread (see run_gemm). For
 // each NC-wide, KC-deep block of B the thread packs B once into its scratch as NR-column
 // micro-panels (contiguous in the order the micro-kernel reads them, zero-padded at the edge) and
 // then sweeps all its rows, MC at a time: the MC×KC block of A stays in L2 while the jr loop walks
 // the B micro-panels (KC×NR, in L1); the micro-kernel keeps an MR×NR block of C in registers (MR
-// broadcasts of A times NR/kWidth vectors of B per step of k). A is read in place when its rows are
-// contiguous (inp, dout) and packed when its columns are (dout^T of the dweight product).
+// broadcasts of A times NR/kWidth vectors of B per step of k). A is packed when its columns are
+// contiguous (dout^T of the dweight product); when its rows are (inp, dout) it is read in place
+// natively and packed in WebAssembly (kPackA).
 //
 // Every element of C is reduced in the same order (KC-slices in order, k ascending within one)
 // whatever the tiling, so results are bit-identical for any thread count.
@@ -39,6 +40,15 @@ constexpr int MR = 4, NV = 2;
 constexpr int MR = 4, NV = 4;
 #endif
 constexpr int NR = NV * kWidth;
+
+// Whether A with contiguous rows (inp, dout) is packed too. In WebAssembly the packed kernel's
+// single pointer and constant offsets pay for the packing (measured in Node: matmul 1.1-1.2x); natively the
+// in-place rows are faster (x86 addressing handles the row pointers for free).
+#if defined(TG_SIMD_WASM128)
+constexpr bool kPackA = true;
+#else
+constexpr bool kPackA = false;
+#endif
 
 // Cache blocking: an MC×KC block of A (144 KiB) stays in L2, a KC×NR micro-panel of B (16 KiB on
 // AVX2) in L1, and a KC×NC block of B (1 MiB, packed once per thread) in L2/L3, so that one pass
@@ -88,49 +98,46 @@ void pack_b_block(float* dst, View b, int64_t p0, int64_t kb, int64_t j0, int64_
   }
 }
 
-// Packs rows [i0, i1) × depth [p0, p0+kb) of an A with unit row stride (dout^T in the dweight
-// product) as MR-row micro-panels: dst[(i - i0)*kb + p*MR + i%MR], rows past i1 zero. Read in place,
-// such an A walks MR adjacent floats per step at a stride of a whole dout row, a few KiB: the rows
-// of one micro-panel then fall into the same L1 sets and evict each other.
+// Packs rows [i0, i1) × depth [p0, p0+kb) of A as MR-row micro-panels: dst[(i - i0)*kb + p*MR + i%MR],
+// rows past i1 zero, so the micro-kernel reads A from one pointer at constant offsets. Always done for
+// an A with unit row stride (dout^T in the dweight product): read in place, such an A walks MR
+// adjacent floats per step at a stride of a whole dout row, a few KiB, and the rows of one
+// micro-panel fall into the same L1 sets and evict each other. For an A with contiguous rows, only
+// where kPackA says so (see there).
 void pack_a_block(float* dst, View a, int64_t i0, int64_t i1, int64_t p0, int64_t kb) {
-  // p outer: each source row segment [i0, i1) is read once, contiguously (i inner), and spread over
-  // the micro-panels; a panel at a time instead re-read every row once per panel.
-  for (int64_t p = 0; p < kb; p++) {
-    const float* sp = a.p + (p0 + p) * a.cs + i0;
-    float* d = dst + p * MR;
-    for (int64_t ir = 0; ir < i1 - i0; ir += MR, d += MR * kb) {
-      int64_t rows = std::min<int64_t>(MR, i1 - i0 - ir);
-      int64_t i = 0;
-      for (; i < rows; i++) d[i] = sp[ir + i];
-      for (; i < MR; i++) d[i] = 0.0f;
+  if (a.rs == 1) {
+    // p outer: each source row segment [i0, i1) is read once, contiguously (i inner), and spread
+    // over the micro-panels; a panel at a time instead re-read every row once per panel.
+    for (int64_t p = 0; p < kb; p++) {
+      const float* sp = a.p + (p0 + p) * a.cs + i0;
+      float* d = dst + p * MR;
+      for (int64_t ir = 0; ir < i1 - i0; ir += MR, d += MR * kb) {
+        int64_t rows = std::min<int64_t>(MR, i1 - i0 - ir);
+        int64_t i = 0;
+        for (; i < rows; i++) d[i] = sp[ir + i];
+        for (; i < MR; i++) d[i] = 0.0f;
+      }
+    }
+    return;
+  }
+  // Contiguous rows: each row segment is read once, contiguously, and scattered at stride MR.
+  for (int64_t ir = 0; ir < i1 - i0; ir += MR, dst += MR * kb) {
+    int64_t rows = std::min<int64_t>(MR, i1 - i0 - ir);
+    for (int64_t i = 0; i < MR; i++) {
+      if (i >= rows) {
+        for (int64_t p = 0; p < kb; p++) dst[p * MR + i] = 0.0f;
+        continue;
+      }
+      const float* sp = a.p + (i0 + ir + i) * a.rs + p0 * a.cs;
+      for (int64_t p = 0; p < kb; p++) dst[p * MR + i] = sp[p];
     }
   }
 }
 
 // c (rows×cols of an MR×NR tile, row stride ldc) = acc + bias   if overwrite (bias may be null)
 //                                                 += acc         otherwise
-// where acc = A-rows · B-panel over kb steps: A(i, p) = a[i][p * a_cs] read in place (row i of the
-// tile; rows past `rows` repeat the last row and are computed but not stored), b packed (kb, NR).
-// A is not packed: its MR rows are MR sequential streams (or, for dout^T, MR adjacent floats per
-// step) that the caches and prefetchers serve well, and packing it cost more than it saved.
-// Not inlined: on its own the compiler keeps all MR row pointers in registers.
-__attribute__((noinline)) void micro_kernel(int64_t kb, const float* const* a, int64_t a_cs, const float* b, float* c, int64_t ldc,
-                  int64_t rows, int64_t cols, const float* bias, bool overwrite) {
-  const float* ar[MR];
-  for (int i = 0; i < MR; i++) ar[i] = a[i];
-  vf acc[MR][NV];
-  for (int i = 0; i < MR; i++)
-    for (int v = 0; v < NV; v++) acc[i][v] = zero();
-  for (int64_t p = 0; p < kb; p++) {
-    vf bv[NV];
-    for (int v = 0; v < NV; v++) bv[v] = load(b + v * kWidth);
-    for (int i = 0; i < MR; i++) {
-      vf ai = set1(*ar[i]);
-      ar[i] += a_cs;
-      for (int v = 0; v < NV; v++) acc[i][v] = fma(ai, bv[v], acc[i][v]);
-    }
-    b += NR;
-  }
+inline void store_tile(const vf (&acc)[MR][NV], float* c, int64_t ldc, int64_t rows, int64_t cols,
+                       const float* bias, bool overwrite) {
   if (rows == MR && cols == NR) {
     for (int i = 0; i < MR; i++)
       for (int v = 0; v < NV; v++) {
@@ -152,6 +159,54 @@ __attribute__((noinline)) void micro_kernel(int64_t kb, const float* const* a, i
       if (!overwrite) *cp = *cp + r;
       else *cp = bias ? r + bias[j] : r;
     }
+}
+
+// One step of k for the MR×NR tile: MR broadcasts of A (a[i]) times NV vectors of B (b[v*kWidth]).
+inline void tile_step(vf (&acc)[MR][NV], const float* a, const float* b) {
+  vf bv[NV];
+  for (int v = 0; v < NV; v++) bv[v] = load(b + v * kWidth);
+  for (int i = 0; i < MR; i++) {
+    vf ai = set1(a[i]);
+    for (int v = 0; v < NV; v++) acc[i][v] = fma(ai, bv[v], acc[i][v]);
+  }
+}
+
+// The tile (see store_tile) from A rows read in place: A(i, p) = a[i][p * a_cs] (row i of the tile;
+// rows past `rows` repeat the last row and are computed but not stored), b packed (kb, NR). Its MR
+// rows are MR sequential streams that the caches and prefetchers serve well.
+// Not inlined: on its own the compiler keeps all MR row pointers in registers.
+__attribute__((noinline)) void micro_kernel(int64_t kb, const float* const* a, int64_t a_cs, const float* b, float* c, int64_t ldc,
+                  int64_t rows, int64_t cols, const float* bias, bool overwrite) {
+  const float* ar[MR];
+  for (int i = 0; i < MR; i++) ar[i] = a[i];
+  vf acc[MR][NV];
+  for (int i = 0; i < MR; i++)
+    for (int v = 0; v < NV; v++) acc[i][v] = zero();
+  for (int64_t p = 0; p < kb; p++) {
+    vf bv[NV];
+    for (int v = 0; v < NV; v++) bv[v] = load(b + v * kWidth);
+    for (int i = 0; i < MR; i++) {
+      vf ai = set1(*ar[i]);
+      ar[i] += a_cs;
+      for (int v = 0; v < NV; v++) acc[i][v] = fma(ai, bv[v], acc[i][v]);
+    }
+    b += NR;
+  }
+  store_tile(acc, c, ldc, rows, cols, bias, overwrite);
+}
+
+// The same tile from a packed A micro-panel (a[p*MR + i], see pack_a_block): one pointer per
+// operand, so every load has a constant offset (in WebAssembly, the load's immediate) and a step of
+// k costs two pointer increments instead of MR + 1. Same order of operations as micro_kernel.
+// Unrolling k (by 2 or 4) was slower in V8: clang hoists the loads of the unrolled steps, and the
+// extra live vectors spill.
+__attribute__((noinline)) void micro_kernel_packed(int64_t kb, const float* a, const float* b, float* c, int64_t ldc,
+                                                   int64_t rows, int64_t cols, const float* bias, bool overwrite) {
+  vf acc[MR][NV];
+  for (int i = 0; i < MR; i++)
+    for (int v = 0; v < NV; v++) acc[i][v] = zero();
+  for (int64_t p = 0; p < kb; p++, a += MR, b += NR) tile_step(acc, a, b);
+  store_tile(acc, c, ldc, rows, cols, bias, overwrite);
 }
 
 // C (M,N) row stride ldc; (=) A·B + bias when !accumulate, (+=) A·B when accumulate.
@@ -177,20 +232,20 @@ struct Gemm {
         bool overwrite = pc == 0 && !accumulate;
         for (int64_t ic = r0; ic < r1; ic += MC) {
           int64_t ic_end = std::min(ic + MC, r1);
-          if (A.rs == 1) pack_a_block(a_packed, A, ic, ic_end, pc, kb);
+          bool packed = kPackA || A.rs == 1;
+          if (packed) pack_a_block(a_packed, A, ic, ic_end, pc, kb);
           for (int64_t jr = 0; jr < nb; jr += NR)
             for (int64_t ir = ic; ir < ic_end; ir += MR) {
-              int64_t rows = std::min<int64_t>(MR, ic_end - ir);
-              const float* a[MR];
-              int64_t a_cs = MR;
-              if (A.rs == 1) {
-                for (int i = 0; i < MR; i++) a[i] = a_packed + (ir - ic) * kb + i;
-              } else {
-                for (int i = 0; i < MR; i++) a[i] = A.p + (ir + std::min<int64_t>(i, rows - 1)) * A.rs + pc * A.cs;
-                a_cs = A.cs;
+              int64_t rows = std::min<int64_t>(MR, ic_end - ir), cols = std::min<int64_t>(NR, nb - jr);
+              float* c = C + ir * ldc + jc + jr;
+              const float* bias_j = bias ? bias + jc + jr : nullptr;
+              if (packed) {
+                micro_kernel_packed(kb, a_packed + (ir - ic) * kb, b_packed + jr * kb, c, ldc, rows, cols, bias_j, overwrite);
+                continue;
               }
-              micro_kernel(kb, a, a_cs, b_packed + jr * kb, C + ir * ldc + jc + jr, ldc, rows,
-                           std::min<int64_t>(NR, nb - jr), bias ? bias + jc + jr : nullptr, overwrite);
+              const float* a[MR];
+              for (int i = 0; i < MR; i++) a[i] = A.p + (ir + std::min<int64_t>(i, rows - 1)) * A.rs + pc * A.cs;
+              micro_kernel(kb, a, A.cs, b_packed + jr * kb, c, ldc, rows, cols, bias_j, overwrite);
             }
         }
       }
@@ -208,23 +263,26 @@ bool gemm_trivial(const Gemm& g) {
   return true;
 }
 
-// Splits C across the pool into one block per thread, tm row blocks (whole micro-tiles) × tn column
-// blocks. Each thread packs its columns of B and, for dout^T, its rows of A; A read in place still
-// streams through the caches. The split minimises that traffic per thread, in floats moved:
+// Splits C across the pool into up to kChunksPerThread blocks per thread (one block on a 1-thread
+// pool), tm row blocks (whole micro-tiles) × tn column blocks, claimed by whichever thread is free.
+// Each block packs its columns of B and its rows of A (when A is packed); an A read in place still
+// streams through the caches. Of the splits into the most blocks, the one with the least of that
+// traffic per block, in floats moved:
 //   A: (M/tm)·K, twice if packed (read + write);  B: K·(N/tn), twice (it is always packed).
 // E.g. dweight of fc_out, (C, 4C) over B·T rows, splits its 4C columns; dweight of fc_in its rows.
 void run_gemm(const Gemm& g, ThreadPool& pool) {
   if (gemm_trivial(g)) return;
-  int64_t units = std::min<int64_t>(pool.size(), std::max<int64_t>(1, 2 * g.M * g.N * g.K / kMinFlopsPerChunk));
+  int64_t wanted = pool.size() == 1 ? 1 : int64_t(pool.size()) * ThreadPool::kChunksPerThread;
+  int64_t units = std::min<int64_t>(wanted, std::max<int64_t>(1, 2 * g.M * g.N * g.K / kMinFlopsPerChunk));
   int64_t row_tiles = ceil_div(g.M, MR), col_tiles = ceil_div(g.N, NR);
+  double a_moves = g.A.rs == 1 || kPackA ? 2.0 : 1.0;
   int64_t tm = 1, tn = 1;
   double best = -1;
-  for (int64_t r = 1; r <= units; r++) {
-    int64_t c = units / r;
-    if (r * c != units || r > row_tiles || c > col_tiles) continue;
-    double a = double(ceil_div(row_tiles, r) * MR) * double(g.K) * (g.A.rs == 1 ? 2.0 : 1.0);
+  for (int64_t r = 1; r <= std::min(units, row_tiles); r++) {
+    int64_t c = std::min(units / r, col_tiles);
+    double a = double(ceil_div(row_tiles, r) * MR) * double(g.K) * a_moves;
     double b = 2.0 * double(g.K) * double(ceil_div(col_tiles, c) * NR);
-    if (best < 0 || a + b < best) {
+    if (r * c > tm * tn || (r * c == tm * tn && (best < 0 || a + b < best))) {
       best = a + b;
       tm = r;
       tn = c;

@@ -161,13 +161,14 @@ ThreadPool::~ThreadPool() {
   delete impl_;
 }
 
-void ThreadPool::run(int64_t n, int64_t min_chunk, Task task, void* ctx) {
+void ThreadPool::run(int64_t n, int64_t min_chunk, int chunks_per_thread, Task task, void* ctx) {
   if (n <= 0) return;
   if (t_chunk_scratch) {  // nested inside a chunk: inline
     task(ctx, 0, n, t_chunk_scratch);
     return;
   }
-  int64_t chunks = n < n_threads_ ? n : n_threads_;
+  int64_t chunks = n_threads_ == 1 ? 1 : int64_t(n_threads_) * chunks_per_thread;
+  if (n < chunks) chunks = n;
   if (min_chunk > 1 && n / min_chunk < chunks) chunks = n / min_chunk;
   if (chunks <= 1) {
     t_chunk_scratch = impl_->scratch;
@@ -214,7 +215,7 @@ ThreadPool::~ThreadPool() {
   delete impl_;
 }
 
-void ThreadPool::run(int64_t n, int64_t, Task task, void* ctx) {
+void ThreadPool::run(int64_t n, int64_t, int, Task task, void* ctx) {
   if (n <= 0) return;
   float* scratch = t_chunk_scratch ? t_chunk_scratch : impl_->scratch;
   float* outer = t_chunk_scratch;
