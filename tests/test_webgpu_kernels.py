@@ -66,7 +66,7 @@ def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=F
              lambda out: report(name, out["C"], ref, tol))
 
 
-TILES = ("128x64", "64x64", "64x32", "32x64", "32x32", "32x32w")
+TILES = ("128x64", "64x64", "64x32", "32x64", "32x32", "32x32w", "128x128")
 for i, variant in enumerate(("nt", "nn", "tn")):
     matmul_case(variant, 37, 53, 29, TILES[i], bias=True)
     matmul_case(variant, 130, 67, 150, TILES[i + 3], residual=True)
@@ -76,6 +76,52 @@ matmul_case("tn", 37, 53, 150, "64x64", bias=True, splits=3)  # split-K: chunks 
 matmul_case("tn", 70, 130, 300, "128x64", accumulate=True, residual=True, splits=5)
 matmul_case("tn", 45, 37, 130, "32x32", bias_grad=True)
 matmul_case("tn", 70, 33, 301, "32x64", bias_grad=True, splits=4)
+matmul_case("nn", 150, 140, 37, "128x128", bias=True, accumulate=True)
+
+
+def batched_matmul_case(variant, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False):
+    """n products in one dispatch (operand i at offset + i·stride, strides with slack), or with
+    kcat their sum into one C."""
+    a_shape, b_shape = ((K, M) if variant == "tn" else (M, K)), ((N, K) if variant == "nt" else (K, N))
+    a_zs, b_zs = int(np.prod(a_shape)) + 3, int(np.prod(b_shape)) + 5
+    a = [rng.standard_normal(a_shape) for _ in range(n)]
+    b = [rng.standard_normal(b_shape) for _ in range(n)]
+    flat = lambda mats, zs: f32(np.concatenate([np.concatenate([m.ravel(), np.zeros(zs - m.size)]) for m in mats]))
+    prods = [(x.T if variant == "tn" else x) @ (y.T if variant == "nt" else y) for x, y in zip(a, b)]
+    inputs = {"A": flat(a, a_zs), "B": flat(b, b_zs)}
+    strides = {"a": a_zs, "b": b_zs}
+    if kcat:
+        ref, c_len = sum(prods).ravel(), M * N
+    else:
+        length = M * N + (M if bias_grad else 0)
+        c_zs = length + 7
+        outs = [p.ravel() for p in prods]
+        if bias:
+            bv = [rng.standard_normal(N) for _ in range(n)]
+            inputs["bias"] = flat(bv, N + 2)
+            strides["bias"] = N + 2
+            outs = [o + np.tile(v, M) for o, v in zip(outs, bv)]
+        if bias_grad:
+            outs = [np.concatenate([o, x.sum(0)]) for o, x in zip(outs, a)]
+        c_len = n * c_zs
+        ref = np.full(c_len, np.nan)
+        for i, o in enumerate(outs):
+            ref[i * c_zs:i * c_zs + length] = o
+        strides["c"] = c_zs
+    keep = ~np.isnan(ref)
+    name = (f"matmul {variant} {M}x{N}x{K} tile {tile} {'kcat' if kcat else 'batches'} {n}{' +bias' if bias else ''}"
+            f"{' +bias-grad' if bias_grad else ''}{f' split-K {splits}' if splits else ''}")
+    tol = 2e-6 * n * K * math.sqrt(n * K)
+    add_case(dict(op="matmul", variant=variant, M=M, N=N, K=K, tile=tile, aOff=0, bOff=0, biasOff=0, bias=bias, splits=splits,
+                  biasGrad=bias_grad, batches=1 if kcat else n, kcat=n if kcat else 1, strides=strides, cLen=c_len), inputs,
+             lambda out: report(name, np.asarray(out["C"])[keep], ref[keep], tol))
+
+
+batched_matmul_case("nt", 70, 37, 29, 3, "32x32w", bias=True)  # the q, k, v projections
+batched_matmul_case("tn", 37, 29, 130, 3, "32x64", bias_grad=True, splits=3)  # their weight and bias gradients
+batched_matmul_case("tn", 20, 33, 70, 3, "32x32", bias_grad=True)
+batched_matmul_case("nn", 70, 37, 29, 3, "32x32w", kcat=True)  # their input gradient
+batched_matmul_case("nn", 45, 21, 40, 3, "32x64", kcat=True, splits=2)
 
 
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)

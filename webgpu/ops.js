@@ -4,7 +4,6 @@ import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS } from "./kernels/matmul.js";
 import { layernormKernels, layernormParamGrads, layernormParamWorkgroups } from "./kernels/layernorm.js";
 import { geluForward, geluBackward } from "./kernels/gelu.js";
-import { columnSumFinal, ROW_CHUNK } from "./kernels/reduce.js";
 import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
 import { crossEntropy, crossEntropyWorkgroups, meanLoss } from "./kernels/crossentropy.js";
 import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid } from "./kernels/attention.js";
@@ -12,9 +11,9 @@ import { sumSquares, clipCoefficient, adamw, NORM_PARTIALS } from "./kernels/opt
 import { PipelineCache } from "./plan.js";
 
 const matmulKernels = new Map();
-function matmulFor(variant, tile, split) {
-  const key = `${variant}_${tile}_${split}`;
-  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(variant, tile, split));
+function matmulFor(variant, tile, split, kcat) {
+  const key = `${variant}_${tile}_${split}_${kcat}`;
+  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(variant, tile, split, kcat));
   return matmulKernels.get(key);
 }
 const attentionKernels = new Map();
@@ -40,22 +39,28 @@ export class Ops {
   /**
    * C[cOff..] (M,N) = op(A)·op(B) (+ bias) (+ C if accumulate) (+ R); offsets in elements.
    * biasGrad ("tn" only): also C[cOff + M·N + m] = Σ_k A[k, m], the Linear's bias gradient.
-   * splits > 1: split-K through `partials` (splits·(M·N [+ M]) floats), see matmulKernel.
+   * splits > 1: split-K through `partials` (batches·splits·(M·N [+ M]) floats), see matmulKernel.
+   * batches > 1: that many products in one dispatch, operand i at offset + i·stride (strides:
+   * {a, b, c, bias}); kcat > 1: the sum of kcat products (strides {a, b}) into one C.
    */
   matmul(plan, variant, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
-    accumulate = false, biasGrad = false, tile = chooseTile(variant, M, N), splits = 1, partials = null }) {
+    accumulate = false, biasGrad = false, tile = chooseTile(variant, M, N), splits = 1, partials = null,
+    batches = 1, kcat = 1, strides = {} }) {
     if (biasGrad && (variant !== "tn" || bias || accumulate || R)) throw new Error("biasGrad: a plain \"tn\" product only");
+    if (batches > 1 && (kcat > 1 || R || (splits > 1 && (bias || accumulate)))) throw new Error("matmul batches: no kcat, residual, or split-K epilogue");
     const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0)
       | (biasGrad ? MATMUL_FLAGS.biasGrad : 0);
     const grid = matmulGrid(M, N, tile), len = M * N + (biasGrad ? M : 0);
-    const uniforms = { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags, k_chunk: K, len };
+    const { a: a_zs = 0, b: b_zs = 0, c: c_zs = 0, bias: bias_zs = 0 } = strides;
+    const uniforms = { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags,
+      k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };
     if (splits === 1) {
-      return plan.add(matmulFor(variant, tile, false), uniforms, [A, B, bias ?? this.dummy, R ?? this.dummy, C], grid);
+      return plan.add(matmulFor(variant, tile, false, kcat > 1), uniforms, [A, B, bias ?? this.dummy, R ?? this.dummy, C], [grid[0], grid[1], batches]);
     }
-    plan.add(matmulFor(variant, tile, true), { ...uniforms, c_off: 0, k_chunk: splitChunk(K, splits, tile) },
-      [A, B, this.dummy, this.dummy, partials], [grid[0], grid[1], splits]);
-    return plan.add(matmulSplitFinal, { len, N, splits, c_off: cOff, bias_off: biasOff, r_off: rOff, flags: flags & ~MATMUL_FLAGS.biasGrad },
-      [partials, bias ?? this.dummy, R ?? this.dummy, C], grid1d(Math.ceil(len / 256)));
+    plan.add(matmulFor(variant, tile, true, kcat > 1), { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
+      [A, B, this.dummy, this.dummy, partials], [grid[0], grid[1], batches * splits]);
+    return plan.add(matmulSplitFinal, { len, N, splits, c_off: cOff, bias_off: biasOff, r_off: rOff, flags: flags & ~MATMUL_FLAGS.biasGrad, batches, c_zs },
+      [partials, bias ?? this.dummy, R ?? this.dummy, C], grid1d(Math.ceil((batches * len) / 256)));
   }
 
   layernorm(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
@@ -65,10 +70,9 @@ export class Ops {
 
   /**
    * dx (+)= LayerNorm backward; then the weight and bias gradients into grads (they must lie
-   * contiguously, bias right after weight, as in the manifest). partials: unused (the parameter
-   * gradients need no scratch any more).
+   * contiguously, bias right after weight, as in the manifest).
    */
-  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads, partials }) {
+  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads }) {
     if (bOff !== wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
     const k = layernormKernels(C);
     plan.add(k.backward, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(k.workgroups(rows)));
@@ -118,8 +122,6 @@ export class Ops {
 
 export { NORM_PARTIALS };
 
-/** Floats of scratch that columnSum and layernormBackward need for `rows` rows of up to N columns. */
-export const reductionScratch = (rows, N) => Math.ceil(rows / ROW_CHUNK) * N;
 
 /** AdamW's uniforms for step t (1-based): bias corrections in binary64, as PyTorch computes them. */
 export function adamwValues(n, tr, t) {

@@ -51,7 +51,10 @@ export class Plan {
     this.cursor = 0;
   }
 
-  /** values: {field: number} for the kernel's uniforms; buffers: GPUBuffer per binding; grid: [x, y] or [x, y, z]. */
+  /**
+   * values: {field: number} for the kernel's uniforms; buffers: per binding a GPUBuffer or a view
+   * {buffer, offset, size} (offset a multiple of 256 bytes); grid: [x, y] or [x, y, z].
+   */
   add(k, values, buffers, grid) {
     if (buffers.length !== k.buffers.length) throw new Error(`${k.name}: ${buffers.length} buffers for ${k.buffers.length} bindings`);
     if (grid[0] === 0 || grid[1] === 0 || grid[2] === 0) return this.frozen ? this._skip(k) : undefined;
@@ -106,7 +109,7 @@ export class Plan {
           label: e.kernel.name,
           layout: this.pipelines.get(e.kernel).layout,
           entries: [{ binding: 0, resource: { buffer: this.uniformBuffer, offset: i * SLOT, size: Math.max(16, Math.ceil(e.kernel.uniforms.length / 4) * 16) } },
-            ...e.buffers.map((buffer, j) => ({ binding: j + 1, resource: { buffer } }))],
+            ...e.buffers.map((b, j) => ({ binding: j + 1, resource: b.buffer ? b : { buffer: b } }))],
         });
       });
       this.frozen = true;

@@ -5,11 +5,11 @@
 // loss, through a ring of mappable buffers so the next step is never stalled.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, adamwValues, NORM_PARTIALS, reductionScratch } from "./ops.js";
+import { Ops, adamwValues, NORM_PARTIALS } from "./ops.js";
 import { chooseSplits, chooseTile } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 
-const LOSS_RING = 4;
+const LOSS_RING = 8;
 const U = () => GPUBufferUsage;
 
 /** {model, training} for a preset of presets.json (the parsed file), with optional overrides. */
@@ -97,8 +97,11 @@ export class Trainer {
     const f = (name, n) => this.buffer(`${label} ${name}`, 4 * n, S);
     const layers = [];
     for (let l = 0; l < L; l++) {
+      // with T = kvT (training, eval) q, k, v are three views of one buffer, which one batched
+      // product fills; generation's KV cache (kvT > T) keeps them apart
+      const qkv = T === kvT ? this._qkvViews(`${label} qkv`, rows * C) : { q: f("q", rows * C), k: f("k", B * kvT * C), v: f("v", B * kvT * C) };
       layers.push({
-        ln1: f("ln1", rows * C), ln1s: f("ln1 stats", rows * 2), q: f("q", rows * C), k: f("k", B * kvT * C), v: f("v", B * kvT * C),
+        ln1: f("ln1", rows * C), ln1s: f("ln1 stats", rows * 2), ...qkv,
         att: f("att", rows * C), lse: f("lse", B * H * T), res2: f("res2", rows * C), ln2: f("ln2", rows * C),
         ln2s: f("ln2 stats", rows * 2), h: f("h", rows * 4 * C), g: f("g", rows * 4 * C),
       });
@@ -111,6 +114,14 @@ export class Trainer {
     };
   }
 
+  /** {qkv: buffer, stride: floats between the views, q, k, v: views of n floats each}. */
+  _qkvViews(label, n) {
+    const stride = Math.ceil(n / 64) * 64; // bind-group offsets must be multiples of 256 bytes
+    const qkv = this.buffer(label, 4 * 3 * stride, U().STORAGE | U().COPY_SRC);
+    const view = (i) => ({ buffer: qkv, offset: 4 * i * stride, size: 4 * n });
+    return { qkv, stride, q: view(0), k: view(1), v: view(2) };
+  }
+
   /** Forward pass of `rows` = B·T positions at absolute positions past.. (past > 0 only with a KV cache). */
   _recordForward(plan, A, { B, T, past, logitRows }) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
@@ -119,8 +130,14 @@ export class Trainer {
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
       ops.layernorm(plan, { rows, C, x: A.res[l], params: P, wOff: o[n + "ln1.weight"], bOff: o[n + "ln1.bias"], out: a.ln1, stats: a.ln1s, eps });
-      for (const [proj, out, cOff] of [["q_proj", a.q, 0], ["k_proj", a.k, past * C], ["v_proj", a.v, past * C]]) {
-        ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
+      if (a.qkv) {
+        const pstride = o[n + "attn.k_proj.weight"] - o[n + "attn.q_proj.weight"]; // C·C + C
+        ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, bias: P, biasOff: o[n + "attn.q_proj.bias"],
+          batches: 3, strides: { b: pstride, c: a.stride, bias: pstride } });
+      } else {
+        for (const [proj, out, cOff] of [["q_proj", a.q, 0], ["k_proj", a.k, past * C], ["v_proj", a.v, past * C]]) {
+          ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
+        }
       }
       ops.attention(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
       ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
@@ -142,15 +159,13 @@ export class Trainer {
     const S = U().STORAGE | U().COPY_SRC;
     const d = (this.dbuf = {
       res: this.buffer("d res", 4 * rows * C, S), ln: this.buffer("d ln", 4 * rows * C, S), h: this.buffer("d h", 4 * rows * 4 * C, S),
-      att: this.buffer("d att", 4 * rows * C, S), q: this.buffer("d q", 4 * rows * C, S), k: this.buffer("d k", 4 * rows * C, S),
-      v: this.buffer("d v", 4 * rows * C, S), delta: this.buffer("attention delta", 4 * B * H * T, S),
-      partials: this.buffer("column-sum partials", 4 * reductionScratch(rows, 4 * C), S),
+      att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C), delta: this.buffer("attention delta", 4 * B * H * T, S),
     });
     // weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY fused in) have few output tiles
     // and K = B·T: split-K through one scratch buffer
     const splitsFor = (M, N) => chooseSplits(M, N, rows, chooseTile("tn", M, N));
-    const splitShapes = [[V, C], [C, 4 * C], [4 * C, C], [C, C]];
-    const scratch = Math.max(16, ...splitShapes.map(([M, N]) => (splitsFor(M, N) > 1 ? splitsFor(M, N) * (M * N + M) : 0)));
+    const splitShapes = [[V, C, 1], [C, 4 * C, 1], [4 * C, C, 1], [C, C, 3]]; // [M, N, batches]
+    const scratch = Math.max(16, ...splitShapes.map(([M, N, n]) => (splitsFor(M, N) > 1 ? n * splitsFor(M, N) * (M * N + M) : 0)));
     d.splitK = this.buffer("split-K partials", 4 * scratch, S);
     const tn = (args) => ops.matmul(plan, "tn", { ...args, K: rows, splits: splitsFor(args.M, args.N), partials: d.splitK });
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
@@ -171,7 +186,7 @@ export class Trainer {
     const wte = o["token_embedding.weight"];
     ops.matmul(plan, "nn", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.ln });
     tn({ M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
-    ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[L], stats: A.lnfs, params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], dx: d.res, accumulate: false, grads: G, partials: d.partials });
+    ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[L], stats: A.lnfs, params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], dx: d.res, accumulate: false, grads: G });
     for (let l = L - 1; l >= 0; l--) {
       const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
@@ -180,16 +195,17 @@ export class Trainer {
       ops.geluBackward(plan, { n: rows * 4 * C, h: a.h, dg: d.h });
       ops.matmul(plan, "nn", { M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln });
       tn({ M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true });
-      ops.layernormBackward(plan, { rows, C, dout: d.ln, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), bOff: w("ln2.bias"), dx: d.res, accumulate: true, grads: G, partials: d.partials });
+      ops.layernormBackward(plan, { rows, C, dout: d.ln, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), bOff: w("ln2.bias"), dx: d.res, accumulate: true, grads: G });
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
       ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
       tn({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
-      ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: d.q, dk: d.k, dv: d.v });
-      [["q_proj", d.q], ["k_proj", d.k], ["v_proj", d.v]].forEach(([proj, dx], i) => {
-        ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: dx, B: P, bOff: w(`attn.${proj}.weight`), C: d.ln, accumulate: i > 0 });
-        tn({ M: C, N: C, A: dx, B: a.ln1, C: G, cOff: w(`attn.${proj}.weight`), biasGrad: true });
-      });
-      ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), bOff: w("ln1.bias"), dx: d.res, accumulate: true, grads: G, partials: d.partials });
+      const dqkv = d.qkv, pstride = w("attn.k_proj.weight") - w("attn.q_proj.weight");
+      ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: dqkv.q, dk: dqkv.k, dv: dqkv.v });
+      // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
+      // dW and db of each (three batches)
+      ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: pstride } });
+      tn({ M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: pstride } });
+      ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), bOff: w("ln1.bias"), dx: d.res, accumulate: true, grads: G });
     }
     ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
     ops.gradNorm(plan, { n: this.P, grads: G, partials: this.partials, scal: this.scal, clip: this.tr.gradClip });

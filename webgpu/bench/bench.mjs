@@ -65,6 +65,26 @@ async function profile(trainer, name) {
   const t0 = performance.now();
   await (await trainer.step()).loss;
   host.idleStepMs = performance.now() - t0;
+  // cumulative GPU time of the step's first dispatches, in step order (5 back-to-back submits each)
+  const entries = trainer.trainPlan.entries, prefix = [];
+  for (let f = 1; f <= 10; f++) {
+    const count = Math.round((f / 10) * entries.length);
+    const t = performance.now();
+    for (let r = 0; r < 5; r++) {
+      const enc = device.createCommandEncoder();
+      const pass = enc.beginComputePass();
+      for (const e of entries.slice(0, count)) {
+        pass.setPipeline(e.pipeline);
+        pass.setBindGroup(0, e.bindGroup);
+        pass.dispatchWorkgroups(e.grid[0], e.grid[1], e.grid[2] ?? 1);
+      }
+      pass.end();
+      device.queue.submit([enc.finish()]);
+    }
+    await device.queue.onSubmittedWorkDone();
+    prefix.push({ dispatches: count, last: entries[count - 1].kernel.name, ms: (performance.now() - t) / 5 });
+  }
+  console.error(`  ${name}: first dispatches -> ms: ${prefix.map((p) => `${p.dispatches}:${p.ms.toFixed(2)}`).join(" ")}`);
   const rows = await trainer.profileStep();
   const byKernel = {};
   for (const r of rows) {
@@ -77,7 +97,7 @@ async function profile(trainer, name) {
   console.error(`  ${name}: encode ${host.encodeMs.toFixed(2)} ms, submit ${host.submitMs.toFixed(2)} ms, one step from idle ${host.idleStepMs.toFixed(2)} ms, ` +
     `sum of ${rows.length} dispatches ${gpuMs.toFixed(2)} ms`);
   for (const k of kernels.slice(0, 12)) console.error(`    ${k.name.padEnd(34)} ${String(k.count).padStart(4)} × ${(1000 * k.ms / k.count).toFixed(1).padStart(8)} µs = ${k.ms.toFixed(3)} ms`);
-  return { ...host, dispatches: rows.length, gpuMs, kernels, rows };
+  return { ...host, prefix, dispatches: rows.length, gpuMs, kernels, rows };
 }
 
 // matmul C = A·Bᵀ (the forward Linear), square n: GFLOP/s from back-to-back dispatches in one submit

@@ -1,6 +1,6 @@
 // Every matmul tile (and split-K count for the weight gradients) on the products of a training step,
 // per preset, on a real GPU: the data behind chooseTile/chooseSplits.
-//   node webgpu/bench/matmul_tiles.mjs [--presets tiny,small,...] [--out FILE]
+//   node webgpu/bench/matmul_tiles.mjs [--presets tiny,small,...] [--square 1024,2048,4096] [--out FILE]
 // Each product is timed as reps back-to-back dispatches in one pass (as in a step: each waits for
 // the previous one), after a warm-up; µs per product.
 import { readFileSync, writeFileSync } from "node:fs";
@@ -13,7 +13,8 @@ import { MATMUL_TILES, chooseTile, chooseSplits } from "../kernels/matmul.js";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
-const names = (args.presets ?? "tiny,small,medium,large,xl,huge,massive").split(",");
+const names = (args.presets ?? "tiny,small,medium,large,xl,huge,massive").split(",").filter(Boolean);
+const squares = (args.square ?? "").split(",").filter(Boolean).map(Number);
 const { device } = await nodeDevice();
 const ops = new Ops(device);
 const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
@@ -54,6 +55,7 @@ async function time(variant, M, N, K, biasGrad, tile, splits) {
   return (1000 * (many - one)) / (reps - 1);
 }
 
+await time("nt", 2048, 2048, 2048, false, "64x64", 1); // raise the GPU's clocks before timing
 const out = [];
 for (const name of names) {
   const p = presets.presets[name];
@@ -76,6 +78,17 @@ for (const name of names) {
       results.slice(0, 3).map((r) => `${r.tile}/${r.splits} ${r.us.toFixed(1)}`).join(", "));
   }
   console.error(`${name}: matmuls per step ${(chosenTotal / 1000).toFixed(2)} ms as chosen, ${(bestTotal / 1000).toFixed(2)} ms with the best tile each`);
+}
+for (const n of squares) {
+  for (const variant of ["nt", "nn", "tn"]) {
+    const results = [];
+    for (const tile of Object.keys(MATMUL_TILES)) results.push({ tile, us: await time(variant, n, n, n, false, tile, 1) });
+    results.sort((a, b) => a.us - b.us);
+    const tile = chooseTile(variant, n, n);
+    out.push({ square: n, variant, chosen: tile, results });
+    console.error(`square ${variant} ${n}: chosen ${tile} ${(2 * n ** 3 / results.find((r) => r.tile === tile).us / 1e6).toFixed(0)} GFLOP/s; ` +
+      results.map((r) => `${r.tile} ${(2 * n ** 3 / r.us / 1e6).toFixed(0)}`).join(", "));
+  }
 }
 if (args.out) writeFileSync(args.out, JSON.stringify(out) + "\n");
 device.destroy();

@@ -21,7 +21,7 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OU
 PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
 # PROFILE=1 adds each preset's host encode/submit cost and per-kernel GPU times; SKIP_TORCH=1 skips PyTorch
 # TILES=1 first times every matmul tile on each preset's products (matmul_tiles.mjs)
-[ -z "${TILES:-}" ] || /tmp/wg/bin/node webgpu/bench/matmul_tiles.mjs --presets "$PRESETS" --out "$OUT/matmul_tiles.json" \
+[ -z "${TILES:-}" ] || /tmp/wg/bin/node webgpu/bench/matmul_tiles.mjs --presets "${TILE_PRESETS-$PRESETS}" --square "${SQUARES:-}" --out "$OUT/matmul_tiles.json" \
   2> >(grep -v "^Warning\|warning\|^ *\^\|^ *$" > "$OUT/matmul_tiles.log") || echo "tile bench failed: exit $?"
 # each side runs even if the other fails, so one run always brings back what can be measured
 /tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \

@@ -15,6 +15,7 @@ export const MATMUL_FLAGS = { bias: 1, accumulate: 2, residual: 4, biasGrad: 8 }
 
 /** Tile shapes by name "BMxBN" (threads = WX·WY ≤ 256, workgroup memory ≤ 16 KiB). */
 export const MATMUL_TILES = {
+  "128x128": { WX: 16, WY: 16, BK: 8, TM: 8, TN: 8 },
   "128x64": { WX: 8, WY: 16, BK: 8, TM: 8, TN: 8 },
   "64x64": { WX: 16, WY: 8, BK: 16, TM: 8, TN: 4 },
   "64x32": { WX: 8, WY: 16, BK: 16, TM: 4, TN: 4 },
@@ -32,32 +33,41 @@ export const tileShape = (name) => {
 
 /**
  * split: the split-K form for products with few output tiles and a long K (weight gradients, K = B·T):
- * workgroup z sums K-range [z·k_chunk, (z+1)·k_chunk) into partials[z] (a slab of p.len floats), and
+ * split z sums K-range [z·k_chunk, (z+1)·k_chunk) into a slab of p.len floats of `partials`, and
  * matmulSplitFinal adds the slabs in order (deterministic, no atomics) and applies the epilogue.
  * With flags.biasGrad ("tn" only) the column sums of A, Σ_k A[k, m], land right after C's M·N values
  * (the manifest keeps each Linear's bias right after its weight): the first column of workgroups
  * sums the A tiles it already holds in workgroup memory.
+ * Batches (workgroup z = batch·splits + split): batch i reads A at a_off + i·a_zs, B at b_off + i·b_zs,
+ * the bias at bias_off + i·bias_zs, and writes C at c_off + i·c_zs — the q, k and v projections of a
+ * layer in one dispatch (their weights lie C·C + C apart in the manifest).
+ * kcat: instead, the kcat products A_i·B_i (K each, strides a_zs and b_zs) are summed into one C, as
+ * one product over K·kcat: the input gradient dq·Wq + dk·Wk + dv·Wv in one dispatch.
  */
-export function matmulKernel(variant, tile, split = false) {
+export function matmulKernel(variant, tile, split = false, kcat = false) {
   const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(tile);
   const aT = variant === "tn", bT = variant === "nt";
-  // a tile loaded k-fastest is stored transposed: pad its rows so the stores do not share a bank
-  const AS = BM + (aT ? 0 : 1), BS = BN + (bT ? 1 : 0);
+  // a slab loaded k-fastest is stored transposed: a warp then stores BK k-rows × 32/BK columns, and a
+  // row stride ≡ 32/BK (mod 32 banks) puts those 32 stores in 32 different banks
+  const pad = 32 / BK, AS = BM + (aT ? 0 : pad), BS = BN + (bT ? pad : 0);
   const LA = (BK * BM) / threads, LB = (BK * BN) / threads;
   if (!Number.isInteger(LA) || !Number.isInteger(LB)) throw new Error(`tile ${tile}: slab not divisible by ${threads} invocations`);
   const aCoord = aT ? "let kk = e / BM; let mm = e % BM;" : "let mm = e / BK; let kk = e % BK;";
   const bCoord = bT ? "let nn = e / BK; let kb = e % BK;" : "let kb = e / BN; let nn = e % BN;";
   const fetch = (k0) => [
-    ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} ra${r} = load_a(m0 + mm, ${k0} + kk); }`),
-    ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} rb${r} = load_b(${k0} + kb, n0 + nn); }`),
+    ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} ra${r} = load_a(a_base, m0 + mm, ${k0} + kk); }`),
+    ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} rb${r} = load_b(b_base, ${k0} + kb, n0 + nn); }`),
   ].join("\n");
   const stash = [
     ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} As[kk * AS + mm] = ra${r}; }`),
     ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} Bs[kb * BS + nn] = rb${r}; }`),
   ].join("\n");
-  return kernel(`matmul_${variant}_${tile}${split ? "_split" : ""}`,
+  // k: index into the (concatenated) K range; kcat picks the product it belongs to
+  const kSplit = (k) => kcat ? `let kz = ${k} / p.K; let kr = ${k} - kz * p.K;` : `let kz = 0u; let kr = ${k};`;
+  return kernel(`matmul_${variant}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}`,
     [["M", "u32"], ["N", "u32"], ["K", "u32"], ["a_off", "u32"], ["b_off", "u32"], ["c_off", "u32"],
-      ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"], ["k_chunk", "u32"], ["len", "u32"]],
+      ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"], ["k_chunk", "u32"], ["len", "u32"],
+      ["splits", "u32"], ["kcat", "u32"], ["a_zs", "u32"], ["b_zs", "u32"], ["c_zs", "u32"], ["bias_zs", "u32"]],
     [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]],
     `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
@@ -65,21 +75,23 @@ const AS = ${AS}u; const BS = ${BS}u;
 var<workgroup> As: array<f32, ${BK * AS}>; // [k][m]
 var<workgroup> Bs: array<f32, ${BK * BS}>; // [k][n]
 
-fn load_a(m: u32, k: u32) -> f32 {
-  if (m >= p.M || k >= p.K) { return 0.0; }
-  return A[p.a_off + ${aT ? "k * p.M + m" : "m * p.K + k"}];
+fn load_a(base: u32, m: u32, k: u32) -> f32 {
+  if (m >= p.M || k >= p.K * p.kcat) { return 0.0; }
+  ${kSplit("k")}
+  return A[base + kz * p.a_zs + ${aT ? "kr * p.M + m" : "m * p.K + kr"}];
 }
-fn load_b(k: u32, n: u32) -> f32 {
-  if (k >= p.K || n >= p.N) { return 0.0; }
-  return B[p.b_off + ${bT ? "n * p.K + k" : "k * p.N + n"}];
+fn load_b(base: u32, k: u32, n: u32) -> f32 {
+  if (k >= p.K * p.kcat || n >= p.N) { return 0.0; }
+  ${kSplit("k")}
+  return B[base + kz * p.b_zs + ${bT ? "n * p.K + kr" : "kr * p.N + n"}];
 }
 
-// slab: this workgroup's output base (c_off, or partial z's slab when split)
-fn store(slab: u32, m: u32, n: u32, acc: f32) {
+// slab: this workgroup's output base (its batch's C, or its split's partial slab)
+fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: f32) {
   if (m >= p.M || n >= p.N) { return; }
   let idx = slab + m * p.N + n;
   ${split ? "C[idx] = acc;" : `var v = acc;
-  if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + n]; }
+  if ((p.flags & 1u) != 0u) { v = v + bias[bias_base + n]; }
   if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
   if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }
   C[idx] = v;`}
@@ -90,6 +102,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: ve
         @builtin(local_invocation_index) li: u32) {
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
+  let batch = wid.z / p.splits;
+  let a_base = p.a_off + ${kcat ? "0u" : "batch * p.a_zs"};
+  let b_base = p.b_off + ${kcat ? "0u" : "batch * p.b_zs"};
   // the TM×TN accumulators and the prefetch registers are unrolled into scalars so that every
   // backend keeps them in registers
 ${each(TM, TN, (i, j) => `  var c${i}_${j} = 0.0;`)}
@@ -97,8 +112,9 @@ ${range(TM).map((i) => `  var s${i} = 0.0; // Σ_k A[k, row i] for the fused bia
 ${range(LA).map((r) => `  var ra${r} = 0.0;`).join("\n")}
 ${range(LB).map((r) => `  var rb${r} = 0.0;`).join("\n")}
   let bias_grad = ${aT ? "(p.flags & 8u) != 0u && wid.x == 0u" : "false"};
-  let k_begin = ${split ? "wid.z * p.k_chunk" : "0u"};
-  let k_end = ${split ? "min(p.K, k_begin + p.k_chunk)" : "p.K"}; // k_chunk is a multiple of BK
+  let k_total = p.K * p.kcat;
+  let k_begin = (wid.z % p.splits) * p.k_chunk;
+  let k_end = min(k_total, k_begin + p.k_chunk); // k_chunk is a multiple of BK
   {
 ${fetch("k_begin")}
   }
@@ -118,8 +134,9 @@ ${range(TM).map((i) => `        s${i} = s${i} + a${i};`).join("\n")}
     }
     workgroupBarrier();
   }
-  let slab = ${split ? "wid.z * p.len" : "p.c_off"};
-${each(TM, TN, (i, j) => `  store(slab, m0 + lid.y + ${i * WY}u, n0 + lid.x + ${j * WX}u, c${i}_${j});`)}
+  let slab = ${split ? "wid.z * p.len" : "p.c_off + batch * p.c_zs"};
+  let bias_base = p.bias_off + batch * p.bias_zs;
+${each(TM, TN, (i, j) => `  store(slab, bias_base, m0 + lid.y + ${i * WY}u, n0 + lid.x + ${j * WX}u, c${i}_${j});`)}
   if (bias_grad && lid.x == 0u) {
 ${range(TM).map((i) => `    if (m0 + lid.y + ${i * WY}u < p.M) { C[slab + p.M * p.N + m0 + lid.y + ${i * WY}u] = s${i}; }`).join("\n")}
   }
@@ -127,21 +144,26 @@ ${range(TM).map((i) => `    if (m0 + lid.y + ${i * WY}u < p.M) { C[slab + p.M * 
 `);
 }
 
-// partials: (splits, len) -> C[c_off..c_off+len) = Σ_z partials[z] (+ bias) (+ C) (+ R), z in order;
-// len is M·N, or M·N + M with a fused bias gradient (whose sums get no epilogue: flags are 0 then)
+// partials: (batches·splits, len) -> C[c_off + i·c_zs ..][0, len) = Σ_z partials[i·splits + z] (+ bias)
+// (+ C) (+ R) for each batch i, z in order; len is M·N, or M·N + M with a fused bias gradient
+// (whose sums get no epilogue: flags are 0 then, as they are with batches)
 export const matmulSplitFinal = kernel("matmul_split_final",
-  [["len", "u32"], ["N", "u32"], ["splits", "u32"], ["c_off", "u32"], ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"]],
+  [["len", "u32"], ["N", "u32"], ["splits", "u32"], ["c_off", "u32"], ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"],
+    ["batches", "u32"], ["c_zs", "u32"]],
   [["partials", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]], `${LINEAR_ID}
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let i = linear_workgroup(wid, nwg) * 256u + li;
-  if (i >= p.len) { return; }
+  let g = linear_workgroup(wid, nwg) * 256u + li;
+  if (g >= p.len * p.batches) { return; }
+  let batch = g / p.len;
+  let i = g - batch * p.len;
   var v = 0.0;
-  for (var z = 0u; z < p.splits; z++) { v = v + partials[z * p.len + i]; }
+  for (var z = 0u; z < p.splits; z++) { v = v + partials[(batch * p.splits + z) * p.len + i]; }
+  let idx = p.c_off + batch * p.c_zs + i;
   if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + i % p.N]; }
-  if ((p.flags & 2u) != 0u) { v = v + C[p.c_off + i]; }
+  if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
   if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + i]; }
-  C[p.c_off + i] = v;
+  C[idx] = v;
 }
 `);
 
@@ -159,6 +181,7 @@ export function tileCount(M, N, tile) {
  */
 export function chooseTile(variant, M, N) {
   if (variant === "tn") return M * N >= 100_000 ? "128x64" : "32x64";
+  if (tileCount(M, N, "128x128") >= 512) return "128x128"; // big squares: 128×128 reached 26-28 TFLOP/s at 4096³
   return tileCount(M, N, "32x32") >= 512 ? "32x64" : "32x32w";
 }
 
@@ -170,7 +193,7 @@ export function chooseSplits(M, N, K, tile) {
   return Math.max(1, Math.min(16, Math.floor(K / 64), Math.ceil(512 / tileCount(M, N, tile))));
 }
 
-/** K per split: a multiple of the tile's BK. */
+/** K per split: a multiple of the tile's BK (K: the whole, concatenated K). */
 export function splitChunk(K, splits, tile) {
   const BK = MATMUL_TILES[tile].BK;
   return Math.ceil(K / splits / BK) * BK;

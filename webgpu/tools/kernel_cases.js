@@ -1,7 +1,7 @@
 // Single-kernel cases for tests/test_webgpu_kernels.py, independent of the host (browser or Node):
 // each case names an op, its shapes and its inputs (raw little-endian bytes by name); each output
 // comes back as a Float32Array. The Python side computes the references and compares.
-import { Ops, adamwValues, NORM_PARTIALS, reductionScratch } from "../ops.js";
+import { Ops, adamwValues, NORM_PARTIALS } from "../ops.js";
 import { Plan } from "../plan.js";
 
 /** cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array} */
@@ -31,18 +31,19 @@ export async function runKernelCases(device, cases, inputs) {
 
   const run = {
     matmul(c, plan) {
-      const len = c.M * c.N + (c.biasGrad ? c.M : 0);
-      const C = c.accumulate ? input(`${c.id}_C0`) : empty(len);
+      const len = c.M * c.N + (c.biasGrad ? c.M : 0), batches = c.batches ?? 1, cLen = c.cLen ?? len;
+      const C = c.accumulate ? input(`${c.id}_C0`) : empty(cLen);
       ops.matmul(plan, c.variant, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, B: input(`${c.id}_B`), bOff: c.bOff,
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
-        accumulate: c.accumulate, biasGrad: c.biasGrad, tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(c.splits * len) : null });
-      return { C: [C, len] };
+        accumulate: c.accumulate, biasGrad: c.biasGrad, tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(batches * c.splits * len) : null,
+        batches, kcat: c.kcat ?? 1, strides: c.strides ?? {} });
+      return { C: [C, cLen] };
     },
     layernorm(c, plan) {
       const { rows, C } = c, out = empty(rows * C), stats = empty(2 * rows), dx = input(`${c.id}_dx0`), grads = empty(c.nParams);
       const x = input(`${c.id}_x`), params = input(`${c.id}_params`), dout = input(`${c.id}_dout`);
       ops.layernorm(plan, { rows, C, x, params, wOff: c.wOff, bOff: c.bOff, out, stats, eps: c.eps });
-      ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads, partials: empty(reductionScratch(rows, 2 * C)) });
+      ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads });
       return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C], grads: [grads, c.nParams] };
     },
     gelu(c, plan) {
