@@ -10,6 +10,7 @@ import { nodeDevice } from "../node_gpu.js";
 import { Trainer, configFromPresets } from "../trainer.js";
 import { Ops } from "../ops.js";
 import { Plan } from "../plan.js";
+import { replay } from "./replay.mjs";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
@@ -112,19 +113,9 @@ for (const n of sizes) {
     const plan = new Plan(device, ops.pipelines, `matmul ${n}`);
     ops.matmul(plan, variant, { M: n, N: n, K: n, A, B, C });
     plan.freeze();
-    const run = async (reps) => {
-      const enc = device.createCommandEncoder();
-      const pass = enc.beginComputePass();
-      for (let r = 0; r < reps; r++) plan.encode(pass);
-      pass.end();
-      device.queue.submit([enc.finish()]);
-      await device.queue.onSubmittedWorkDone();
-    };
-    await run(2);
+    await replay(device, plan, 2);
     const reps = n <= 1024 ? 50 : n <= 2048 ? 20 : 10;
-    const t = performance.now();
-    await run(reps);
-    const seconds = (performance.now() - t) / 1000 / reps;
+    const seconds = (await replay(device, plan, reps)) / 1000 / reps;
     // spot check 16 entries against float64 sums
     const staging = device.createBuffer({ size: 4 * n * n, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
     const enc = device.createCommandEncoder();

@@ -8,6 +8,7 @@ import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Ops } from "../ops.js";
 import { Plan } from "../plan.js";
+import { replay } from "./replay.mjs";
 import { MATMUL_TILES, chooseTile, chooseSplits } from "../kernels/matmul.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -36,16 +37,7 @@ async function time(variant, M, N, K, biasGrad, tile, splits) {
   const plan = new Plan(device, ops.pipelines, "tile bench");
   ops.matmul(plan, variant, { M, N, K, A, B, C, biasGrad, tile, splits, partials });
   plan.freeze();
-  const run = async (reps) => {
-    const enc = device.createCommandEncoder();
-    const pass = enc.beginComputePass();
-    for (let r = 0; r < reps; r++) plan.encode(pass);
-    pass.end();
-    const t0 = performance.now();
-    device.queue.submit([enc.finish()]);
-    await device.queue.onSubmittedWorkDone();
-    return performance.now() - t0;
-  };
+  const run = (reps) => replay(device, plan, reps);
   await run(3);
   const one = Math.min(await run(1), await run(1));
   const reps = 30;
