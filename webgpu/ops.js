@@ -122,7 +122,6 @@ export class Ops {
 
 export { NORM_PARTIALS };
 
-
 /** AdamW's uniforms for step t (1-based): bias corrections in binary64, as PyTorch computes them. */
 export function adamwValues(n, tr, t) {
   return {

@@ -119,11 +119,13 @@ export class Plan {
     this.device.queue.writeBuffer(this.uniformBuffer, 0, this.data, 0, this.entries.length * SLOT);
   }
 
-  encode(pass) {
-    for (const e of this.entries) {
+  /** Records dispatches [first, end) into the pass, each `times` times (profiling replays >1). */
+  encode(pass, { first = 0, end = this.entries.length, times = 1 } = {}) {
+    for (let i = first; i < end; i++) { // an index loop: a step records without allocating
+      const e = this.entries[i];
       pass.setPipeline(e.pipeline);
       pass.setBindGroup(0, e.bindGroup);
-      pass.dispatchWorkgroups(e.grid[0], e.grid[1], e.grid[2] ?? 1);
+      for (let r = 0; r < times; r++) pass.dispatchWorkgroups(e.grid[0], e.grid[1], e.grid[2] ?? 1);
     }
   }
 

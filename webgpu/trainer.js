@@ -46,6 +46,8 @@ export class Trainer {
     this.seed = seed;
     this.entries = manifest(this.cfg);
     this.offsets = Object.fromEntries(this.entries.map((e) => [e.name, e.offset]));
+    // q, k, v projections (weight, bias) lie one stride apart in the manifest: C·C + C
+    this.projStride = this.offsets["blocks.0.attn.k_proj.weight"] - this.offsets["blocks.0.attn.q_proj.weight"];
     const last = this.entries[this.entries.length - 1];
     this.P = last.offset + last.numel;
     this.stepCount = 0;
@@ -131,9 +133,8 @@ export class Trainer {
       const a = A.layers[l], n = `blocks.${l}.`;
       ops.layernorm(plan, { rows, C, x: A.res[l], params: P, wOff: o[n + "ln1.weight"], bOff: o[n + "ln1.bias"], out: a.ln1, stats: a.ln1s, eps });
       if (a.qkv) {
-        const pstride = o[n + "attn.k_proj.weight"] - o[n + "attn.q_proj.weight"]; // C·C + C
         ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, bias: P, biasOff: o[n + "attn.q_proj.bias"],
-          batches: 3, strides: { b: pstride, c: a.stride, bias: pstride } });
+          batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
       } else {
         for (const [proj, out, cOff] of [["q_proj", a.q, 0], ["k_proj", a.k, past * C], ["v_proj", a.v, past * C]]) {
           ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
@@ -199,12 +200,12 @@ export class Trainer {
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
       ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
       tn({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
-      const dqkv = d.qkv, pstride = w("attn.k_proj.weight") - w("attn.q_proj.weight");
+      const dqkv = d.qkv;
       ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: dqkv.q, dk: dqkv.k, dv: dqkv.v });
       // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
       // dW and db of each (three batches)
-      ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: pstride } });
-      tn({ M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: pstride } });
+      ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } });
+      tn({ M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } });
       ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), bOff: w("ln1.bias"), dx: d.res, accumulate: true, grads: G });
     }
     ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
@@ -299,23 +300,21 @@ export class Trainer {
     this.stepCount += 1;
     this.trainPlan.update(this.adamIndex, adamwValues(this.P, this.tr, this.stepCount));
     await this.device.queue.onSubmittedWorkDone();
-    const timed = async (e, n) => {
+    const timed = async (i, times) => {
       const t0 = performance.now();
       const enc = this.device.createCommandEncoder();
       const pass = enc.beginComputePass();
-      pass.setPipeline(e.pipeline);
-      pass.setBindGroup(0, e.bindGroup);
-      for (let r = 0; r < n; r++) pass.dispatchWorkgroups(e.grid[0], e.grid[1], e.grid[2] ?? 1);
+      this.trainPlan.encode(pass, { first: i, end: i + 1, times });
       pass.end();
       this.device.queue.submit([enc.finish()]);
       await this.device.queue.onSubmittedWorkDone();
       return performance.now() - t0;
     };
     const rows = [];
-    for (const e of this.trainPlan.entries) {
-      await timed(e, 1);
-      const one = Math.min(await timed(e, 1), await timed(e, 1));
-      const many = await timed(e, reps);
+    for (const [i, e] of this.trainPlan.entries.entries()) {
+      await timed(i, 1);
+      const one = Math.min(await timed(i, 1), await timed(i, 1));
+      const many = await timed(i, reps);
       rows.push({ name: e.kernel.name, grid: [...e.grid], ms: Math.max(0, (many - one) / (reps - 1)) });
     }
     return rows;

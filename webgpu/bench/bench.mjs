@@ -74,11 +74,7 @@ async function profile(trainer, name) {
     for (let r = 0; r < 5; r++) {
       const enc = device.createCommandEncoder();
       const pass = enc.beginComputePass();
-      for (const e of entries.slice(0, count)) {
-        pass.setPipeline(e.pipeline);
-        pass.setBindGroup(0, e.bindGroup);
-        pass.dispatchWorkgroups(e.grid[0], e.grid[1], e.grid[2] ?? 1);
-      }
+      trainer.trainPlan.encode(pass, { end: count });
       pass.end();
       device.queue.submit([enc.finish()]);
     }
