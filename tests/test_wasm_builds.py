@@ -11,12 +11,12 @@ from python_ref.tinygpt_file import read_state, write_state
 from wasm_support import (CORPUS, max_rel_diff, max_rel_state_diff, model_spec, native_trajectory,
                           python_init_file, require_build, run_node)
 
-NODE_BUILDS = ["scalar", "simd", "threads"]
+NODE_BUILDS = ["scalar", "simd", "threads", "relaxed"]  # relaxed: Node runs it with its flag (wasm_support.node_flags)
 PARITY_PRESET, PARITY_STEPS = "tiny", 50
 
 
 def threads_for(build: str) -> int:
-    return 2 if build == "threads" else 1
+    return 2 if build in ("threads", "relaxed") else 1
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +125,17 @@ def test_memory_growth_while_pool_threads_live(reference, tmp_path):
           f"max |diff| {max(abs(a - b) for a, b in zip(grown['losses'], plain['losses'])):.1e}")
     assert g["after"] > g["before"] and grown["nThreads"] == 2
     assert grown["losses"] == plain["losses"]
+
+
+@pytest.mark.parametrize("flag, valid", [([], False), (["--experimental-wasm-relaxed-simd"], True)])
+def test_relaxed_build_really_uses_relaxed_simd(flag, valid):
+    """The relaxed build must contain relaxed-SIMD instructions (else it is the threads build under
+    another name): Node 20 rejects its module without the flag and accepts it with it."""
+    import subprocess
+    from wasm_support import WASM_DIR
+    require_build("relaxed")
+    wasm = WASM_DIR / "relaxed" / "tinygpt.wasm"
+    js = f"console.log(WebAssembly.validate(require('fs').readFileSync({str(wasm)!r})))"
+    out = subprocess.run(["node", *flag, "-e", js], capture_output=True, text=True, timeout=60).stdout.strip()
+    print(f"\nnode {' '.join(flag) or '(no flag)'}: WebAssembly.validate(relaxed/tinygpt.wasm) = {out}")
+    assert out == ("true" if valid else "false")

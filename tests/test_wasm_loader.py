@@ -25,13 +25,15 @@ def decisions():
 
 
 @pytest.mark.parametrize("case, build, words", [
-    ("everything", "threads", "cross-origin isolated, 2 cores"),
+    ("everything", "relaxed", "cross-origin isolated, 2 cores, relaxed SIMD"),
+    ("noRelaxedSimd", "threads", "no WebAssembly relaxed SIMD"),
     ("notIsolated", "simd", "not cross-origin isolated"),
     ("noSimd", "scalar", "no WebAssembly SIMD"),
     ("noSimdNoThreads", "scalar", "no WebAssembly SIMD"),
     ("oneCore", "simd", "only one CPU core"),
     ("bigModel", "memory64", "more than the 4 GiB"),
     ("preferScalar", "scalar", "requested"),
+    ("preferThreads", "threads", "requested"),
 ])
 def test_choice_and_reason(decisions, case, build, words):
     assert decisions[case].get("build") == build, decisions[case]
@@ -43,19 +45,29 @@ def test_choice_and_reason(decisions, case, build, words):
     ("bigModelNoMemory64", "no WebAssembly Memory64"),
     ("tooBig", "16 GiB"),
     ("preferThreadsNotIsolated", "not cross-origin isolated"),
+    ("preferRelaxedWithout", "no WebAssembly relaxed SIMD"),
 ])
 def test_no_build_fits_says_why(decisions, case, words):
     assert "build" not in decisions[case] and words in decisions[case]["error"], decisions[case]
 
 
-def test_node_gets_the_threads_build(tmp_path):
+@pytest.mark.parametrize("relaxed_flag", [False, True])
+def test_node_gets_a_threaded_build(relaxed_flag, tmp_path):
+    """Node 20 validates relaxed SIMD only behind --experimental-wasm-relaxed-simd: without the flag
+    the loader must detect its absence and take the plain threads build (and say so), with it the
+    relaxed build."""
     require_build("threads")
-    spec = model_spec("tiny")
-    r = run_node(dict(spec, loaderOnly=True), tmp_path)
-    print(f"\nNode: {r['build']} ({r['threads']} threads): {r['reason']}; needs {r['needBytes']} bytes")
+    require_build("relaxed")
+    spec = dict(model_spec("tiny"), loaderOnly=True, relaxedSimdFlag=relaxed_flag)
+    r = run_node(spec, tmp_path)
+    print(f"\nNode (relaxed-SIMD flag {relaxed_flag}): {r['build']} ({r['threads']} threads): {r['reason']}; "
+          f"needs {r['needBytes']} bytes")
     assert r["features"]["simd"] and r["features"]["threads"]
-    expected = "threads" if r["features"]["cores"] > 1 else "simd"
+    assert r["features"]["relaxedSimd"] == relaxed_flag
+    expected = ("relaxed" if relaxed_flag else "threads") if r["features"]["cores"] > 1 else "simd"
     assert r["build"] == expected
+    if expected == "threads":
+        assert "no WebAssembly relaxed SIMD" in r["reason"]
 
 
 def browser_run(isolated: bool, spec: dict) -> tuple[dict, str]:
@@ -79,16 +91,18 @@ def test_browser_without_coop_coep_falls_back_to_single_threaded_simd():
     assert len(r["losses"]) == 3 and r["losses"][-1] < r["losses"][0]
 
 
-def test_browser_with_coop_coep_gets_threads():
-    require_build("threads")
+def test_browser_with_coop_coep_gets_relaxed_threads():
+    """Chromium has shipped relaxed SIMD since 114: isolated, it gets the relaxed (FMA) threads build."""
+    require_build("relaxed")
     spec = model_spec("tiny")
     spec.update(initSeed=spec["training"]["seed"], corpus="/site/static/data/tinyshakespeare.txt",
                 mode="steps", steps=3)
     r, shown = browser_run(True, spec)
     print(f"\nChromium with COOP/COEP: {r.get('build')} ({r.get('nThreads')} threads): {shown}")
     assert "error" not in r, r.get("error")
-    assert r["build"] == ("threads" if r["features"]["cores"] > 1 else "simd")
-    assert r["features"]["memory64"] and r["features"]["simd"] and shown == r["reason"]
+    assert r["build"] == ("relaxed" if r["features"]["cores"] > 1 else "simd")
+    assert r["features"]["memory64"] and r["features"]["simd"] and r["features"]["relaxedSimd"]
+    assert shown == r["reason"]
 
 
 def test_browser_picks_memory64_only_for_a_model_beyond_4_gib():

@@ -45,12 +45,19 @@ def model_spec(preset: str, **overrides) -> dict:
     return {"config": config, "training": dict(p["training"])}
 
 
+def node_flags(spec: dict) -> list[str]:
+    """Node 20's V8 has relaxed SIMD only behind a flag: on for the relaxed build (or when a loader
+    test asks for it), off otherwise, so the loader's probe sees what a default Node offers."""
+    relaxed = spec.get("relaxedSimdFlag", spec.get("build") == "relaxed")
+    return ["--experimental-wasm-relaxed-simd"] if relaxed else []
+
+
 def run_node(spec: dict, tmp_path: Path, timeout: float = 600) -> dict:
     """Runs one scenario in Node; returns its JSON result (fails the test with Node's error)."""
     spec = dict(spec, wasmDir=str(WASM_DIR))
     spec_path = tmp_path / f"spec-{os.getpid()}-{id(spec)}.json"
     spec_path.write_text(json.dumps(spec))
-    proc = subprocess.run(["node", str(ROOT / "tests" / "wasm" / "node_driver.mjs"), str(spec_path)],
+    proc = subprocess.run(["node", *node_flags(spec), str(ROOT / "tests" / "wasm" / "node_driver.mjs"), str(spec_path)],
                           capture_output=True, text=True, timeout=timeout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     result = json.loads(lines[-1]) if lines else {"error": f"no result; stderr:\n{proc.stderr}"}

@@ -1,5 +1,5 @@
 # WebAssembly: the Emscripten toolchain (a Debian trixie root in $(CACHE)/emsdk-trixie, or an
-# emcc >= 3.1.60 already on PATH), the four builds in $(BUILD)/wasm/ (copied to site/static/wasm/),
+# emcc >= 3.1.60 already on PATH), the five builds in $(BUILD)/wasm/ (copied to site/static/wasm/),
 # and what their tests drive: Node (system), Chromium (Debian package) and Python playwright (requirements.txt).
 # Every step checks a stamp or a hash first, so on a warm machine this is quiet and instant.
 .PHONY: emscripten-setup wasm-test-setup wasm-builds

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Benchmark of the WebAssembly builds: ms/step and tokens/s for presets tiny..xl, in Node and in
-headless Chromium's module worker (scalar, SIMD, threads with 1 and 2 threads; Memory64 in Chromium
-only). Not a test: one run, one machine; prints a Markdown table. Run it alone, e.g.
+headless Chromium's module worker (scalar, SIMD, threads and relaxed with 1 and 2 threads; Memory64
+in Chromium only; Node runs the relaxed build with --experimental-wasm-relaxed-simd). Not a test: one
+run, one machine; prints a Markdown table. Run it alone, e.g.
     flock /tmp/tinygpt-bench.lock ~/.cache/tinygpt/venv/bin/python wasm/scripts/bench_wasm.py
 It reuses the test drivers (tests/wasm/*.mjs via tests/wasm_support.py) so it measures exactly
-the code the tests check. Each cell: median of the steps after the first (warm-up)."""
+the code the tests check. One measurement: the median of the steps after the first (warm-up).
+With --rounds R every configuration is measured R times, round-robin (all presets and builds once,
+then again), so a slow spell of a shared machine hits every column alike; a cell is the median
+of its R measurements, with their range."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import platform
 import statistics
@@ -21,7 +26,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from wasm_support import chromium_page, model_spec, run_node, static_server  # noqa: E402
 
 STEPS = {"tiny": 12, "small": 8, "medium": 5, "large": 4, "xl": 4}
-CONFIGS = [("scalar", 1), ("simd", 1), ("threads", 1), ("threads", 2)]
+CONFIGS = [("scalar", 1), ("simd", 1), ("threads", 1), ("threads", 2), ("relaxed", 1), ("relaxed", 2)]
 
 
 def cpu_model() -> str:
@@ -38,46 +43,67 @@ def spec_for(preset: str, build: str, threads: int) -> dict:
     return spec
 
 
-def cell(result: dict, spec: dict) -> tuple[float, float]:
-    ms = statistics.median(result["stepMs"][1:])
-    tokens = spec["config"]["batch"] * spec["config"]["ctx"]
-    return ms, tokens / (ms / 1000)
+def step_ms(result: dict) -> float:
+    return statistics.median(result["stepMs"][1:])
+
+
+def tokens_per_step(preset: str) -> int:
+    config = model_spec(preset)["config"]
+    return config["batch"] * config["ctx"]
+
+
+def parse_configs(text: str) -> list[tuple[str, int]]:
+    """'threads:1,relaxed:2' -> [('threads', 1), ('relaxed', 2)]"""
+    return [(b, int(t)) for b, t in (item.split(":") for item in text.split(","))]
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--presets", default="tiny,small,medium,large,xl")
+    ap.add_argument("--configs", default=",".join(f"{b}:{t}" for b, t in CONFIGS),
+                    help="build:threads list (default: all of them)")
+    ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--no-browser", action="store_true")
     args = ap.parse_args()
     presets = args.presets.split(",")
-    rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        for preset in presets:
-            for build, threads in CONFIGS:
-                spec = spec_for(preset, build, threads)
-                ms, tps = cell(run_node(spec, Path(tmp)), spec)
-                rows.append(("Node 20", preset, build, threads, ms, tps))
-                print(f"Node     {preset:7s} {build:8s} {threads}t {ms:9.1f} ms/step {tps:9.0f} tok/s", flush=True)
+    configs = parse_configs(args.configs)
+    runs: dict[tuple, list[float]] = {}
+
+    def record(engine, preset, build, threads, ms):
+        runs.setdefault((engine, preset, build, threads), []).append(ms)
+        print(f"{engine:8s} {preset:7s} {build:8s} {threads}t {ms:9.1f} ms/step", flush=True)
+
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        page = None
         if not args.no_browser:
-            with static_server(isolated=True) as url, chromium_page(url) as page:
-                page.set_default_timeout(3_600_000)
-                for preset in presets:
-                    for build, threads in CONFIGS + [("memory64", 2)]:
-                        spec = spec_for(preset, build, threads)
-                        r = page.evaluate("spec => window.runInWorker(spec)", spec)
-                        if "error" in r:
-                            raise SystemExit(f"Chromium {preset} {build}: {r['error']}")
-                        ms, tps = cell(r, spec)
-                        rows.append(("Chromium", preset, build, r["threads"], ms, tps))
-                        print(f"Chromium {preset:7s} {build:8s} {r['threads']}t {ms:9.1f} ms/step {tps:9.0f} tok/s", flush=True)
+            url = stack.enter_context(static_server(isolated=True))
+            page = stack.enter_context(chromium_page(url))
+            page.set_default_timeout(3_600_000)
+        for _ in range(args.rounds):
+            for preset in presets:
+                for build, threads in configs:
+                    spec = spec_for(preset, build, threads)
+                    record("Node 20", preset, build, threads, step_ms(run_node(spec, Path(tmp))))
+                if page is None:
+                    continue
+                for build, threads in configs + [("memory64", 2)]:
+                    spec = spec_for(preset, build, threads)
+                    r = page.evaluate("spec => window.runInWorker(spec)", spec)
+                    if "error" in r:
+                        raise SystemExit(f"Chromium {preset} {build}: {r['error']}")
+                    record("Chromium", preset, build, r["threads"], step_ms(r))
     chromium = subprocess.run(["chromium", "--version"], capture_output=True, text=True).stdout.strip()
     node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"\nCPU: {cpu_model()} ({subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores); "
-          f"Node {node}; {chromium}\n")
-    print("| engine | preset | build | threads | ms/step | tokens/s |\n|---|---|---|---|---:|---:|")
-    for engine, preset, build, threads, ms, tps in rows:
-        print(f"| {engine} | {preset} | {build} | {threads} | {ms:.1f} | {tps:.0f} |")
-    print("\n" + json.dumps([dict(zip(("engine", "preset", "build", "threads", "ms", "tokens_per_s"), r)) for r in rows]))
+          f"Node {node}; {chromium}; {args.rounds} round(s)\n")
+    print("| engine | preset | build | threads | ms/step (median) | range | tokens/s |\n|---|---|---|---|---:|---:|---:|")
+    rows = []
+    for (engine, preset, build, threads), ms_list in runs.items():
+        ms = statistics.median(ms_list)
+        tps = tokens_per_step(preset) / (ms / 1000)
+        rows.append(dict(engine=engine, preset=preset, build=build, threads=threads, ms=ms, runs=ms_list, tokens_per_s=tps))
+        print(f"| {engine} | {preset} | {build} | {threads} | {ms:.1f} | {min(ms_list):.0f}–{max(ms_list):.0f} | {tps:.0f} |")
+    print("\n" + json.dumps(rows))
 
 
 if __name__ == "__main__":

@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# Builds the C++ core (wasm/src/*.cpp) into four ES-module WebAssembly builds:
+# Builds the C++ core (wasm/src/*.cpp) into five ES-module WebAssembly builds:
 #   scalar    -O3, no SIMD                      (any WebAssembly engine)
 #   simd      + -msimd128                       (wasm_simd128.h paths in the hot loops)
 #   threads   + -pthread, pool from navigator.hardwareConcurrency / os.cpus()  (needs COOP/COEP)
+#   relaxed   threads + -mrelaxed-simd: simd::fma is f32x4.relaxed_madd (fused where the CPU has
+#             FMA); Chromium >= 114, Node 20 only with --experimental-wasm-relaxed-simd
 #   memory64  + -sMEMORY64=1, up to 16 GB       (web/worker only: Node 20 cannot run it)
 # Output: $BUILD/wasm/<variant>/{tinygpt.mjs,tinygpt.wasm,tinygpt_api.js}; each variant is then copied to
 # site/static/wasm/<variant>/ (git-ignored) so any static server of site/static serves the page
 # and its modules from one origin. tinygpt_api.js (generated from tinygpt_api.h) tells the JS wrapper which
-# arguments are pointers, so worker code is the same for all four builds.
+# arguments are pointers, so worker code is the same for all five builds.
 #
 # Incremental: an object is recompiled only when the hash of its inputs (its source, all headers,
 # flags, compiler) changes, a variant relinked only when an object or the link flags change; a warm
@@ -29,11 +31,11 @@ while [ $# -gt 0 ]; do
         --api) API="$(readlink -f "$2")"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --no-site-copy) SITE=""; shift ;;
-        scalar|simd|threads|memory64) VARIANTS+=("$1"); shift ;;
+        scalar|simd|threads|relaxed|memory64) VARIANTS+=("$1"); shift ;;
         *) echo "build_wasm.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
 done
-[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(scalar simd threads memory64)
+[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(scalar simd threads relaxed memory64)
 API="${API:-$SRC/tinygpt_api.h}"
 mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd -P)"
 EMCC="$HERE/em++.sh"
@@ -93,11 +95,12 @@ variant_flags() {  # sets VCFLAGS / VLDFLAGS for variant $1 (arrays: the pool ex
         scalar)   VCFLAGS=() ;;
         simd)     VCFLAGS=(-msimd128) ;;
         threads)  VCFLAGS=(-msimd128 -pthread) ;;
+        relaxed)  VCFLAGS=(-msimd128 -mrelaxed-simd -pthread) ;;
         memory64) VCFLAGS=(-msimd128 -pthread -sMEMORY64=1 -Wno-experimental) ;;
     esac
     case "$1" in
         memory64) VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker -sMAXIMUM_MEMORY=16GB "${THREADS_LD[@]}") ;;
-        threads)  VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB "${THREADS_LD[@]}") ;;
+        threads|relaxed) VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB "${THREADS_LD[@]}") ;;
         *)        VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB) ;;
     esac
 }

@@ -1,4 +1,6 @@
-// Picks and loads one of the four WebAssembly builds of the C++ core (wasm/scripts/build_wasm.sh):
+// Picks and loads one of the five WebAssembly builds of the C++ core (wasm/scripts/build_wasm.sh):
+//   relaxed   threads + relaxed-SIMD   fused multiply-add in the GEMMs: needs threads and relaxed SIMD
+//                                      (Chromium >= 114; Node 20 only with --experimental-wasm-relaxed-simd)
 //   threads   SIMD + a thread pool     needs cross-origin isolation (COOP/COEP) for SharedArrayBuffer
 //   simd      SIMD, one thread
 //   scalar    no SIMD, one thread      runs on any WebAssembly engine
@@ -9,7 +11,7 @@ import { wrapTinyGPT } from "./wasm_api.js";
 
 const GiB = 1024 ** 3;
 // What each build can address (their -sMAXIMUM_MEMORY) ...
-export const BUILD_MEMORY_LIMIT = { scalar: 4 * GiB, simd: 4 * GiB, threads: 4 * GiB, memory64: 16 * GiB };
+export const BUILD_MEMORY_LIMIT = { scalar: 4 * GiB, simd: 4 * GiB, threads: 4 * GiB, relaxed: 4 * GiB, memory64: 16 * GiB };
 // ... less what lives beside the model's arena: static data, the 1 MB stacks of the main thread
 // and of every pool thread, and malloc's own overhead.
 export const RUNTIME_OVERHEAD_BYTES = 64 * 1024 * 1024;
@@ -21,6 +23,8 @@ const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 
   1, 8, 0, 65, 0, 253, 15, 253, 98, 11]);                     // (func (result v128) i8x16.popcnt(splat 0))
 const THREADS_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 4, 1, 96, 0, 0, 3, 2, 1, 0, 5, 4, 1,
   3, 1, 1, 10, 11, 1, 9, 0, 65, 0, 254, 16, 2, 0, 26, 11]);    // shared memory + i32.atomic.load
+const RELAXED_SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0,
+  10, 19, 1, 17, 0, 65, 0, 253, 15, 65, 0, 253, 15, 65, 0, 253, 15, 253, 133, 2, 11]);  // f32x4.relaxed_madd of 3 splats
 const MEMORY64_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 5, 3, 1, 4, 1]);  // (memory i64 1)
 
 const validates = (bytes) => {
@@ -30,6 +34,7 @@ const validates = (bytes) => {
 // What this engine offers. Each field is a boolean plus, for threads, the reason it is missing.
 export async function detectFeatures() {
   const simd = validates(SIMD_PROBE);
+  const relaxedSimd = simd && validates(RELAXED_SIMD_PROBE);
   const sharedMemory = typeof SharedArrayBuffer === "function" && validates(THREADS_PROBE);
   // A page can only share memory with workers when cross-origin isolated (COOP + COEP headers).
   // Node has no such notion: SharedArrayBuffer and worker_threads are always there.
@@ -42,7 +47,7 @@ export async function detectFeatures() {
   const cores = isNode
     ? (await import("node:os")).cpus().length
     : Math.max(1, globalThis.navigator?.hardwareConcurrency || 1);
-  return { simd, threads: threadsMissing === null, threadsMissing, memory64, cores, isNode };
+  return { simd, relaxedSimd, threads: threadsMissing === null, threadsMissing, memory64, cores, isNode };
 }
 
 const fmtGiB = (bytes) => `${(bytes / GiB).toFixed(bytes < GiB ? 3 : 2)} GiB`;
@@ -57,6 +62,8 @@ export function chooseBuild(features, needBytes, prefer = null) {
       scalar: null,
       simd: features.simd ? null : "this engine has no WebAssembly SIMD",
       threads: !features.simd ? "this engine has no WebAssembly SIMD" : features.threadsMissing,
+      relaxed: !features.simd ? "this engine has no WebAssembly SIMD"
+        : !features.relaxedSimd ? "this engine has no WebAssembly relaxed SIMD" : features.threadsMissing,
       memory64: !features.memory64 ? "this engine has no WebAssembly Memory64"
         : !features.simd ? "this engine has no WebAssembly SIMD" : features.threadsMissing,
     }[prefer];
@@ -86,7 +93,10 @@ export function chooseBuild(features, needBytes, prefer = null) {
     return { build: "simd", reason: "only one CPU core reported: single-threaded SIMD build" };
   }
   const shared = features.isNode ? "Node (shared memory always available)" : "cross-origin isolated";
-  return { build: "threads", reason: `${shared}, ${features.cores} cores: SIMD + ${features.cores}-thread build` };
+  if (features.relaxedSimd) {
+    return { build: "relaxed", reason: `${shared}, ${features.cores} cores, relaxed SIMD: SIMD + fused multiply-add + ${features.cores}-thread build` };
+  }
+  return { build: "threads", reason: `${shared}, ${features.cores} cores, no WebAssembly relaxed SIMD (fused multiply-add) in this engine: SIMD + ${features.cores}-thread build` };
 }
 
 const defaultBaseUrl = () => new URL("../wasm/", import.meta.url);
@@ -121,7 +131,7 @@ export async function loadTinyGPT(config, { corpusBytes = 0, prefer = null, thre
   const features = await detectFeatures();
   const needBytes = await memoryNeedBytes(config, corpusBytes, { baseUrl });
   const { build, reason } = chooseBuild(features, needBytes, prefer);
-  const threaded = build === "threads" || build === "memory64";
+  const threaded = build === "threads" || build === "relaxed" || build === "memory64";
   const nThreads = threaded ? Math.max(1, threads ?? features.cores) : 1;
   const tg = await instantiateBuild(build, { baseUrl, threads: nThreads });
   return { build, reason, threads: nThreads, needBytes, features, tg };
