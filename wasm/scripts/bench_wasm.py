@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark of the WebAssembly builds: ms/step and tokens/s for presets tiny..xl, in Node and in
 headless Chromium's module worker (scalar, SIMD, threads and relaxed with 1 and 2 threads; Memory64
-in Chromium only; Node runs the relaxed build with --experimental-wasm-relaxed-simd). Not a test: one
-run, one machine; prints a Markdown table. Run it alone, e.g.
+in Chromium only; Node runs the relaxed build with --experimental-wasm-relaxed-simd), beside the
+native C++ core (1 and 2 threads) and PyTorch (2 threads) as references measured in the same rounds,
+so that a slow spell of the machine shows in them too. Not a test: one run, one machine; prints a
+Markdown table. Run it alone, e.g.
     flock /tmp/tinygpt-bench.lock ~/.cache/tinygpt/venv/bin/python wasm/scripts/bench_wasm.py
 It reuses the test drivers (tests/wasm/*.mjs via tests/wasm_support.py) so it measures exactly
 the code the tests check. One measurement: the median of the steps after the first (warm-up).
@@ -23,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from wasm_support import chromium_page, model_spec, run_node, static_server  # noqa: E402
+from wasm_support import NATIVE_LIB, chromium_page, model_spec, run_node, static_server  # noqa: E402
 
 STEPS = {"tiny": 12, "small": 8, "medium": 5, "large": 4, "xl": 4}
 CONFIGS = [("scalar", 1), ("simd", 1), ("threads", 1), ("threads", 2), ("relaxed", 1), ("relaxed", 2)]
@@ -38,9 +40,19 @@ def cpu_model() -> str:
 
 def spec_for(preset: str, build: str, threads: int) -> dict:
     spec = model_spec(preset)
+    # The scalar build takes seconds per step at large/xl: fewer steps (still one warm-up + 2).
+    steps = max(3, STEPS[preset] // 2) if build == "scalar" else STEPS[preset]
     spec.update(build=build, prefer=build, threads=threads, initSeed=spec["training"]["seed"],
-                corpus=None, mode="fixed-batch", steps=STEPS[preset])
+                corpus=None, mode="fixed-batch", steps=steps)
     return spec
+
+
+def reference_ms(preset: str, what: str, threads: int, corpus: bytes) -> float:
+    """ms/step of the native C++ core (build/native/libtinygpt.so) or PyTorch, ~3 s of steps."""
+    from wasm.bench.bench_native import bench_step_native, bench_step_torch
+    if what == "native":
+        return 1e3 * bench_step_native(NATIVE_LIB, preset, threads, 3.0, corpus)
+    return 1e3 * bench_step_torch(preset, threads, 3.0)
 
 
 def step_ms(result: dict) -> float:
@@ -64,6 +76,7 @@ def main():
                     help="build:threads list (default: all of them)")
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--no-reference", action="store_true", help="skip the native C++ and PyTorch columns")
     args = ap.parse_args()
     presets = args.presets.split(",")
     configs = parse_configs(args.configs)
@@ -79,8 +92,13 @@ def main():
             url = stack.enter_context(static_server(isolated=True))
             page = stack.enter_context(chromium_page(url))
             page.set_default_timeout(3_600_000)
+        corpus = (ROOT / "site" / "static" / "data" / "tinyshakespeare.txt").read_bytes()
         for _ in range(args.rounds):
             for preset in presets:
+                if not args.no_reference:
+                    for what, threads in (("native", 1), ("native", 2), ("pytorch", 2)):
+                        record(what, preset, "C++" if what == "native" else "torch", threads,
+                               reference_ms(preset, what, threads, corpus))
                 for build, threads in configs:
                     spec = spec_for(preset, build, threads)
                     record("Node 20", preset, build, threads, step_ms(run_node(spec, Path(tmp))))
