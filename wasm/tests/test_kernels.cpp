@@ -233,7 +233,7 @@ int main() {
     check_layernorm<double>(*pool);
     check_gelu<double>(*pool);
     check_attention<double>(*pool, 2, 5, 6, 2);
-    check_attention<double>(*pool, 1, 66, 4, 2);  // T > 64: more than one block of query rows
+    check_attention<double>(*pool, 1, 66, 4, 2);  // T > kAttnRows: several blocks of query rows, a partial last one
     check_embedding<double>(*pool);
     check_cross_entropy<double>(*pool);
     check_residual<double>(*pool);
