@@ -1,14 +1,16 @@
-"""The scalar, SIMD and threads WebAssembly builds (wasm/scripts/build_wasm.sh) in Node, through the
+"""The scalar, SIMD, threads and relaxed WebAssembly builds (wasm/scripts/build_wasm.sh) in Node, through the
 same JS wrapper the worker uses (site/static/js/wasm_api.js): overfit gate, 50-step trajectory parity
 with the native build from the same python_ref init file, export/import round trips with python_ref,
 and no growth race (memory.grow while the pool's threads are alive)."""
 from __future__ import annotations
 
+import subprocess
+
 import pytest
 
 from python_ref.config import model_config
 from python_ref.tinygpt_file import read_state, write_state
-from wasm_support import (CORPUS, max_rel_diff, max_rel_state_diff, model_spec, native_trajectory,
+from wasm_support import (CORPUS, WASM_DIR, max_rel_diff, max_rel_state_diff, model_spec, native_trajectory,
                           python_init_file, require_build, run_node)
 
 NODE_BUILDS = ["scalar", "simd", "threads", "relaxed"]  # relaxed: Node runs it with its flag (wasm_support.node_flags)
@@ -131,8 +133,6 @@ def test_memory_growth_while_pool_threads_live(reference, tmp_path):
 def test_relaxed_build_really_uses_relaxed_simd(flag, valid):
     """The relaxed build must contain relaxed-SIMD instructions (else it is the threads build under
     another name): Node 20 rejects its module without the flag and accepts it with it."""
-    import subprocess
-    from wasm_support import WASM_DIR
     require_build("relaxed")
     wasm = WASM_DIR / "relaxed" / "tinygpt.wasm"
     js = f"console.log(WebAssembly.validate(require('fs').readFileSync({str(wasm)!r})))"

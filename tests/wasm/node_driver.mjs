@@ -1,5 +1,6 @@
 // Runs one scenario (scenario.mjs) in Node against one build and prints the result as JSON.
-// usage: node node_driver.mjs SPEC.json      spec.build: scalar | simd | threads;  spec.wasmDir: the
+// usage: node [--experimental-wasm-relaxed-simd] node_driver.mjs SPEC.json   spec.build: scalar | simd |
+// threads | relaxed (the flag);  spec.wasmDir: the
 // directory holding <build>/tinygpt.mjs;  file names in the spec are paths.
 import { readFileSync, writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
