@@ -1,7 +1,7 @@
 // Runs one scenario (scenario.mjs) in Node against one build and prints the result as JSON.
 // usage: node [--experimental-wasm-relaxed-simd] node_driver.mjs SPEC.json   spec.build: scalar | simd |
-// threads | relaxed (the flag);  spec.wasmDir: the
-// directory holding <build>/tinygpt.mjs;  file names in the spec are paths.
+// threads | relaxed (needs the flag);  spec.wasmDir: the directory holding <build>/tinygpt.mjs;  file names
+// in the spec are paths.
 import { readFileSync, writeFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { detectFeatures, instantiateBuild, loadTinyGPT } from "../../site/static/js/wasm_loader.js";
