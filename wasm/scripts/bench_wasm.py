@@ -49,7 +49,7 @@ def spec_for(preset: str, build: str, threads: int) -> dict:
 
 def reference_ms(preset: str, what: str, threads: int, corpus: bytes) -> float:
     """ms/step of the native C++ core (build/native/libtinygpt.so) or PyTorch, ~3 s of steps."""
-    from wasm.bench.bench_native import bench_step_native, bench_step_torch
+    from wasm.bench.bench_native import bench_step_native, bench_step_torch  # here: it loads torch
     if what == "native":
         return 1e3 * bench_step_native(NATIVE_LIB, preset, threads, 3.0, corpus)
     return 1e3 * bench_step_torch(preset, threads, 3.0)
