@@ -1,7 +1,8 @@
 """The scalar, SIMD, threads and relaxed WebAssembly builds (wasm/scripts/build_wasm.sh) in Node, through the
 same JS wrapper the worker uses (site/static/js/wasm_api.js): overfit gate, 50-step trajectory parity
 with the native build from the same python_ref init file, export/import round trips with python_ref,
-and no growth race (memory.grow while the pool's threads are alive)."""
+and no growth race (memory.grow while the pool's threads are alive); and the relaxed build, which a
+cross-origin isolated Chromium page picks by default, matching the native build there too."""
 from __future__ import annotations
 
 import subprocess
@@ -10,8 +11,9 @@ import pytest
 
 from python_ref.config import model_config
 from python_ref.tinygpt_file import read_state, write_state
-from wasm_support import (CORPUS, WASM_DIR, max_rel_diff, max_rel_state_diff, model_spec, native_trajectory,
-                          python_init_file, require_build, run_node)
+from wasm_support import (CORPUS, WASM_DIR, chromium_page, max_rel_diff, max_rel_state_diff, model_spec,
+                          native_trajectory, python_init_file, require_build, run_browser, run_node,
+                          static_server)
 
 NODE_BUILDS = ["scalar", "simd", "threads", "relaxed"]  # relaxed: Node runs it with its flag (wasm_support.node_flags)
 PARITY_PRESET, PARITY_STEPS = "tiny", 50
@@ -139,3 +141,21 @@ def test_relaxed_build_really_uses_relaxed_simd(flag, valid):
     out = subprocess.run(["node", *flag, "-e", js], capture_output=True, text=True, timeout=60).stdout.strip()
     print(f"\nnode {' '.join(flag) or '(no flag)'}: WebAssembly.validate(relaxed/tinygpt.wasm) = {out}")
     assert out == ("true" if valid else "false")
+
+
+def test_relaxed_build_in_chromium_matches_native(reference):
+    """What a cross-origin isolated Chromium page gets by default: the loader's own choice (no build
+    requested) is the relaxed build, and its 50 corpus steps from python_ref's init file match the
+    native build's losses within 1e-5 relative, as in Node."""
+    require_build("relaxed")
+    spec = model_spec(PARITY_PRESET)
+    spec.update(initState="/files/init.state", corpus="/site/static/data/tinyshakespeare.txt", mode="steps",
+                steps=PARITY_STEPS)
+    with static_server(isolated=True, files_dir=reference["dir"]) as url, chromium_page(url) as page:
+        r = run_browser(page, spec)
+    loss_diff = max_rel_diff(r["losses"], reference["losses"])
+    print(f"\nChromium, loader's choice {r['build']} ({r['threads']} threads) vs native, {PARITY_STEPS} steps of "
+          f"{PARITY_PRESET}: max rel loss diff {loss_diff:.3e}; {r['reason']}")
+    if r["features"]["cores"] > 1:
+        assert r["build"] == "relaxed"
+    assert r["step"] == PARITY_STEPS and loss_diff <= 1e-5
