@@ -110,10 +110,10 @@ def main():
                     if "error" in r:
                         raise SystemExit(f"Chromium {preset} {build}: {r['error']}")
                     record("Chromium", preset, build, r["threads"], step_ms(r))
-    chromium = subprocess.run(["chromium", "--version"], capture_output=True, text=True).stdout.strip()
+    chromium = "" if args.no_browser else subprocess.run(["chromium", "--version"], capture_output=True, text=True).stdout.strip()
     node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"\nCPU: {cpu_model()} ({subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores); "
-          f"Node {node}; {chromium}; {args.rounds} round(s)\n")
+          f"Node {node}; {chromium or 'no browser'}; {args.rounds} round(s)\n")
     print("| engine | preset | build | threads | ms/step (median) | range | tokens/s |\n|---|---|---|---|---:|---:|---:|")
     rows = []
     for (engine, preset, build, threads), ms_list in runs.items():
