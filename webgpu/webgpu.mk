@@ -7,12 +7,19 @@ WEBGPU_LOCK_HASH := $(shell sha256sum webgpu/package-lock.json | cut -c1-16)
 WEBGPU_NODE_DIR := $(CACHE)/node/webgpu-$(WEBGPU_LOCK_HASH)
 WEBGPU_STAMP := $(WEBGPU_NODE_DIR)/.installed
 SWIFTSHADER_ICD := /usr/lib/chromium/vk_swiftshader_icd.json
-SETUP_TARGETS += $(SWIFTSHADER_ICD) $(WEBGPU_STAMP) webgpu-node-modules
+SETUP_TARGETS += $(SWIFTSHADER_ICD) vulkan-loader $(WEBGPU_STAMP) webgpu-node-modules
 
 $(SWIFTSHADER_ICD):
 	@echo "installing chromium (its SwiftShader Vulkan driver runs the WebGPU tests)"
 	@$(call apt_install,chromium)
 	@test -f $@ || (echo "chromium did not provide $@" >&2; exit 1)
+
+# Dawn in Node opens the system's Vulkan loader (chromium keeps its own copy private); Debian's
+# chromium does not depend on libvulkan1, so a fresh machine may lack it.
+.PHONY: vulkan-loader
+vulkan-loader:
+	@ldconfig -p | grep -q 'libvulkan\.so\.1 ' || { echo "installing libvulkan1 (the Vulkan loader that Dawn opens)"; \
+	  $(call apt_install,libvulkan1); }
 
 # keyed by the lockfile's hash: no file prerequisites, so a fresh clone's new mtimes reinstall nothing
 $(WEBGPU_STAMP):

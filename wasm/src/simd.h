@@ -24,7 +24,17 @@
 
 #if defined(__AVX512F__)
 #define TG_SIMD_AVX512 1
+// GCC 12's AVX-512 intrinsics pass a self-initialised `_mm512_undefined_ps()` as the unused merge
+// operand, which -Wmaybe-uninitialized reports at every inlined use (a GCC 12 regression, gone in 13).
+// The diagnostic's location is inside this header, so ignoring it here silences only that.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
+#pragma GCC diagnostic pop
+#else
+#include <immintrin.h>
+#endif
 #elif defined(__AVX2__) && defined(__FMA__)
 #define TG_SIMD_AVX2 1
 #include <immintrin.h>
