@@ -26,9 +26,11 @@ setup: $(SETUP_TARGETS)
 
 build: setup $(BUILD_TARGETS)
 
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
 serve: build
-	$(PY) -m python_ref.cli train --preset tiny --steps 200 --out $(CACHE)/serve-demo.tinygpt
-	$(PY) -m python_ref.cli sample $(CACHE)/serve-demo.tinygpt --prompt "ROMEO:" --max-new-tokens 200
+	$(PY) -m server serve --host $(HOST) --port $(PORT)
 
 test: build
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q tests e2e

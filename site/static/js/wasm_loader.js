@@ -127,12 +127,23 @@ export async function memoryNeedBytes(config, corpusBytes = 0, { baseUrl = defau
 
 // The whole decision + load. config: {nLayer, nHead, dModel, ctx, vocabSize, batch}.
 // Returns { build, reason, threads, needBytes, features, tg } where tg is the wrapped module.
-export async function loadTinyGPT(config, { corpusBytes = 0, prefer = null, threads = null, baseUrl = defaultBaseUrl() } = {}) {
+// instances: an optional Map that keeps instantiated builds for the next call (a page that trains
+// one model after another reuses a module and its threads instead of starting new ones each time).
+export async function loadTinyGPT(config, { corpusBytes = 0, prefer = null, threads = null, baseUrl = defaultBaseUrl(),
+  instances = null } = {}) {
   const features = await detectFeatures();
   const needBytes = await memoryNeedBytes(config, corpusBytes, { baseUrl });
   const { build, reason } = chooseBuild(features, needBytes, prefer);
   const threaded = build === "threads" || build === "relaxed" || build === "memory64";
   const nThreads = threaded ? Math.max(1, threads ?? features.cores) : 1;
-  const tg = await instantiateBuild(build, { baseUrl, threads: nThreads });
-  return { build, reason, threads: nThreads, needBytes, features, tg };
+  const key = `${build}:${nThreads}`;
+  let tg = instances?.get(key);
+  if (!tg) {
+    tg = instantiateBuild(build, { baseUrl, threads: nThreads });
+    if (instances) {
+      instances.set(key, tg);
+      tg.catch(() => instances.delete(key));  // a failed load is retried next time, not remembered
+    }
+  }
+  return { build, reason, threads: nThreads, needBytes, features, tg: await tg };
 }

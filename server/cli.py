@@ -1,0 +1,78 @@
+"""`python -m server serve [--host H] [--port P]` runs the playground; `python -m server build
+[--out DIR]` writes it as static files (index.html, static/, _headers) for any static host."""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from pathlib import Path
+
+from server.headers import HEADERS_FILE, ROOT
+
+REQUIRED_BUILDS = ("scalar", "simd", "threads", "relaxed", "memory64")
+
+
+def missing_builds(site: Path) -> list[str]:
+    """The WebAssembly builds that `make build` has not copied into site/static/wasm yet."""
+    return [b for b in REQUIRED_BUILDS if not (site / "static" / "wasm" / b / "tinygpt.wasm").exists()]
+
+
+def unsafe_target(out: Path, site: Path) -> str | None:
+    """Why replacing `out` with a fresh dist/ could destroy work, or None if it cannot."""
+    if out == ROOT or out in ROOT.parents:
+        return "it holds the repository"
+    if out == site or site in out.parents:
+        return "it is inside site/, which the build copies from"
+    if out.exists() and any(out.iterdir()) and not (out / "_headers").exists():
+        return "it is not empty and is not an earlier build (no _headers file in it)"
+    return None
+
+
+def serve(args) -> int:
+    import uvicorn
+
+    from server.app import SITE, create_app
+
+    if missing := missing_builds(SITE):
+        print(f"warning: no WebAssembly build {', '.join(missing)} in site/static/wasm: run `make build` "
+              "first; the page will say it cannot load them", file=sys.stderr)
+    print(f"TinyGPT playground: http://{args.host}:{args.port}/", flush=True)
+    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="warning")
+    return 0
+
+
+def build(args) -> int:
+    from server.app import SITE, render_index
+
+    if missing := missing_builds(SITE):
+        print(f"error: no WebAssembly build {', '.join(missing)} in site/static/wasm: run `make build` first",
+              file=sys.stderr)
+        return 1
+    out = Path(args.out).resolve()
+    if problem := unsafe_target(out, SITE):
+        print(f"error: refusing to replace {out}: {problem}", file=sys.stderr)
+        return 1
+    # Written beside the target and swapped in, so a failed build never leaves half a dist/.
+    tmp = out.with_name(out.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(SITE / "static", tmp / "static")
+    (tmp / "index.html").write_text(render_index(SITE))
+    shutil.copyfile(HEADERS_FILE, tmp / "_headers")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    print(f"wrote {out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m server", description=__doc__)
+    sub = ap.add_subparsers(dest="command", required=True)
+    s = sub.add_parser("serve", help="run the playground with its headers")
+    s.add_argument("--host", default="127.0.0.1")
+    s.add_argument("--port", type=int, default=8000)
+    s.set_defaults(run=serve)
+    b = sub.add_parser("build", help="write the playground as static files")
+    b.add_argument("--out", default=str(ROOT / "dist"))
+    b.set_defaults(run=build)
+    args = ap.parse_args(argv)
+    return args.run(args)
