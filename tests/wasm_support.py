@@ -19,6 +19,7 @@ import pytest
 
 from conftest import BUILD, ROOT
 from python_ref.config import presets_file
+from server.headers import global_headers
 
 WASM_DIR = BUILD / "wasm"
 NATIVE_LIB = BUILD / "native" / "libtinygpt.so"
@@ -68,12 +69,10 @@ def run_node(spec: dict, tmp_path: Path, timeout: float = 600) -> dict:
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Serves the repo at /, $BUILD/wasm at /build-wasm/ and a test's files at /files/;
-    cross-origin isolated (COOP/COEP) unless isolated is False."""
+    cross-origin isolated (COOP/COEP) unless isolated is False. Types of .js/.mjs/.wasm: see
+    server.headers, which registers them."""
     isolated = True
     files_dir: Path | None = None
-    extensions_map = {**http.server.SimpleHTTPRequestHandler.extensions_map,
-                      ".js": "text/javascript", ".mjs": "text/javascript", ".wasm": "application/wasm",
-                      ".json": "application/json", ".html": "text/html"}
 
     def translate_path(self, path):
         clean = path.split("?", 1)[0].split("#", 1)[0]
@@ -84,9 +83,9 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         return super().translate_path(path)
 
     def end_headers(self):
-        if self.isolated:
-            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        if self.isolated:  # the playground's own headers (COOP/COEP ...), from the repo's _headers file
+            for name, value in global_headers().items():
+                self.send_header(name, value)
         self.send_header("Cache-Control", "no-store")
         super().end_headers()
 
