@@ -10,19 +10,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from server_process import running_server  # noqa: E402
+from server_process import require_site_builds, running_server  # noqa: E402
 from wasm_support import CHROMIUM_ARGS  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def server_url():
-    if not (ROOT / "site/static/wasm/relaxed/tinygpt.wasm").exists():
-        pytest.fail("the WebAssembly builds are missing from site/static/wasm: run `make build`")
+    require_site_builds()
     with running_server() as url:
         yield url
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API allows one running instance per thread, and
+# the browser tests under tests/ start their own.
+@pytest.fixture(scope="module")
 def browser():
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (make setup)")
     exe = shutil.which("chromium")

@@ -32,6 +32,7 @@ class WithHeaders:
     def __init__(self, app, headers: dict[str, str]):
         self.app = app
         self.raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+        self.names = {k for k, _ in self.raw}
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -39,8 +40,8 @@ class WithHeaders:
 
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
-                names = {k for k, _ in self.raw}
-                message["headers"] = [h for h in message.get("headers", []) if h[0].lower() not in names] + self.raw
+                kept = [h for h in message.get("headers", []) if h[0].lower() not in self.names]
+                message["headers"] = kept + self.raw
             await send(message)
 
         await self.app(scope, receive, send_with_headers)

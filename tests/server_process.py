@@ -11,7 +11,18 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
+from server.app import SITE
+from server.cli import missing_builds
+
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def require_site_builds():
+    """Fails the test unless `make build` has put every WebAssembly build where the page loads it."""
+    if missing := missing_builds(SITE):
+        pytest.fail(f"WebAssembly builds {', '.join(missing)} are missing from site/static/wasm: run `make build`")
 
 
 def free_port() -> int:

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import ROOT
 from server.headers import HEADERS_FILE, global_headers
-from server_process import running_server
+from server_process import require_site_builds, running_server
 
 ISOLATION = {"Cross-Origin-Opener-Policy": "same-origin", "Cross-Origin-Embedder-Policy": "require-corp"}
 
@@ -57,8 +57,8 @@ def server_url():
     ("/static/presets.json", "application/json"),
 ])
 def test_every_response_carries_the_headers(server_url, path, content_type):
-    if path.startswith("/static/wasm/") and not (ROOT / "site" / path.lstrip("/")).exists():
-        pytest.fail("the WebAssembly builds are missing from site/static/wasm: run `make build`")
+    if path.startswith("/static/wasm/"):
+        require_site_builds()
     status, headers, _ = fetch(server_url + path)
     assert status == 200
     assert headers["Content-Type"].startswith(content_type)

@@ -67,6 +67,9 @@ def run_node(spec: dict, tmp_path: Path, timeout: float = 600) -> dict:
     return result
 
 
+PLAYGROUND_HEADERS = global_headers()
+
+
 class _Handler(http.server.SimpleHTTPRequestHandler):
     """Serves the repo at /, $BUILD/wasm at /build-wasm/ and a test's files at /files/;
     cross-origin isolated (COOP/COEP) unless isolated is False. Types of .js/.mjs/.wasm: see
@@ -84,7 +87,7 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
 
     def end_headers(self):
         if self.isolated:  # the playground's own headers (COOP/COEP ...), from the repo's _headers file
-            for name, value in global_headers().items():
+            for name, value in PLAYGROUND_HEADERS.items():
                 self.send_header(name, value)
         self.send_header("Cache-Control", "no-store")
         super().end_headers()

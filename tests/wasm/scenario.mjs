@@ -17,17 +17,12 @@
 // Returns plain JSON: losses, per-step milliseconds, sizes, the memory size before/after.
 
 export function runScenario(tg, spec, io) {
-  const { api } = tg;
-  const error = (what, code) => new Error(`${what} failed (code ${code}): ${tg.string(api.tg_last_error())}`);
-  const check = (rc, what) => {
-    if (rc < 0) throw error(what, rc);
-    return rc;
-  };
+  const { api, check } = tg;
   const c = spec.config;
   const create = (cfg, threads) => {
     const m = api.tg_create(cfg.nLayer, cfg.nHead, cfg.dModel, cfg.ctx, cfg.vocabSize, cfg.layerNormEps,
       cfg.initStd, cfg.batch, threads);
-    if (!m) throw error("tg_create", api.tg_last_error_code());
+    if (!m) throw tg.failure("tg_create", api.tg_last_error_code());
     return m;
   };
   const withCopy = (bytes, fn) => {

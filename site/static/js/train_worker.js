@@ -35,11 +35,6 @@ const yieldToMessages = () => new Promise((resolve) => {
   port2.postMessage(null);
 });
 
-const checked = (tg, rc, what) => {
-  if (rc < 0) throw new Error(`${what} failed: ${tg.string(tg.api.tg_last_error())}`);
-  return rc;
-};
-
 async function loadCorpus() {
   if (corpus) return corpus;
   const r = await fetch(CORPUS_URL);
@@ -65,18 +60,18 @@ async function train({ config, training, steps, evalEvery, evalWindows }) {
     release();
     const model = api.tg_create(config.nLayer, config.nHead, config.dModel, config.ctx, config.vocabSize,
       config.layerNormEps, config.initStd, config.batch, loaded.threads);
-    if (!model) throw new Error(`could not create the model: ${tg.string(api.tg_last_error())}`);
+    if (!model) throw tg.failure("creating the model", api.tg_last_error_code());
     current = { tg, model, config };
-    checked(tg, api.tg_init(model, training.seed), "initialising the weights");
-    checked(tg, api.tg_set_hyper(model, training.lr, training.beta1, training.beta2, training.eps,
+    tg.check(api.tg_init(model, training.seed), "initialising the weights");
+    tg.check(api.tg_set_hyper(model, training.lr, training.beta1, training.beta2, training.eps,
       training.weightDecay, training.gradClip), "setting the hyper-parameters");
     const ptr = tg.copyIn(text);
     try {
-      checked(tg, api.tg_set_corpus(model, ptr, text.length, training.valFraction), "loading the corpus");
+      tg.check(api.tg_set_corpus(model, ptr, text.length, training.valFraction), "loading the corpus");
     } finally {
       tg.free(ptr);
     }
-    checked(tg, api.tg_set_data_state(model, training.seed, 0), "seeding the data stream");
+    tg.check(api.tg_set_data_state(model, training.seed, 0), "seeding the data stream");
     postMessage({ type: "loaded", build: loaded.build, reason: loaded.reason, threads: loaded.threads,
       paramCount: api.tg_param_count(model) });
   });
@@ -90,11 +85,11 @@ async function train({ config, training, steps, evalEvery, evalWindows }) {
       const burstEnd = performance.now() + BURST_MS;
       do {
         const t0 = performance.now();
-        const loss = checked(tg, api.tg_train_step(model), `training step ${step + 1}`);
+        const loss = tg.check(api.tg_train_step(model), `training step ${step + 1}`);
         step++;
         postMessage({ type: "step", step, loss, ms: performance.now() - t0 });
         if (step % evalEvery === 0 || step === steps) {
-          postMessage({ type: "eval", step, valLoss: checked(tg, api.tg_eval(model, evalWindows), "evaluating") });
+          postMessage({ type: "eval", step, valLoss: tg.check(api.tg_eval(model, evalWindows), "evaluating") });
         }
       } while (step < steps && performance.now() < burstEnd);
     });
@@ -114,7 +109,7 @@ async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
   const tokens = Int32Array.from(bytes);
   const ptr = tg.copyIn(new Uint8Array(tokens.buffer));
   try {
-    checked(tg, api.tg_gen_begin(model, ptr, tokens.length, temperature, topK, seed, 1), "starting generation");
+    tg.check(api.tg_gen_begin(model, ptr, tokens.length, temperature, topK, seed, 1), "starting generation");
   } finally {
     tg.free(ptr);
   }
@@ -124,7 +119,7 @@ async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
     const burst = [];
     const burstEnd = performance.now() + 30;
     while (made < maxNewTokens && performance.now() < burstEnd) {
-      burst.push(checked(tg, api.tg_gen_next(model), "generating"));
+      burst.push(tg.check(api.tg_gen_next(model), "generating"));
       made++;
     }
     postMessage({ type: "text", text: decoder.decode(Uint8Array.from(burst), { stream: true }) });

@@ -58,6 +58,13 @@ export function wrapTinyGPT(module, signatures, { memory64 }) {
     return new TextDecoder().decode(bytes.slice(ptr, end));
   };
 
+  // The C API's errors: a negative return code (or a null model) plus the core's own message.
+  const failure = (what, code) => new Error(`${what} failed (code ${code}): ${string(api.tg_last_error())}`);
+  const check = (rc, what) => {
+    if (rc < 0) throw failure(what, rc);
+    return rc;
+  };
+
   // Copies bytes (Uint8Array / ArrayBuffer view) into a new malloc'd block; the caller frees it.
   const copyIn = (data) => {
     const src = data instanceof Uint8Array ? data : new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
@@ -68,5 +75,5 @@ export function wrapTinyGPT(module, signatures, { memory64 }) {
   };
   const copyOut = (ptr, length) => u8(ptr, length).slice();
 
-  return { api, malloc, free, f32, i32, u8, string, copyIn, copyOut, memoryBytes: () => buffer().byteLength, memory64 };
+  return { api, malloc, free, f32, i32, u8, string, failure, check, copyIn, copyOut, memoryBytes: () => buffer().byteLength, memory64 };
 }
