@@ -1,133 +1,384 @@
-// The playground page: says what this browser supports, starts training in a module Worker
-// (train_worker.js), shows every step's loss and the speed, and streams samples.
-import { detectFeatures } from "./wasm_loader.js";
+// The playground page: says what this browser can use, talks to one backend Worker (worker.js,
+// protocol in backend_protocol.md) that trains, checkpoints and samples, and shows what it does.
 import { LossChart } from "./loss_chart.js";
+import { browserSupport, resolveBackend } from "./backend_choice.js";
+import { readFields } from "./form_checks.js";
+import { renderCheckpoints } from "./checkpoint_table.js";
+import { configFromPresets } from "./model_config.js";
+import { paramCount } from "./tinygpt_file.js";
+import * as wasmEngine from "./engines/wasm_engine.js";
+import * as webgpuEngine from "./engines/webgpu_engine.js";
 
 const $ = (id) => document.getElementById(id);
-const presetsUrl = new URL("../presets.json", import.meta.url);
+const presets = await (await fetch(new URL("../presets.json", import.meta.url))).json();
+const limits = presets.page;
+const chart = new LossChart($("chart"));
+const MB = 1024 * 1024;
+const mb = (bytes) => (bytes >= 1024 * MB ? `${(bytes / 1024 / MB).toFixed(2)} GB` : `${(bytes / MB).toFixed(1)} MB`);
+const backendName = (b) => (b === "webgpu" ? "WebGPU" : "WebAssembly");
 
-function item(ok, text) {
-  const li = document.createElement("li");
-  li.className = ok ? "yes" : "no";
-  li.textContent = text;
-  return li;
+// What the page shows, also readable by tests and devtools: every loss by step, exactly as computed.
+const playground = (window.playground = { losses: [], valLosses: [], loaded: null, phase: "idle", saved: [], opfs: null });
+let support = null;
+let worker = null;
+let busy = { training: false, sampling: false };
+let recentMs = [];
+let status = null;
+
+function setStatus(text, error = false) {
+  $("status").textContent = text;
+  $("status").classList.toggle("error", error);
+}
+function notice(text) {
+  $("notice").hidden = !text;
+  $("notice").textContent = text ?? "";
 }
 
-async function webgpuSupport() {
-  if (!navigator.gpu) return [false, "WebGPU: not available in this browser (no navigator.gpu)"];
-  try {
-    const adapter = await navigator.gpu.requestAdapter();
-    if (!adapter) return [false, "WebGPU: navigator.gpu is there but it offers no adapter"];
-    const info = adapter.info ?? {};
-    const name = [info.vendor, info.architecture, info.description].filter(Boolean).join(" ") || "unnamed adapter";
-    const software = adapter.isFallbackAdapter || /swiftshader|llvmpipe/i.test(name);
-    return [true, `WebGPU: ${name}${software ? " (a software adapter: correct, not fast)" : ""}`];
-  } catch (e) {
-    return [false, `WebGPU: requesting an adapter failed (${e.message})`];
-  }
+function refreshControls() {
+  const t = busy.training;
+  $("start").disabled = t;
+  $("stop").disabled = !t;
+  for (const id of ["preset", "backend", "steps", "seed", "checkpoint-seconds", "upload"]) $(id).disabled = t;
+  $("sample-button").disabled = !playground.loaded || busy.sampling;
+  $("sample-stop").disabled = !busy.sampling;
+  $("download").disabled = !playground.loaded || t;
+  $("download-fp16").disabled = !playground.loaded || t;
+  for (const b of document.querySelectorAll("#checkpoints button")) b.disabled = t;
 }
 
-async function showFeatures() {
-  const f = await detectFeatures();
-  const list = [
-    item(f.simd, f.simd ? "WebAssembly SIMD" : "No WebAssembly SIMD: the slow scalar build will run"),
-    item(f.relaxedSimd, f.relaxedSimd ? "WebAssembly relaxed SIMD (fused multiply-add)"
-      : "No WebAssembly relaxed SIMD: the build without fused multiply-add will run"),
-    item(f.threads, f.threads ? `WebAssembly threads: cross-origin isolated, ${f.cores} cores`
-      : `No WebAssembly threads: ${f.threadsMissing}; training runs on one core`),
-    item(f.memory64, f.memory64 ? "WebAssembly Memory64 (models over 4 GiB)" : "No WebAssembly Memory64: models are limited to 4 GiB"),
-    item(...(await webgpuSupport())),
-    item(!!navigator.storage?.getDirectory, navigator.storage?.getDirectory
-      ? "Origin private file system (OPFS)" : "No origin private file system (OPFS)"),
-  ];
-  $("features").replaceChildren(...list);
-}
-
-function formatStatus(s) {
+function formatStatus() {
+  const s = status;
   const parts = [`step ${s.step}/${s.steps}`, `loss ${s.loss.toFixed(4)}`];
   if (s.valLoss !== null) parts.push(`validation ${s.valLoss.toFixed(4)}`);
   if (s.msPerStep) {
     parts.push(`${Math.round(s.tokensPerStep / (s.msPerStep / 1000)).toLocaleString("en")} tokens/s`);
     parts.push(`${s.msPerStep.toFixed(1)} ms/step`);
+    if (busy.training && s.steps > s.step) parts.push(`ETA ${eta((s.steps - s.step) * s.msPerStep)}`);
   }
   return parts.join(" · ");
 }
-
-async function main() {
-  const presets = await (await fetch(presetsUrl)).json();
-  const chart = new LossChart($("chart"));
-  const worker = new Worker(new URL("./train_worker.js", import.meta.url), { type: "module" });
-  let status = null;
-  const recentMs = [];
-  const setIdle = (idle) => {
-    $("start").disabled = !idle;
-    $("stop").disabled = idle;
-    $("preset").disabled = !idle;
-    $("steps").disabled = !idle;
-  };
-  const presetSteps = () => { $("steps").value = presets.presets[$("preset").value].steps; };
-  presetSteps();
-  $("preset").addEventListener("change", presetSteps);
-
-  $("train-form").addEventListener("submit", (e) => {
-    e.preventDefault();
-    const p = presets.presets[$("preset").value];
-    const steps = Math.max(1, Math.floor(Number($("steps").value)));
-    const config = { ...presets.model, nLayer: p.nLayer, nHead: p.nHead, dModel: p.dModel, ctx: p.ctx, batch: p.batch };
-    const t = presets.training;
-    status = { step: 0, steps, loss: NaN, valLoss: null, msPerStep: 0, tokensPerStep: p.batch * p.ctx };
-    recentMs.length = 0;
-    chart.reset(steps);
-    setIdle(false);
-    $("status").textContent = "Loading the WebAssembly build…";
-    $("status").classList.remove("error");
-    worker.postMessage({ type: "train", config, training: t, steps, evalEvery: t.evalEvery, evalWindows: t.evalWindows });
-  });
-  $("stop").addEventListener("click", () => worker.postMessage({ type: "stop" }));
-  $("sample-form").addEventListener("submit", (e) => {
-    e.preventDefault();
-    $("sample-output").textContent = $("prompt").value;
-    $("sample-button").disabled = true;
-    worker.postMessage({ type: "sample", prompt: $("prompt").value, temperature: Number($("temperature").value),
-      topK: Math.floor(Number($("top-k").value)), maxNewTokens: Math.floor(Number($("max-new").value)),
-      seed: presets.sampling.seed });
-  });
-
-  worker.onmessage = ({ data: m }) => {
-    if (m.type === "loaded") {
-      $("build").textContent = `WebAssembly build: ${m.build} (${m.threads} thread${m.threads > 1 ? "s" : ""}), ` +
-        `${m.paramCount.toLocaleString("en")} parameters. Why: ${m.reason}.`;
-      $("sample-button").disabled = false;
-    } else if (m.type === "step") {
-      recentMs.push(m.ms);
-      if (recentMs.length > 20) recentMs.shift();
-      Object.assign(status, { step: m.step, loss: m.loss, msPerStep: recentMs.reduce((a, b) => a + b) / recentMs.length });
-      chart.addTrain(m.step, m.loss);
-      $("status").textContent = formatStatus(status);
-    } else if (m.type === "eval") {
-      status.valLoss = m.valLoss;
-      chart.addVal(m.step, m.valLoss);
-      $("status").textContent = formatStatus(status);
-    } else if (m.type === "done") {
-      setIdle(true);
-      $("status").textContent = `${m.stopped ? "Stopped" : "Finished"}: ${formatStatus(status)}`;
-    } else if (m.type === "text") {
-      $("sample-output").textContent += m.text;
-    } else if (m.type === "sampleDone") {
-      $("sample-button").disabled = false;
-    } else if (m.type === "error") {
-      setIdle(true);
-      $("sample-button").disabled = false;
-      $("status").textContent = `Error: ${m.message}`;
-      $("status").classList.add("error");
-    }
-  };
-  worker.onerror = (e) => {
-    setIdle(true);
-    $("status").textContent = `Error: the training worker failed to start (${e.message || "see the console"})`;
-    $("status").classList.add("error");
-  };
+function eta(ms) {
+  const s = Math.round(ms / 1000);
+  return s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
-showFeatures();
-main();
+// ---- the backend worker ----
+
+function startWorker() {
+  worker = new Worker(new URL("./worker.js", import.meta.url), { type: "module" });
+  worker.onmessage = ({ data }) => onMessage(data);
+  worker.onerror = (e) => {
+    busy = { training: false, sampling: false };
+    refreshControls();
+    setStatus(`Error: the backend worker failed (${e.message || "see the console"})`, true);
+  };
+  worker.postMessage({ type: "hello" });
+}
+
+/** A worker stuck inside one long call (a big model being created) cannot hear Stop: end it. */
+function restartWorker(why) {
+  worker.terminate();
+  busy = { training: false, sampling: false };
+  playground.loaded = null;
+  playground.phase = "idle";
+  startWorker();
+  refreshControls();
+  setStatus(why);
+}
+
+const handlers = {
+  features({ opfs, opfsReason }) {
+    playground.opfs = opfs;
+    $("opfs-note").textContent = opfs ? "Checkpoints are kept in this browser's private storage (OPFS) and survive a refresh."
+      : `Checkpoints cannot be kept here: ${opfsReason}. The model stays in memory; download it to keep it.`;
+    $("opfs-note").classList.toggle("error", !opfs);
+  },
+  checkpoints({ items }) {
+    playground.saved = items;
+    $("no-checkpoints").hidden = items.length > 0;
+    renderCheckpoints(document.querySelector("#checkpoints tbody"), items, { resume, download, remove });
+    refreshControls();
+  },
+  phase({ phase, text }) {
+    playground.phase = phase;
+    if (text && (phase === "loading" || phase === "saving")) setStatus(phase === "saving" && status ? `${formatStatus()} · ${text}` : text);
+  },
+  loaded(m) {
+    playground.loaded = m;
+    playground.losses = [];
+    playground.valLosses = [];
+    chart.reset(m.targetSteps || m.step || 1);
+    for (const [s, l] of m.lossHistory) { playground.losses[s] = l; chart.addTrain(s, l); }
+    for (const [s, l] of m.valHistory) { playground.valLosses[s] = l; chart.addVal(s, l); }
+    const last = m.lossHistory[m.lossHistory.length - 1];
+    const lastVal = m.valHistory[m.valHistory.length - 1];
+    status = { step: m.step, steps: m.targetSteps, loss: last ? last[1] : NaN, valLoss: lastVal ? lastVal[1] : null,
+      msPerStep: 0, tokensPerStep: 0 };
+    recentMs = [];
+    $("build").textContent = `${m.description} ${m.paramCount.toLocaleString("en")} parameters.`;
+    notice(m.notice);
+    setStatus(`Loaded ${m.preset ?? "a model"} at step ${m.step} (${m.source === "upload" ? "uploaded" : m.source === "saved" ? "saved checkpoint" : "new"}).`);
+    refreshControls();
+  },
+  step(m) {
+    recentMs.push(m.ms);
+    if (recentMs.length > 20) recentMs.shift();
+    const p = playground.loaded;
+    Object.assign(status, { step: m.step, loss: m.loss, msPerStep: recentMs.reduce((a, b) => a + b) / recentMs.length,
+      tokensPerStep: tokensPerStep(p) });
+    playground.losses[m.step] = m.loss;
+    chart.addTrain(m.step, m.loss);
+    setStatus(formatStatus());
+  },
+  eval(m) {
+    status.valLoss = m.valLoss;
+    playground.valLosses[m.step] = m.valLoss;
+    chart.addVal(m.step, m.valLoss);
+    setStatus(formatStatus());
+  },
+  saved(m) { playground.lastSaved = m; worker.postMessage({ type: "list" }); },
+  done(m) {
+    busy.training = false;
+    status.step = m.step;
+    refreshControls();
+    setStatus(`${m.stopped ? "Stopped" : "Finished"}: ${formatStatus()}`);
+  },
+  text(m) {
+    $("sample-output").textContent += m.text;
+    if (m.tokens) {
+      $("sample-stats").textContent = `time to first token ${m.ttftMs.toFixed(0)} ms · ${m.tokens} tokens · ` +
+        `${m.tokensPerSecond.toFixed(0)} tokens/s`;
+    }
+  },
+  sampleDone(m) {
+    busy.sampling = false;
+    if (m.cancelled) $("sample-stats").textContent += " · stopped";
+    refreshControls();
+  },
+  file({ name, bytes }) {
+    const url = URL.createObjectURL(new Blob([bytes], { type: "application/octet-stream" }));
+    const a = Object.assign(document.createElement("a"), { href: url, download: name });
+    document.body.append(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(url), 60_000);
+  },
+  notice(m) { notice(m.message); },
+  error(m) {
+    if (m.fatal || ["train", "continue", "resume", "load"].includes(m.during)) busy.training = false;
+    if (m.fatal || m.during === "sample") busy.sampling = false;
+    refreshControls();
+    const where = m.during === "load" ? "That file was not loaded" : m.during === "resume" ? "That checkpoint was not resumed" : "Error";
+    const kept = m.fatal ? " Training paused; the last checkpoint is kept." : "";
+    setStatus(`${where}: ${m.message}${kept}`, true);
+  },
+};
+
+function onMessage(m) {
+  handlers[m.type]?.(m);
+}
+
+const tokensPerStep = (loaded) => {
+  const p = loaded?.preset && presets.presets[loaded.preset];
+  return p ? p.batch * p.ctx : 0;
+};
+
+// ---- training ----
+
+function trainingFields() {
+  return readFields({
+    steps: [$("steps"), "Steps", { min: 1, max: limits.maxSteps, integer: true }],
+    seed: [$("seed"), "Seed", { min: 0, max: Number.MAX_SAFE_INTEGER, integer: true }],
+    checkpointSeconds: [$("checkpoint-seconds"), "Save every", { min: 1, max: 3600 }],
+  });
+}
+
+function chosenBackend() {
+  return resolveBackend($("backend").value, support.gpu);
+}
+
+async function presetNeeds(name, backend) {
+  const config = configFromPresets(presets, name);
+  const engine = backend === "webgpu" ? webgpuEngine : wasmEngine;
+  return engine.requirements(config);
+}
+
+async function startNew(values, backend) {
+  const name = $("preset").value;
+  const need = await presetNeeds(name, backend);
+  if (!need.fits) throw new Error(`${name} does not fit here: ${need.reason}`);
+  if (need.bytes > limits.confirmAboveBytes && !confirm(`${name} needs ${mb(need.bytes)} of memory on ${backendName(backend)} ` +
+    "and a step may take minutes. Start it?")) return;
+  busy.training = true;
+  refreshControls();
+  $("sample-output").textContent = "";
+  worker.postMessage({ type: "train", backend, preset: name, steps: values.steps, seed: values.seed,
+    checkpointSeconds: values.checkpointSeconds });
+}
+
+/** Continue this model or start a new one: asked whenever a model is loaded. */
+function askContinueOrNew() {
+  const l = playground.loaded;
+  $("continue-text").textContent = `${l.preset ?? "A model"} at step ${l.step} is loaded on ${backendName(l.backend)}. ` +
+    `Continue it for ${$("steps").value} more steps, or start a new ${$("preset").value} model (the loaded one stays saved` +
+    `${playground.opfs ? "" : " only if you download it"}).`;
+  const dialog = $("continue-dialog");
+  dialog.returnValue = "";
+  dialog.showModal();
+  return new Promise((resolve) => dialog.addEventListener("close", () => resolve(dialog.returnValue), { once: true }));
+}
+
+async function onTrain(e) {
+  e.preventDefault();
+  const { values, errors } = trainingFields();
+  $("train-errors").textContent = errors.join(" ");
+  if (errors.length) return;
+  try {
+    const { backend, why } = chosenBackend();
+    $("backend-choice").textContent = why;
+    if (playground.loaded) {
+      const answer = await askContinueOrNew();
+      if (answer === "continue") {
+        busy.training = true;
+        refreshControls();
+        worker.postMessage({ type: "continue", steps: values.steps, checkpointSeconds: values.checkpointSeconds });
+        return;
+      }
+      if (answer !== "new") return;
+    }
+    await startNew(values, backend);
+  } catch (err) {
+    $("train-errors").textContent = err.message;
+  }
+}
+
+function onStop() {
+  if (playground.phase === "loading") {
+    restartWorker("Stopped while the model was being created: nothing was trained, saved checkpoints are kept.");
+  } else {
+    worker.postMessage({ type: "stop" });
+  }
+}
+
+// ---- saved models, upload, download ----
+
+function resume(id) {
+  const { values, errors } = trainingFields();
+  if (errors.length) { $("train-errors").textContent = errors.join(" "); return; }
+  let backend;
+  try {
+    ({ backend } = chosenBackend());
+  } catch (err) { $("train-errors").textContent = err.message; return; }
+  busy.training = true;
+  refreshControls();
+  worker.postMessage({ type: "resume", backend, id, checkpointSeconds: values.checkpointSeconds });
+}
+
+function download(id, compact) {
+  worker.postMessage({ type: "download", id, compact });
+}
+
+function remove(item) {
+  if (!confirm(`Delete the saved model "${item.name}" (step ${item.step})? This cannot be undone.`)) return;
+  worker.postMessage({ type: "delete", id: item.id });
+}
+
+async function upload(file) {
+  if (!file) return;
+  if (busy.training) { setStatus("Stop training before loading another model.", true); return; }
+  if (playground.loaded && !playground.opfs && !confirm("The model in memory is not saved anywhere (no OPFS here). Replace it?")) return;
+  let bytes;
+  try {
+    bytes = await file.arrayBuffer();
+  } catch (e) {
+    setStatus(`That file was not loaded: ${file.name} (${mb(file.size)}) cannot be read in this tab (${e.message}).`, true);
+    return;
+  }
+  let backend;
+  try {
+    ({ backend } = chosenBackend());
+  } catch (err) { setStatus(err.message, true); return; }
+  setStatus(`Reading ${file.name}…`);
+  worker.postMessage({ type: "load", backend, bytes, name: file.name }, [bytes]);
+}
+
+// ---- sampling ----
+
+function onSample(e) {
+  e.preventDefault();
+  const { values, errors } = readFields({
+    temperature: [$("temperature"), "Temperature", { min: 0, max: 10 }],
+    topK: [$("top-k"), "Top-k", { min: 0, max: 256, integer: true }],
+    maxNewTokens: [$("max-new"), "Tokens", { min: 1, max: limits.maxNewTokens, integer: true }],
+  });
+  $("sample-errors").textContent = errors.join(" ");
+  if (errors.length) return;
+  busy.sampling = true;
+  refreshControls();
+  $("sample-output").textContent = $("prompt").value;
+  $("sample-stats").textContent = "";
+  worker.postMessage({ type: "sample", prompt: $("prompt").value, ...values, seed: presets.sampling.seed });
+}
+
+// ---- what each preset needs here ----
+
+async function showPresetInfo() {
+  const name = $("preset").value;
+  const config = configFromPresets(presets, name);
+  const parts = [`${paramCount(config.model).toLocaleString("en")} parameters`];
+  for (const backend of ["wasm", "webgpu"]) {
+    if (backend === "webgpu" && !support.gpu.ok) continue;
+    try {
+      const need = await presetNeeds(name, backend);
+      parts.push(`${backendName(backend)}: needs ${mb(need.bytes)}${need.fits ? "" : ` — does not fit (${need.reason})`}`);
+    } catch (e) {
+      parts.push(`${backendName(backend)}: ${e.message}`);
+    }
+  }
+  $("preset-info").textContent = parts.join(" · ");
+}
+
+/** Presets that fit on no backend here are disabled, with the reason in their label. */
+async function markPresetsThatCannotFit() {
+  for (const option of $("preset").options) {
+    const reasons = [];
+    for (const backend of support.gpu.ok ? ["wasm", "webgpu"] : ["wasm"]) {
+      const need = await presetNeeds(option.value, backend).catch((e) => ({ fits: false, reason: e.message }));
+      if (need.fits) { reasons.length = 0; break; }
+      reasons.push(`${backendName(backend)}: ${need.reason}`);
+    }
+    if (reasons.length) {
+      option.disabled = true;
+      option.title = reasons.join("; ");
+      option.textContent += ` (too big here: ${reasons.join("; ")})`;
+    }
+  }
+}
+
+// ---- wiring ----
+
+$("steps").value = presets.presets[$("preset").value].steps;
+$("preset").addEventListener("change", () => {
+  $("steps").value = presets.presets[$("preset").value].steps;
+  showPresetInfo();
+});
+$("backend").addEventListener("change", () => {
+  try { $("backend-choice").textContent = chosenBackend().why; } catch (e) { $("backend-choice").textContent = e.message; }
+});
+$("train-form").addEventListener("submit", onTrain);
+$("stop").addEventListener("click", onStop);
+$("sample-form").addEventListener("submit", onSample);
+$("sample-stop").addEventListener("click", () => worker.postMessage({ type: "stopSample" }));
+$("download").addEventListener("click", () => download(null, false));
+$("download-fp16").addEventListener("click", () => download(null, true));
+$("upload").addEventListener("change", (e) => { upload(e.target.files[0]); e.target.value = ""; });
+document.addEventListener("dragover", (e) => e.preventDefault());
+document.addEventListener("drop", (e) => { e.preventDefault(); upload(e.dataTransfer.files[0]); });
+
+startWorker();
+refreshControls();
+support = await browserSupport();
+$("features").replaceChildren(...support.items);
+$("backend-choice").textContent = chosenBackend().why;
+await showPresetInfo();
+await markPresetsThatCannotFit();

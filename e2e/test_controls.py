@@ -1,0 +1,81 @@
+"""Controls that cannot wedge: a long sample stops on Stop and Train starts at once after it (or
+cancels it by itself); invalid fields get a message and nothing starts."""
+from __future__ import annotations
+
+import time
+
+from e2e.page_actions import FINISHED, open_playground, screenshot, train
+
+STARTED = "/^(step [1-9]|Creating)/.test(document.getElementById('status').textContent)"
+
+
+def start_long_sample(page):
+    page.fill("#max-new", "100000")
+    page.fill("#temperature", "0.8")
+    page.click("#sample-button")
+    page.wait_for_function("document.getElementById('sample-output').textContent.length > 300")
+
+
+def test_long_generation_stops_and_train_starts_within_a_second(server_url, page):
+    open_playground(page, server_url)
+    train(page, "tiny", 20)
+    start_long_sample(page)
+    page.click("#sample-stop")
+    page.wait_for_function("!document.getElementById('sample-button').disabled")
+    assert "stopped" in page.locator("#sample-stats").inner_text()
+    page.fill("#steps", "50")
+    t0 = time.monotonic()
+    page.click("#start")
+    page.click("#continue-model")
+    page.wait_for_function("/^step [1-9]/.test(document.getElementById('status').textContent)")
+    started = time.monotonic() - t0
+    print(f"\nTrain after a stopped sample: first step shown after {started * 1000:.0f} ms")
+    assert started < 1.0
+    page.wait_for_function(FINISHED)
+
+    # Train while a sample is still running cancels the sample first.
+    start_long_sample(page)
+    t0 = time.monotonic()
+    page.click("#start")
+    page.click("#continue-model")
+    page.wait_for_function("/^step [1-9]/.test(document.getElementById('status').textContent)")
+    started = time.monotonic() - t0
+    print(f"Train during a sample: first step shown after {started * 1000:.0f} ms")
+    assert started < 1.0
+    page.wait_for_function(FINISHED)
+    assert not page.locator("#sample-button").is_disabled()
+    screenshot(page, "controls_sample_stopped")
+    assert page.errors == []
+
+
+def test_invalid_fields_get_a_message_and_nothing_starts(server_url, page):
+    open_playground(page, server_url)
+    for value, phrase in [("", "Steps is empty"), ("abc", 'Steps "abc" is not a number'),
+                          ("1e12", "Steps 1e12 is out of range"), ("2.5", "Steps must be a whole number")]:
+        page.fill("#steps", value)
+        page.click("#start")
+        message = page.locator("#train-errors").inner_text()
+        print(message)
+        assert phrase in message
+        assert page.evaluate("window.playground.loaded") is None and page.locator("#status").inner_text() == "Idle."
+    page.fill("#steps", "10")
+    page.fill("#checkpoint-seconds", "0")
+    page.click("#start")
+    assert "Save every 0 is out of range" in page.locator("#train-errors").inner_text()
+    page.fill("#checkpoint-seconds", "10")
+    train(page, "tiny", 10)
+    for field, value, phrase in [("#temperature", "", "Temperature is empty"), ("#max-new", "1e12", "Tokens 1e12 is out of range"),
+                                 ("#top-k", "-1", "Top-k -1 is out of range")]:
+        page.fill("#temperature", "0.8")
+        page.fill("#max-new", "50")
+        page.fill("#top-k", "40")
+        page.fill(field, value)
+        page.fill("#prompt", "UNTOUCHED")
+        page.locator("#sample-output").evaluate("e => e.textContent = ''")
+        page.click("#sample-button")
+        message = page.locator("#sample-errors").inner_text()
+        print(message)
+        assert phrase in message
+        assert page.locator("#sample-output").inner_text() == ""
+    screenshot(page, "controls_invalid_fields")
+    assert page.errors == []

@@ -1,0 +1,72 @@
+"""`.tinygpt` in and out of the page: what the page downloads (full and compact fp16) loads in
+python_ref and gives the validation loss the page showed; a model python_ref trained uploads and
+samples in the page, token for token as python_ref's greedy sample."""
+from __future__ import annotations
+
+from e2e.page_actions import open_playground, screenshot, train
+
+from python_ref import tinygpt_file
+from python_ref.config import DEFAULT_CORPUS
+from python_ref.data import Corpus
+from python_ref.evaluate import split_settings, val_windows_loss
+from python_ref.sample import generate
+from python_ref.train import new_run
+
+
+def python_val_loss(path) -> float:
+    model, meta = tinygpt_file.load(path)
+    val_fraction, windows = split_settings(meta)
+    _, val = Corpus.from_file(DEFAULT_CORPUS).split(val_fraction, model.config.ctx)
+    return val_windows_loss(model, val, windows)
+
+
+def download(page, button, path):
+    with page.expect_download() as d:
+        page.click(button)
+    d.value.save_as(path)
+    return path
+
+
+def test_downloads_load_in_python_ref_with_the_pages_validation_loss(server_url, page, tmp_path):
+    open_playground(page, server_url)
+    train(page, "tiny", 100, seed=9)
+    shown = page.evaluate("window.playground.valLosses[100]")
+    full = download(page, "#download", tmp_path / "full.tinygpt")
+    compact = download(page, "#download-fp16", tmp_path / "fp16.tinygpt")
+    got_full, got_fp16 = python_val_loss(full), python_val_loss(compact)
+    state = tinygpt_file.read_state(full)
+    print(f"\npage validation {shown:.6f}; python_ref on the full file {got_full:.6f} (diff {abs(got_full - shown):.2e}), "
+          f"on the fp16 file {got_fp16:.6f} (diff {abs(got_fp16 - shown):.2e}); sizes {full.stat().st_size} / {compact.stat().st_size} bytes")
+    assert state.step == 100 and state.m is not None and state.header["dataState"]["batchesDrawn"] == 100
+    assert state.header["corpus"]["name"] == "tinyshakespeare.txt"
+    assert abs(got_full - shown) < 1e-4
+    assert abs(got_fp16 - shown) < 1e-2
+    assert compact.stat().st_size < full.stat().st_size / 5
+    screenshot(page, "files_downloaded")
+    assert page.errors == []
+
+
+def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, page, tmp_path):
+    run = new_run("tiny", device="cpu", seed=21)
+    run.run(60, progress=False)
+    path = tmp_path / "python.tinygpt"
+    run.save(path)
+    prompt, n = b"ROMEO:", 120
+    expected = generate(run.model, prompt, n, temperature=0.0, top_k=0, seed=0)
+    open_playground(page, server_url)
+    page.select_option("#backend", "wasm")
+    page.set_input_files("#upload", str(path))
+    page.wait_for_function("window.playground.loaded?.source === 'upload'")
+    assert page.evaluate("window.playground.loaded.step") == 60
+    page.fill("#prompt", prompt.decode())
+    page.fill("#temperature", "0")
+    page.fill("#top-k", "0")
+    page.fill("#max-new", str(n))
+    page.click("#sample-button")
+    page.wait_for_function("!document.getElementById('sample-button').disabled")
+    out = page.locator("#sample-output").inner_text()
+    print(f"\npython_ref: {expected!r}\npage:       {out[len(prompt):]!r}")
+    assert out == (prompt + expected).decode("utf-8", errors="replace")
+    page.wait_for_function("document.querySelectorAll('#checkpoints tbody tr').length >= 1")  # kept in OPFS too
+    screenshot(page, "files_uploaded_and_sampled")
+    assert page.errors == []

@@ -1,0 +1,84 @@
+// The WebAssembly engine of the backend protocol (backend_protocol.md): the C++ core in the build
+// that wasm_loader.js picks for this browser and model, behind the engine interface.
+import { loadTinyGPT, memoryNeedBytes, detectFeatures, BUILD_MEMORY_LIMIT, RUNTIME_OVERHEAD_BYTES } from "../wasm_loader.js";
+
+const GEN_BURST_MS = 30;  // tokens made back to back before the worker looks at its messages
+
+// Instantiated builds, kept for the next model (a module and its thread pool start once a page).
+const instances = new Map();
+
+// Lets queued messages run. setTimeout(0) is clamped to 4 ms when nested; a MessageChannel is not.
+export const yieldToMessages = () => new Promise((resolve) => {
+  const { port1, port2 } = new MessageChannel();
+  port1.onmessage = () => { port1.close(); resolve(); };
+  port2.postMessage(null);
+});
+
+const loaderConfig = ({ model, training }) => ({ ...model, batch: training.batch });
+
+/** Bytes this model needs in WebAssembly memory, and whether a build here can hold it. */
+export async function requirements({ model, training }, corpusBytes = 0) {
+  const bytes = await memoryNeedBytes(loaderConfig({ model, training }), corpusBytes);
+  const features = await detectFeatures();
+  const limit = features.memory64 && features.simd && features.threads ? BUILD_MEMORY_LIMIT.memory64 : BUILD_MEMORY_LIMIT.threads;
+  const fits = bytes + RUNTIME_OVERHEAD_BYTES <= limit;
+  const where = `WebAssembly (${(limit / 1024 ** 3).toFixed(0)} GiB addressable here)`;
+  return { bytes, fits, where, reason: fits ? null : `needs ${(bytes / 1024 ** 3).toFixed(2)} GiB, more than the ${where}` };
+}
+
+export async function createEngine({ model, training, initStd, corpus, seed, state = null, dataState = null }) {
+  const loaded = await loadTinyGPT(loaderConfig({ model, training }), { corpusBytes: corpus.length, instances });
+  const { tg } = loaded;
+  const { api } = tg;
+  const handle = api.tg_create(model.nLayer, model.nHead, model.dModel, model.ctx, model.vocabSize,
+    model.layerNormEps, initStd, training.batch, loaded.threads);
+  if (!handle) throw tg.failure("creating the model", api.tg_last_error_code());
+  const withBytes = (bytes, fn) => {
+    const ptr = tg.copyIn(bytes);
+    try { return fn(ptr); } finally { tg.free(ptr); }
+  };
+  try {
+    tg.check(api.tg_init(handle, seed), "initialising the weights");
+    tg.check(api.tg_set_hyper(handle, training.lr, training.beta1, training.beta2, training.eps,
+      training.weightDecay, training.gradClip), "setting the hyper-parameters");
+    withBytes(corpus, (ptr) => tg.check(api.tg_set_corpus(handle, ptr, corpus.length, training.valFraction), "loading the corpus"));
+    if (state) withBytes(state, (ptr) => tg.check(api.tg_import_state(handle, ptr, state.length), "loading the checkpoint's state"));
+    const ds = dataState ?? { seed, batchesDrawn: 0 };
+    tg.check(api.tg_set_data_state(handle, ds.seed, ds.batchesDrawn), "positioning the data stream");
+  } catch (e) {
+    api.tg_destroy(handle);
+    throw e;
+  }
+
+  return {
+    kind: "wasm",
+    description: `WebAssembly build: ${loaded.build} (${loaded.threads} thread${loaded.threads > 1 ? "s" : ""}). Why: ${loaded.reason}.`,
+    paramCount: api.tg_param_count(handle),
+    get step() { return api.tg_step(handle); },
+    dataState: () => ({ seed: api.tg_data_seed(handle), batchesDrawn: api.tg_batches_drawn(handle) }),
+    async trainStep() {
+      return { loss: Promise.resolve(tg.check(api.tg_train_step(handle), `training step ${api.tg_step(handle) + 1}`)) };
+    },
+    async evaluate() { return tg.check(api.tg_eval(handle, training.evalWindows), "evaluating"); },
+    async exportState() {
+      const n = api.tg_state_bytes(handle, 1);
+      // a view of the arena, copied: the next step overwrites it
+      return tg.copyOut(tg.check(api.tg_state_ptr(handle), "reading the state"), n);
+    },
+    async generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, onToken, signal }) {
+      const tokens = new Uint8Array(Int32Array.from(prompt).buffer);
+      withBytes(tokens, (ptr) => tg.check(api.tg_gen_begin(handle, ptr, prompt.length, temperature, topK, sampleSeed, 1), "starting generation"));
+      let made = 0;
+      while (made < maxNewTokens && !signal?.aborted) {
+        const burstEnd = performance.now() + GEN_BURST_MS;
+        while (made < maxNewTokens && performance.now() < burstEnd) {
+          onToken(tg.check(api.tg_gen_next(handle), "generating"));
+          made++;
+        }
+        await yieldToMessages();
+      }
+      return made;
+    },
+    destroy() { api.tg_destroy(handle); },
+  };
+}

@@ -1,0 +1,334 @@
+// The playground's backend: one module Worker that holds at most one model on one engine
+// (engines/wasm_engine.js or engines/webgpu_engine.js), trains it on the shipped corpus, keeps it
+// in OPFS (checkpoint_store.js) and streams samples. The messages are in backend_protocol.md.
+// Training runs here in bursts and yields to the message queue between them, so Stop and Sample
+// are heard within a burst; generation yields between tokens, so its Stop is heard within one.
+import { openStore } from "./checkpoint_store.js";
+import { readTinyGPT, writeTinyGPT, writeCompactF16, paramCount } from "./tinygpt_file.js";
+import { configFromPresets, configFromHeader } from "./model_config.js";
+import { yieldToMessages } from "./engines/wasm_engine.js";
+
+const PRESETS_URL = new URL("../presets.json", import.meta.url);
+const CORPUS_URL = new URL("../data/tinyshakespeare.txt", import.meta.url);
+const CORPUS_NAME = "tinyshakespeare.txt";
+const BURST_MS = 50;  // steps run back to back for this long before the worker looks at its messages
+const IN_FLIGHT = { wasm: 1, webgpu: 4 };  // steps queued before the oldest loss is awaited
+
+const engineModules = {
+  wasm: () => import("./engines/wasm_engine.js"),
+  webgpu: () => import("./engines/webgpu_engine.js"),
+};
+
+let presets = null;
+let corpus = null;        // {bytes, identity: {name, bytes, sha256}}
+let storeOpened = null;   // Promise of {store, reason}
+let current = null;       // {engine, backend, runId, preset, config, targetSteps, lossHistory, valHistory, lastSaved, source}
+let stopRequested = false;
+let fatal = null;         // the engine's death sentence (device lost): training stops at the next step
+let sampleAbort = null;   // the AbortController of the sample in progress
+
+// Runs jobs one at a time (a training burst, a sample, a save): they share the model.
+let tail = Promise.resolve();
+const exclusive = (fn) => {
+  const run = tail.then(fn);
+  tail = run.catch(() => {});
+  return run;
+};
+
+const post = (m, transfer = []) => postMessage(m, transfer);
+const phase = (name, text) => post({ type: "phase", phase: name, text });
+const store = () => (storeOpened ??= openStore());
+
+async function loadPresets() {
+  return (presets ??= await (await fetch(PRESETS_URL)).json());
+}
+
+async function loadCorpus() {
+  if (corpus) return corpus;
+  const r = await fetch(CORPUS_URL);
+  if (!r.ok) throw new Error(`could not fetch the corpus ${CORPUS_URL.pathname}: HTTP ${r.status}`);
+  const bytes = new Uint8Array(await r.arrayBuffer());
+  if (bytes.length === 0) throw new Error(`the corpus ${CORPUS_URL.pathname} is empty: nothing to train on`);
+  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
+  const sha256 = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
+  return (corpus = { bytes, identity: { name: CORPUS_NAME, bytes: bytes.length, sha256 } });
+}
+
+const newRunId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
+
+function summary(item) {
+  const h = item.header;
+  const lastLoss = h.lossHistory?.length ? h.lossHistory[h.lossHistory.length - 1][1] : null;
+  return {
+    id: item.id, name: h.name ?? h.preset ?? "model", preset: h.preset ?? null,
+    step: Number(item.file.match(/-(\d+)\.tinygpt$/)[1]), targetSteps: h.training?.steps ?? null,
+    loss: h.finalLoss ?? lastLoss, valLoss: h.bestVal ?? null, savedAt: h.savedAt ?? null, bytes: item.size,
+    backend: h.run?.backend ?? null, corpus: h.corpus?.name ?? null,
+  };
+}
+
+async function listCheckpoints() {
+  const { store: s } = await store();
+  post({ type: "checkpoints", items: s ? (await s.list()).map(summary) : [] });
+}
+
+/** Sends a sample in progress its cancellation and waits until it has let go of the model. */
+async function cancelSample() {
+  sampleAbort?.abort();
+  await exclusive(() => {});
+}
+
+function release() {
+  current?.engine.destroy();
+  current = null;
+}
+
+/** A new engine for `config` (state and dataState from a checkpoint, or fresh from seed). */
+async function makeEngine(backend, config, { seed, state = null, dataState = null }) {
+  const module = await engineModules[backend]();
+  const { bytes } = await loadCorpus();
+  fatal = null;
+  return module.createEngine({ ...config, corpus: bytes, seed, state, dataState,
+    onFatal: (message) => {
+      fatal = message;
+      post({ type: "error", message, fatal: true });
+    } });
+}
+
+function announce(notice = null) {
+  const c = current;
+  post({ type: "loaded", backend: c.backend, description: c.engine.description, paramCount: c.engine.paramCount,
+    preset: c.preset, step: c.engine.step, targetSteps: c.targetSteps, source: c.source, id: c.runId, notice,
+    lossHistory: c.lossHistory, valHistory: c.valHistory });
+}
+
+/** The whole .tinygpt of the model in memory: state with moments and everything to resume it. */
+async function checkpointBytes() {
+  const c = current;
+  const state = await c.engine.exportState();
+  const { identity } = await loadCorpus();
+  const last = c.lossHistory[c.lossHistory.length - 1];
+  const vals = c.valHistory.map(([, v]) => v);
+  const header = {
+    name: c.name, preset: c.preset, training: { ...c.config.training, steps: c.targetSteps },
+    dataState: c.engine.dataState(), corpus: identity, lossHistory: c.lossHistory, valHistory: c.valHistory,
+    finalLoss: last ? last[1] : null, bestVal: vals.length ? Math.min(...vals) : null,
+    run: { id: c.runId, backend: c.backend, engine: c.engine.description },
+  };
+  return writeTinyGPT({ config: c.config.model, header, state });
+}
+
+/** Saves the model in memory to OPFS (if there is one and it changed since the last save). */
+async function checkpoint() {
+  const c = current;
+  const { store: s } = await store();
+  if (!s || c.lastSaved === c.engine.step) return;
+  phase("saving", `Saving a checkpoint at step ${c.engine.step}…`);
+  const bytes = await checkpointBytes();
+  try {
+    await s.save(c.runId, c.engine.step, bytes);
+    c.lastSaved = c.engine.step;
+    post({ type: "saved", id: c.runId, step: c.engine.step, bytes: bytes.length });
+  } catch (e) {
+    post({ type: "notice", message: String(e.message) });
+  }
+}
+
+async function trainLoop(checkpointSeconds) {
+  const c = current;
+  const evalEvery = c.config.training.evalEvery;
+  stopRequested = false;
+  phase("training", "Training…");
+  let lastSave = performance.now();
+  let last = performance.now();
+  const pending = [];
+  const settle = async () => {
+    const { step, loss } = pending.shift();
+    const value = await loss;
+    const now = performance.now();
+    c.lossHistory.push([step, value]);
+    post({ type: "step", step, loss: value, ms: now - last });
+    last = now;
+  };
+  const drain = async () => { while (pending.length) await settle(); };
+  const running = () => !stopRequested && !fatal && c === current;
+  while (c.engine.step < c.targetSteps && running()) {
+    await exclusive(async () => {
+      if (!running()) return;
+      const burstEnd = performance.now() + BURST_MS;
+      do {
+        const { loss } = await c.engine.trainStep();
+        const step = c.engine.step;
+        pending.push({ step, loss });
+        if (pending.length >= IN_FLIGHT[c.backend]) await settle();
+        if (step % evalEvery === 0 || step === c.targetSteps) {
+          await drain();
+          const valLoss = await c.engine.evaluate();
+          c.valHistory.push([step, valLoss]);
+          post({ type: "eval", step, valLoss });
+        }
+      } while (c.engine.step < c.targetSteps && performance.now() < burstEnd && running());
+      await drain();
+      if (performance.now() - lastSave >= checkpointSeconds * 1000) {
+        await checkpoint();
+        phase("training", "Training…");
+        lastSave = performance.now();
+        last = lastSave;  // the save's time is not a step's
+      }
+    });
+    await yieldToMessages();
+  }
+  if (c !== current) return;
+  if (!fatal) await exclusive(checkpoint);
+  phase("idle", "");
+  post({ type: "done", step: c.engine.step, targetSteps: c.targetSteps, stopped: c.engine.step < c.targetSteps });
+}
+
+async function train({ backend, preset, steps, seed, checkpointSeconds }) {
+  await cancelSample();
+  const p = await loadPresets();
+  const config = configFromPresets(p, preset, { training: { seed, steps } });
+  phase("loading", `Creating the ${preset} model on ${backend === "webgpu" ? "WebGPU" : "WebAssembly"}…`);
+  await exclusive(release);
+  const engine = await makeEngine(backend, config, { seed });
+  current = { engine, backend, runId: newRunId(), name: `${preset}, seed ${seed}`, preset, config, targetSteps: steps,
+    lossHistory: [], valHistory: [], lastSaved: null, source: "new" };
+  announce();
+  await trainLoop(checkpointSeconds);
+}
+
+async function continueTraining({ steps, checkpointSeconds }) {
+  await cancelSample();
+  if (!current) throw new Error("there is no model in memory to continue: train one or resume a saved one");
+  current.targetSteps = current.engine.step + steps;
+  announce();
+  await trainLoop(checkpointSeconds);
+}
+
+/** Builds the engine for a parsed .tinygpt; the model in memory is replaced only once that worked. */
+async function adopt(backend, parsed, { runId, source, name }) {
+  const { header } = parsed;
+  const { identity } = await loadCorpus();
+  let notice = null;
+  if (header.corpus?.sha256 && header.corpus.sha256 !== identity.sha256) {
+    notice = `This model was trained on ${header.corpus.name ?? "another corpus"} (${header.corpus.bytes ?? "?"} bytes, ` +
+      `sha256 ${String(header.corpus.sha256).slice(0, 12)}…), not on this page's ${identity.name}: training on here continues on ${identity.name}.`;
+  }
+  const config = configFromHeader(header, await loadPresets());
+  phase("loading", `Loading ${name} on ${backend === "webgpu" ? "WebGPU" : "WebAssembly"}…`);
+  const dataState = header.dataState ?? { seed: config.training.seed, batchesDrawn: 0 };
+  const engine = await makeEngine(backend, config, { seed: dataState.seed, state: parsed.state, dataState });
+  await exclusive(release);
+  current = { engine, backend, runId, name, preset: header.preset ?? null, config,
+    targetSteps: Math.max(header.training?.steps ?? 0, parsed.step), lossHistory: header.lossHistory ?? [],
+    valHistory: header.valHistory ?? [], lastSaved: source === "saved" ? parsed.step : null, source };
+  announce(notice);
+}
+
+async function resume({ backend, id, checkpointSeconds }) {
+  await cancelSample();
+  const { store: s, reason } = await store();
+  if (!s) throw new Error(`there are no saved checkpoints: ${reason}`);
+  const { parsed } = await s.read(id);
+  await adopt(backend, parsed, { runId: id, source: "saved", name: parsed.header.name ?? parsed.header.preset ?? "model" });
+  phase("idle", "");
+  if (current.engine.step < current.targetSteps) await trainLoop(checkpointSeconds);
+  else post({ type: "done", step: current.engine.step, targetSteps: current.targetSteps, stopped: false });
+}
+
+async function load({ backend, bytes, name }) {
+  await cancelSample();
+  const parsed = readTinyGPT(new Uint8Array(bytes));  // refuses a bad file before anything changes
+  await adopt(backend, parsed, { runId: newRunId(), source: "upload", name });
+  await exclusive(checkpoint);
+  phase("idle", "");
+  await listCheckpoints();
+}
+
+async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
+  await cancelSample();
+  if (!current) throw new Error("there is no model yet: train one, resume a saved one or upload a .tinygpt");
+  const controller = (sampleAbort = new AbortController());
+  await exclusive(async () => {
+    const decoder = new TextDecoder("utf-8");  // streamed: a character may span tokens
+    const t0 = performance.now();
+    let ttftMs = null, tokens = 0, chunk = [];
+    let lastPost = t0;
+    const flush = () => {
+      const elapsed = (performance.now() - t0) / 1000;
+      post({ type: "text", text: decoder.decode(Uint8Array.from(chunk), { stream: true }), tokens, ttftMs,
+        tokensPerSecond: tokens / Math.max(elapsed, 1e-6) });
+      chunk = [];
+      lastPost = performance.now();
+    };
+    const bytes = new TextEncoder().encode(prompt || "\n");  // an empty prompt starts from a newline
+    const made = await current.engine.generate(bytes, { temperature, topK, seed, maxNewTokens, signal: controller.signal,
+      onToken: (t) => {
+        ttftMs ??= performance.now() - t0;
+        tokens++;
+        chunk.push(t);
+        if (performance.now() - lastPost > 30) flush();
+      } });
+    flush();
+    post({ type: "text", text: decoder.decode(), tokens, ttftMs, tokensPerSecond: tokens / Math.max((performance.now() - t0) / 1000, 1e-6) });
+    post({ type: "sampleDone", tokens: made, cancelled: controller.signal.aborted });
+  });
+  if (sampleAbort === controller) sampleAbort = null;
+}
+
+async function download({ id, compact }) {
+  let bytes, name;
+  if (id === null) {
+    if (!current) throw new Error("there is no model in memory to download");
+    bytes = await exclusive(checkpointBytes);
+    name = `${current.preset ?? "model"}-step${current.engine.step}`;
+  } else {
+    const { store: s } = await store();
+    const saved = await s.read(id);
+    bytes = saved.bytes;
+    name = `${saved.parsed.header.preset ?? "model"}-step${saved.parsed.step}`;
+  }
+  if (compact) {
+    const parsed = readTinyGPT(bytes);
+    const weightsOnly = parsed.state.subarray(0, 4 + 4 * paramCount(parsed.config));
+    bytes = writeCompactF16({ config: parsed.config, header: parsed.header, state: weightsOnly });
+    name += "-fp16";
+  }
+  const buffer = bytes.buffer.slice(bytes.byteOffset, bytes.byteOffset + bytes.byteLength);
+  post({ type: "file", name: `${name}.tinygpt`, bytes: buffer }, [buffer]);
+}
+
+async function hello() {
+  const { store: s, reason } = await store();
+  post({ type: "features", opfs: !!s, opfsReason: reason });
+  await listCheckpoints();
+}
+
+const handlers = {
+  hello,
+  train,
+  continue: continueTraining,
+  resume,
+  load,
+  sample,
+  download,
+  list: listCheckpoints,
+  stop: () => { stopRequested = true; },
+  stopSample: () => { sampleAbort?.abort(); },
+  delete: async ({ id }) => {
+    const { store: s } = await store();
+    if (s) await s.remove(id);
+    await listCheckpoints();
+  },
+};
+
+self.onmessage = async ({ data: msg }) => {
+  try {
+    const handler = handlers[msg.type];
+    if (!handler) throw new Error(`unknown message type ${msg.type}`);
+    await handler(msg);
+  } catch (e) {
+    phase("idle", "");
+    post({ type: "error", message: String(e?.message || e), during: msg.type, fatal: false });
+  }
+};
