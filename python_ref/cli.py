@@ -1,4 +1,4 @@
-"""The `tinygpt` command: train, sample, eval, bench (also `python -m python_ref.cli`).
+"""The `tinygpt` command: train, sample, eval, export, bench (also `python -m python_ref.cli`).
 
 Bad input (a config, corpus or checkpoint that cannot work) prints one line to stderr and exits 2.
 """
@@ -75,6 +75,17 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_export(args) -> int:
+    state = tinygpt_file.read_state(args.checkpoint)
+    # The new file gets its own savedAt (and CRCs); every other key (training, corpus, ...) is kept.
+    meta = {k: v for k, v in state.header.items() if k != "savedAt"}
+    dtype = "float16" if args.fp16 else "float32"
+    tinygpt_file.write_state(args.out, tinygpt_file.CheckpointState(state.config, state.step, state.weights,
+                                                                    header=meta), dtype)
+    print(f"saved {args.out}: {dtype} weights of {state.config.param_count():,} parameters, no AdamW moments")
+    return 0
+
+
 def cmd_bench(args) -> int:
     if args.threads is not None:
         if args.threads <= 0:
@@ -130,6 +141,12 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="corpus whose val split is evaluated")
     e.add_argument("--device", default="auto")
     e.set_defaults(func=cmd_eval)
+
+    x = sub.add_parser("export", help="write a checkpoint's weights alone (no AdamW moments), optionally as float16")
+    x.add_argument("checkpoint")
+    x.add_argument("out", help="the new .tinygpt file")
+    x.add_argument("--fp16", action="store_true", help="the compact float16 file: half the size, weights rounded")
+    x.set_defaults(func=cmd_export)
 
     b = sub.add_parser("bench", help="ms/step, tokens/s and GFLOP/s of full training steps; one JSON line each")
     b.add_argument("--preset", action="append", help="preset name, repeatable, or 'all' (default: small)")

@@ -2,6 +2,8 @@
 
 "TGPT" | u32 LE version 2 | u32 LE header length N | N bytes UTF-8 JSON | state
 state = i32 LE step | all weights (manifest order) | [all AdamW m | all AdamW v]   (float32 LE)
+or, with header "weightsDtype": "float16", the compact weights-only form:
+state = i32 LE step | all weights as float16 LE | [2 zero bytes if the parameter count is odd]
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ PREFIX = struct.Struct("<4sII")
 CRC_PLACEHOLDER = "00000000"
 _HEADER_CRC_FIELD = re.compile(rb'"headerCrc32"\s*:\s*"([0-9a-f]{8})"')
 _READ_CHUNK = 1 << 24
+WEIGHTS_DTYPES = ("float32", "float16")
 
 
 class TinyGPTFileError(ValueError):
@@ -99,12 +102,19 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
-def write_state(path: str | Path, state: CheckpointState) -> None:
-    """Atomic write: a temp file beside the target, then rename, so a failure never clobbers saved work."""
+def write_state(path: str | Path, state: CheckpointState, dtype: str = "float32") -> None:
+    """Atomic write: a temp file beside the target, then rename, so a failure never clobbers saved work.
+
+    dtype "float16" writes the compact weights-only file (docs/format.md), rounded to nearest even.
+    """
     entries = manifest_entries(state.config)
     blocks = [("weights", state.weights)]
+    if dtype not in WEIGHTS_DTYPES:
+        raise TinyGPTFileError(f"refusing to save: unknown weights dtype {dtype!r}; use 'float32' or 'float16'")
     if (state.m is None) != (state.v is None):
         raise TinyGPTFileError("refusing to save: AdamW m and v must be given together")
+    if dtype == "float16" and state.m is not None:
+        raise TinyGPTFileError("refusing to save: a float16 file holds weights only (no AdamW moments)")
     if state.m is not None:
         blocks += [("AdamW m", state.m), ("AdamW v", state.v)]
     arrays = []
@@ -119,21 +129,44 @@ def write_state(path: str | Path, state: CheckpointState) -> None:
                 )
             if not np.isfinite(a).all():
                 raise TinyGPTFileError(f"refusing to save: {what} of {e['name']} holds NaN or infinity")
-            arrays.append(a)
+            arrays.append(to_float16(a, e["name"]) if dtype == "float16" else a.astype("<f4", copy=False))
+    if dtype == "float16" and state.config.param_count() % 2:
+        arrays.append(np.zeros(1, "<f2"))  # padding: the file length stays a multiple of 4
     if isinstance(state.step, bool) or not isinstance(state.step, int) or not 0 <= state.step < 2**31:
         raise TinyGPTFileError(f"refusing to save: step must be an integer in [0, 2^31), got {state.step!r}")
     step_bytes = struct.pack("<i", state.step)
+    chunks = [memoryview(np.ascontiguousarray(a)).cast("B") for a in arrays]
     header = dict(state.header)
+    header.pop("weightsDtype", None)  # absent means float32, so a float32 file is what it always was
     header.update(
         config=state.config.to_json(),
         manifest=entries,
         includesOptimizerState=state.m is not None,
-        stateCrc32=f"{crc32_arrays(arrays, zlib.crc32(step_bytes)):08x}",
+        stateCrc32=f"{_crc32_chunks(chunks, zlib.crc32(step_bytes)):08x}",
     )
+    if dtype == "float16":
+        header["weightsDtype"] = "float16"
     header.setdefault("savedAt", _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"))
     text = encode_header(header)
-    atomic_write(path, [PREFIX.pack(MAGIC, VERSION, len(text)), text, step_bytes]
-                 + [memoryview(np.ascontiguousarray(a, dtype="<f4")).cast("B") for a in arrays])
+    atomic_write(path, [PREFIX.pack(MAGIC, VERSION, len(text)), text, step_bytes] + chunks)
+
+
+def to_float16(a: np.ndarray, name: str) -> np.ndarray:
+    """float32 -> float16 LE, round to nearest even; refused where that rounding overflows to infinity
+    (|w| >= 65520: 65504 is the largest finite float16, and everything below 65520 rounds to it)."""
+    with np.errstate(over="ignore"):
+        h = a.astype("<f2")
+    if np.isinf(h).any():
+        raise TinyGPTFileError(
+            f"refusing to save: weights of {name} hold a value beyond the float16 range (largest finite 65504)"
+        )
+    return h
+
+
+def _crc32_chunks(chunks, crc: int) -> int:
+    for chunk in chunks:
+        crc = zlib.crc32(chunk, crc)
+    return crc
 
 
 def atomic_write(path: str | Path, chunks) -> None:
@@ -160,6 +193,11 @@ def _parse_header(raw: bytes) -> dict:
     for key, kind in (("config", dict), ("manifest", list), ("includesOptimizerState", bool), ("stateCrc32", str)):
         if not isinstance(header.get(key), kind):
             raise TinyGPTFileError(f"header key {key!r} is missing or not a {kind.__name__}")
+    dtype = header.get("weightsDtype", "float32")
+    if dtype not in WEIGHTS_DTYPES:
+        raise TinyGPTFileError(f"header key 'weightsDtype' must be 'float32' or 'float16', got {dtype!r}")
+    if dtype == "float16" and header["includesOptimizerState"]:
+        raise TinyGPTFileError("a float16 file holds weights only, but its includesOptimizerState is true")
     data_state = header.get("dataState")
     if data_state is not None and not (
         isinstance(data_state, dict)
@@ -173,6 +211,14 @@ def _parse_header(raw: bytes) -> dict:
 
 def _is_int(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _state_layout(count: int, blocks: int, dtype: str) -> tuple[str, int, str]:
+    """(numpy dtype, elements stored after the step, description) of the state of count parameters.
+    A float16 state of odd count ends with one zero float16 of padding (file length a multiple of 4)."""
+    if dtype == "float16":
+        return "<f2", count + count % 2, f"step + {count} float16{' + 2 bytes of padding' if count % 2 else ''}"
+    return "<f4", count * blocks, f"step + {blocks} x {count} float32"
 
 
 def _check_manifest(header: dict, expected: list[dict]) -> None:
@@ -225,17 +271,19 @@ def read_state(path: str | Path) -> CheckpointState:
         # for an absurd nLayer would take unbounded time; after it, the manifest is bounded by the file.
         count = config.param_count()
         blocks = 3 if header["includesOptimizerState"] else 1
-        expected = 4 + 4 * count * blocks
+        dtype = header.get("weightsDtype", "float32")
+        stored_dtype, stored_count, layout = _state_layout(count, blocks, dtype)
+        expected = 4 + np.dtype(stored_dtype).itemsize * stored_count
         actual = size - PREFIX.size - n
         if actual != expected:
             raise TinyGPTFileError(
                 f"state length mismatch: {actual} bytes after the header, expected {expected} "
-                f"(step + {blocks} x {count} float32){' - the file is truncated' if actual < expected else ''}"
+                f"({layout}){' - the file is truncated' if actual < expected else ''}"
             )
         entries = manifest_entries(config)
         _check_manifest(header, entries)
         step_bytes = f.read(4)
-        flat = np.empty(count * blocks, dtype="<f4")
+        flat = np.empty(stored_count, dtype=stored_dtype)
         view = memoryview(flat).cast("B")
         crc, pos = zlib.crc32(step_bytes), 0
         while pos < len(view):
@@ -249,6 +297,10 @@ def read_state(path: str | Path) -> CheckpointState:
     step = struct.unpack("<i", step_bytes)[0]
     if step < 0:
         raise TinyGPTFileError(f"step is negative ({step})")
+    if dtype == "float16":
+        if flat[count:].view("<u2").any():
+            raise TinyGPTFileError("float16 padding after the weights is not zero")
+        flat = flat[:count].astype(np.float32)
     split = [{e["name"]: flat[b * count + e["offset"]: b * count + e["offset"] + math.prod(e["shape"])]
               .reshape(e["shape"]) for e in entries} for b in range(blocks)]
     for b, block in enumerate(split):
@@ -291,8 +343,10 @@ def restore_optimizer(model: TinyGPT, optimizer, state: CheckpointState) -> None
         }
 
 
-def save(path, model: TinyGPT, optimizer=None, step: int | None = None, **meta) -> None:
+def save(path, model: TinyGPT, optimizer=None, step: int | None = None, dtype: str = "float32", **meta) -> None:
     """Write model (and AdamW moments if an optimizer that has stepped is given) with header keys meta.
+
+    dtype "float16" writes the compact weights-only file; it refuses an optimizer's moments.
 
     step defaults to the optimizer's own step count (0 without one); a different explicit step is
     refused, because resuming would then bias-correct the moments with the wrong t.
@@ -305,7 +359,7 @@ def save(path, model: TinyGPT, optimizer=None, step: int | None = None, **meta) 
         step = optimizer_step
     elif moments and step != optimizer_step:
         raise TinyGPTFileError(f"refusing to save: step {step} differs from the optimizer's step {optimizer_step}")
-    write_state(path, CheckpointState(model.config, step, weights, m, v, header=meta))
+    write_state(path, CheckpointState(model.config, step, weights, m, v, header=meta), dtype)
 
 
 def _optimizer_step(model: TinyGPT, optimizer) -> int:

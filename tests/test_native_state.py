@@ -1,4 +1,5 @@
 """wasm/src/state.cpp: the .tinygpt state layout both ways between C++ and python_ref."""
+import struct
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from tinygpt_native import NativeModel, checkpoint_from_state, state_bytes_of_fi
 
 from python_ref.config import DEFAULT_CORPUS, model_config, train_config  # noqa: E402
 from python_ref.data import BatchStream, Corpus  # noqa: E402
+from python_ref.evaluate import val_windows_loss  # noqa: E402
 from python_ref.tinygpt_file import model_from_state, read_state, save, write_state  # noqa: E402
 from python_ref.model import TinyGPT  # noqa: E402
 
@@ -89,6 +91,29 @@ def test_cpp_export_is_readable_by_python_ref(tmp_path):
     rel = abs(loss.item() - want) / want
     print(f"C++ state -> python_ref: loss {loss.item():.7f} vs C++ {want:.7f}, rel diff {rel:.1e}")
     assert rel < 1e-5
+
+
+def test_float16_file_loads_in_cpp_as_float32_state_with_equal_eval_loss(tmp_path):
+    """The core takes float32 state only: python_ref widens a float16 file, tg_import_state takes that."""
+    config, tc = model_config(PRESET), train_config(PRESET)
+    model = TinyGPT(config, seed=21)
+    path = tmp_path / "compact.tinygpt"
+    save(path, model, step=7, dtype="float16")
+    state = read_state(path)
+    assert state.header["weightsDtype"] == "float16"
+    names = list(state.weights)
+    float32_state = struct.pack("<i", state.step) + b"".join(state.weights[n].astype("<f4").tobytes() for n in names)
+    corpus = Corpus.from_file(DEFAULT_CORPUS)
+    _, val = corpus.split(tc.valFraction, config.ctx)
+    want = val_windows_loss(model_from_state(state), val, tc.evalWindows)  # the same float16-rounded weights
+    with NativeModel(config, batch=tc.batch) as m:
+        m.import_state(float32_state)
+        assert m.step == 7 and m.export_state(False) == float32_state
+        m.set_corpus(corpus.data, tc.valFraction)
+        got = m.eval(tc.evalWindows)
+    print(f"float16 file -> float32 state -> C++: eval loss {got:.7f} vs python_ref {want:.7f}, "
+          f"|diff| {abs(got - want):.1e}")
+    assert abs(got - want) < 1e-5
 
 
 def test_resume_from_exported_state_continues_the_same_trajectory():

@@ -16,7 +16,10 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from python_ref.config import ModelConfig
+from python_ref import cli
+from python_ref.config import DEFAULT_CORPUS, ModelConfig
+from python_ref.data import Corpus
+from python_ref.evaluate import val_windows_loss
 from python_ref.model import TinyGPT
 from python_ref.tinygpt_file import (
     PREFIX, CheckpointState, TinyGPTFileError, load, manifest_entries, read_state, restore_optimizer, save,
@@ -25,6 +28,7 @@ from python_ref.tinygpt_file import (
 
 MICRO = ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=4)
 SMALLISH = ModelConfig(nLayer=2, nHead=2, dModel=16, ctx=8)
+ODD = ModelConfig(nLayer=1, nHead=1, dModel=3, ctx=2)  # P = 927: a float16 state needs 2 bytes of padding
 REQUIRED = {"config", "manifest", "includesOptimizerState", "stateCrc32", "headerCrc32"}
 
 
@@ -364,6 +368,144 @@ def test_lengths_are_64_bit_for_a_behemoth_file(tmp_path):
     with pytest.raises(TinyGPTFileError, match="5678929920 bytes after the header, expected 5678929924") as e:
         read_state(path)
     print(f"refused: {e.value}")
+
+
+# ---------------------------------------------------------------- compact float16 files
+
+def float16_edge_values() -> np.ndarray:
+    """float32 values where rounding to float16 is easy to get wrong: ties to even, subnormals, the
+    largest finite float16 and what rounds to it, signed zeros, values that vanish."""
+    tiny = 2.0 ** -24  # the smallest float16 subnormal
+    return np.array([
+        0.0, -0.0, 1.0, -1.0, 1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 2048 + 1, 2048 + 3,  # ties
+        tiny, -tiny, 0.5 * tiny, -0.5 * tiny, 1.5 * tiny, 2.5 * tiny, 0.5000001 * tiny, 0.4999 * tiny,
+        1023 * tiny, 1023.5 * tiny, 1024 * tiny, 2.0 ** -14, 1e-10, -1e-30, 1e-45,  # subnormals, vanishing
+        65504.0, -65504.0, 65519.0, -65519.0, 65519.996, 0.1, 1 / 3, 3.14159265,
+    ], dtype=np.float32)
+
+
+def weights_with(config: ModelConfig, values: np.ndarray, seed: int = 0) -> dict:
+    """Random normal weights of varied scales, values written over the start of token_embedding."""
+    rng = np.random.default_rng(seed)
+    weights = {}
+    for e in manifest_entries(config):
+        size = math.prod(e["shape"])
+        weights[e["name"]] = (rng.standard_normal(size) * 10.0 ** rng.uniform(-6, 3, size)).astype(np.float32)
+    weights["token_embedding.weight"][:values.size] = values
+    return {e["name"]: weights[e["name"]].reshape(e["shape"]) for e in manifest_entries(config)}
+
+
+@pytest.mark.parametrize("config", [MICRO, ODD], ids=["even P", "odd P"])
+def test_float16_file_holds_numpys_float16_bits(tmp_path, config):
+    weights = weights_with(config, float16_edge_values())
+    path = tmp_path / "h.tinygpt"
+    write_state(path, CheckpointState(config, 7, weights, header={"sample": "x"}), dtype="float16")
+    raw = path.read_bytes()
+    header, state = split_file(raw)
+    P = config.param_count()
+    assert header["weightsDtype"] == "float16" and header["includesOptimizerState"] is False
+    assert len(raw) % 4 == 0 and len(state) == 4 + 2 * P + 2 * (P % 2)
+    want16 = np.concatenate([weights[e["name"]].reshape(-1).astype("<f2") for e in header["manifest"]])
+    assert state[4:4 + 2 * P] == want16.tobytes() and state[4 + 2 * P:] == b"\0" * (2 * (P % 2))
+    back = read_state(path)
+    assert back.step == 7 and back.m is None and back.header["weightsDtype"] == "float16"
+    worst_vs_numpy = worst_rounding = 0.0
+    for name, a in weights.items():
+        want = a.astype(np.float16).astype(np.float32)
+        assert back.weights[name].dtype == np.float32
+        assert np.array_equal(bits(back.weights[name]), bits(want)), name  # bitwise: -0.0 stays -0.0
+        worst_vs_numpy = max(worst_vs_numpy, float(np.abs(back.weights[name] - want).max()))
+        worst_rounding = max(worst_rounding, float((np.abs(back.weights[name] - a) / np.maximum(np.abs(a), 2.0**-14)).max()))
+    print(f"P={P}: max |float16 file - numpy float16| = {worst_vs_numpy}, "
+          f"max relative rounding error {worst_rounding:.2e} (float16 half-ulp: {2.0**-11:.2e})")
+    assert worst_rounding <= 2.0 ** -11
+
+
+def test_float16_file_loads_as_a_model_with_nearly_the_same_eval_loss(tmp_path):
+    model, _ = trained(SMALLISH, steps=5)
+    save(tmp_path / "f32.tinygpt", model)
+    save(tmp_path / "f16.tinygpt", model, dtype="float16")
+    size32, size16 = (tmp_path / "f32.tinygpt").stat().st_size, (tmp_path / "f16.tinygpt").stat().st_size
+    _, val = Corpus.from_file(DEFAULT_CORPUS).split(0.1, SMALLISH.ctx)
+    loss32 = val_windows_loss(load(tmp_path / "f32.tinygpt")[0], val, 64)
+    loss16 = val_windows_loss(load(tmp_path / "f16.tinygpt")[0], val, 64)
+    print(f"eval loss float32 {loss32:.6f}, float16 {loss16:.6f}: |diff| {abs(loss16 - loss32):.2e}; "
+          f"file {size32} -> {size16} bytes")
+    assert abs(loss16 - loss32) < 1e-2
+    assert size16 < size32 * 0.55
+
+
+def test_float16_writer_refuses_overflow_moments_and_unknown_dtypes(tmp_path):
+    weights = weights_with(MICRO, np.array([65519.0, -65519.0], np.float32))
+    write_state(tmp_path / "ok.tinygpt", CheckpointState(MICRO, 0, weights), dtype="float16")
+    assert read_state(tmp_path / "ok.tinygpt").weights["token_embedding.weight"][0, :2].tolist() == [65504, -65504]
+    for beyond in (65520.0, -65520.0, 1e38):
+        bad = dict(weights, **{"blocks.0.ln2.bias": np.full(8, beyond, np.float32)})
+        with pytest.raises(TinyGPTFileError, match=r"refusing to save: weights of blocks.0.ln2.bias hold a value "
+                                                   r"beyond the float16 range \(largest finite 65504\)") as e:
+            write_state(tmp_path / "a", CheckpointState(MICRO, 0, bad), dtype="float16")
+    print(f"refused: {e.value}")
+    nan = dict(weights, **{"ln_f.bias": np.full(8, np.nan, np.float32)})
+    with pytest.raises(TinyGPTFileError, match="weights of ln_f.bias holds NaN or infinity"):
+        write_state(tmp_path / "a", CheckpointState(MICRO, 0, nan), dtype="float16")
+    model, opt = trained(MICRO)
+    with pytest.raises(TinyGPTFileError, match=r"a float16 file holds weights only \(no AdamW moments\)"):
+        save(tmp_path / "a", model, opt, dtype="float16")
+    with pytest.raises(TinyGPTFileError, match="unknown weights dtype 'bfloat16'"):
+        write_state(tmp_path / "a", CheckpointState(MICRO, 0, weights), dtype="bfloat16")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.tinygpt"]
+
+
+@lru_cache(maxsize=None)
+def float16_file(config: ModelConfig = MICRO) -> bytes:
+    with tempfile.TemporaryDirectory() as d:
+        save(Path(d) / "h.tinygpt", TinyGPT(config, seed=4), dtype="float16", sample="hi")
+        return (Path(d) / "h.tinygpt").read_bytes()
+
+
+def float16_state_with(state: bytes, index: int, half_bits: int) -> bytes:
+    halves = np.frombuffer(state[4:], dtype="<u2").copy()
+    halves[index] = half_bits
+    return state[:4] + halves.tobytes()
+
+
+def test_reader_refuses_bad_float16_files(tmp_path):
+    header, state = split_file(float16_file())
+    refused(tmp_path, assemble(dict(header, weightsDtype="bfloat16"), state),
+            "header key 'weightsDtype' must be 'float32' or 'float16', got 'bfloat16'")
+    refused(tmp_path, assemble(dict(header, weightsDtype=None), state), "got None")
+    refused(tmp_path, float16_file()[:-2], r"state length mismatch: \d+ bytes after the header, expected \d+ "
+                                          r"\(step \+ \d+ float16\) - the file is truncated")
+    moments_header, moments_state = split_file(valid_file())
+    refused(tmp_path, assemble(dict(moments_header, weightsDtype="float16"), moments_state),
+            "a float16 file holds weights only, but its includesOptimizerState is true")
+    f32_header, f32_state = split_file(valid_file(False))
+    refused(tmp_path, assemble(dict(f32_header, weightsDtype="float16"), f32_state), "state length mismatch")
+    refused(tmp_path, assemble(header, float16_state_with(state, 300, 0x7E00), state_crc=True),
+            r"non-finite value \(NaN or infinity\) in weights of token_embedding.weight")
+    refused(tmp_path, assemble(header, float16_state_with(state, MICRO.param_count() - 1, 0xFC00), state_crc=True),
+            r"non-finite value \(NaN or infinity\) in weights of ln_f.bias")
+    odd_header, odd_state = split_file(float16_file(ODD))
+    refused(tmp_path, assemble(odd_header, odd_state[:-2] + b"\1\0", state_crc=True),
+            "float16 padding after the weights is not zero")
+
+
+def test_cli_export_writes_float16_weights_and_keeps_the_metadata(tmp_path, capsys):
+    src = write(tmp_path / "full.tinygpt", valid_file())
+    out = tmp_path / "small.tinygpt"
+    assert cli.main(["export", str(src), str(out), "--fp16"]) == 0
+    print(capsys.readouterr().out.strip())
+    full, half = read_state(src), read_state(out)
+    assert half.header["weightsDtype"] == "float16" and half.m is None and half.step == full.step
+    assert all(half.header[k] == full.header[k] for k in ("dataState", "lossHistory", "sample"))
+    diff = max(float(np.abs(half.weights[n] - full.weights[n]).max()) for n in full.weights)
+    print(f"export --fp16: max |weight difference| {diff:.2e}; {src.stat().st_size} -> {out.stat().st_size} bytes")
+    assert all(np.array_equal(bits(half.weights[n]), bits(full.weights[n].astype(np.float16).astype(np.float32)))
+               for n in full.weights)
+    assert cli.main(["export", str(src), str(tmp_path / "w.tinygpt")]) == 0  # float32, moments dropped
+    plain = read_state(tmp_path / "w.tinygpt")
+    assert plain.m is None and "weightsDtype" not in plain.header
+    assert all(np.array_equal(bits(plain.weights[n]), bits(full.weights[n])) for n in full.weights)
 
 
 # ---------------------------------------------------------------- fuzz

@@ -166,6 +166,7 @@ async function trainLoop(checkpointSeconds) {
           const valLoss = await c.engine.evaluate();
           c.valHistory.push([step, valLoss]);
           post({ type: "eval", step, valLoss });
+          last = performance.now();  // the evaluation's time is not a step's
         }
       } while (c.engine.step < c.targetSteps && performance.now() < burstEnd && running());
       await drain();
