@@ -43,8 +43,9 @@ def press_train(page, answer: str = "new") -> None:
 
 def train(page, preset: str, steps: int, backend: str = "wasm", seed: int | None = None, save_every=None) -> str:
     fill_training(page, preset, steps, backend, seed, save_every)
+    ended = page.evaluate("window.playground.runsEnded")
     press_train(page)
-    page.wait_for_function(FINISHED)
+    page.wait_for_function(f"window.playground.runsEnded > {ended}")
     return status(page)
 
 

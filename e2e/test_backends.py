@@ -26,6 +26,9 @@ def test_webgpu_trains_tiny_like_webassembly(server_url, page):
     screenshot(page, "backends_webgpu")
     train(page, "tiny", PARITY_STEPS, backend="wasm", seed=1337)
     cpu = losses(page)[1:]
+    print(page.locator("#build").inner_text())
+    print("WebGPU:", gpu[:3], "\nWebAssembly:", cpu[:3])
+    assert page.evaluate("window.playground.loaded.backend") == "wasm"
     rel = max(abs(a - b) / abs(b) for a, b in zip(gpu, cpu))
     print(f"WebGPU vs WebAssembly, {PARITY_STEPS} losses from seed 1337: max relative difference {rel:.2e}")
     assert len(gpu) == len(cpu) == PARITY_STEPS and rel < PARITY_RTOL

@@ -79,3 +79,31 @@ def test_invalid_fields_get_a_message_and_nothing_starts(server_url, page):
         assert page.locator("#sample-output").inner_text() == ""
     screenshot(page, "controls_invalid_fields")
     assert page.errors == []
+
+
+def test_a_big_preset_asks_first_and_stop_during_creation_ends_it(server_url, page):
+    open_playground(page, server_url)
+    page.select_option("#preset", "behemoth")
+    page.wait_for_function("/behemoth|WebAssembly: needs \\d+\\.\\d+ GB/.test(document.getElementById('preset-info').textContent)")
+    print("\n" + page.locator("#preset-info").inner_text())
+    page.fill("#steps", "5")
+    asked = []
+    page.once("dialog", lambda d: (asked.append(d.message), d.dismiss()))
+    page.click("#start")
+    page.wait_for_timeout(300)
+    print(asked)
+    assert asked and "GB of memory" in asked[0]
+    assert page.evaluate("window.playground.phase") == "idle" and page.locator("#status").inner_text() == "Idle."
+
+    page.once("dialog", lambda d: d.accept())
+    page.click("#start")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Creating the behemoth model')")
+    t0 = time.monotonic()
+    page.click("#stop")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Stopped while the model was being created')")
+    print(f"Stop during creation honoured after {(time.monotonic() - t0) * 1000:.0f} ms")
+    assert time.monotonic() - t0 < 1.0
+    train(page, "tiny", 5)  # the page works on at once
+    assert page.locator("#status").inner_text().startswith("Finished")
+    screenshot(page, "controls_big_preset_stopped")
+    assert page.errors == []

@@ -48,7 +48,7 @@ def test_downloads_load_in_python_ref_with_the_pages_validation_loss(server_url,
 
 def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, page, tmp_path):
     run = new_run("tiny", device="cpu", seed=21)
-    run.run(60, progress=False)
+    run.run(200, progress=False)
     path = tmp_path / "python.tinygpt"
     run.save(path)
     prompt, n = b"ROMEO:", 120
@@ -57,7 +57,7 @@ def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, pa
     page.select_option("#backend", "wasm")
     page.set_input_files("#upload", str(path))
     page.wait_for_function("window.playground.loaded?.source === 'upload'")
-    assert page.evaluate("window.playground.loaded.step") == 60
+    assert page.evaluate("window.playground.loaded.step") == 200
     page.fill("#prompt", prompt.decode())
     page.fill("#temperature", "0")
     page.fill("#top-k", "0")

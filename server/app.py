@@ -1,5 +1,6 @@
-"""The Starlette app: `/` renders site/templates/index.html, `/static` serves site/static, and every
-response carries the headers of `_headers` (cross-origin isolation for WebAssembly threads)."""
+"""The Starlette app: `/` renders site/templates/index.html, `/static` serves site/static, `/webgpu`
+serves the WebGPU trainer's runtime files (and nothing else of webgpu/), and every response carries
+the headers of `_headers` (cross-origin isolation for WebAssembly threads)."""
 from __future__ import annotations
 
 import json
@@ -7,6 +8,7 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.responses import HTMLResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -14,6 +16,35 @@ from starlette.staticfiles import StaticFiles
 from server.headers import ROOT, global_headers
 
 SITE = ROOT / "site"
+WEBGPU = ROOT / "webgpu"
+# What the page's worker imports of webgpu/ (trainer.js and its imports): served at /webgpu/ and
+# copied into dist/webgpu/. The rest of webgpu/ (node_modules, tools, bench, package files) is
+# for Node and tests, never for the page.
+WEBGPU_RUNTIME = ("trainer.js", "prng.js", "ops.js", "plan.js", "kernels")
+
+
+def webgpu_runtime_files(webgpu: Path = WEBGPU) -> list[str]:
+    """Paths, relative to webgpu/, of every file of WEBGPU_RUNTIME (a folder: its .js files)."""
+    files = []
+    for name in WEBGPU_RUNTIME:
+        path = webgpu / name
+        found = sorted(path.rglob("*.js")) if path.is_dir() else [path]
+        files += [p.relative_to(webgpu).as_posix() for p in found]
+    return files
+
+
+class RuntimeFiles(StaticFiles):
+    """StaticFiles limited to a list of files; anything else is a 404 (listed per request, so a
+    new kernel file shows without a restart)."""
+
+    def __init__(self, directory: Path, list_files):
+        super().__init__(directory=directory)
+        self.list_files = list_files
+
+    async def get_response(self, path: str, scope):
+        if Path(path).as_posix() not in self.list_files():
+            raise HTTPException(status_code=404)
+        return await super().get_response(path, scope)
 
 
 def template_env(site: Path = SITE) -> Environment:
@@ -55,5 +86,6 @@ def create_app(site: Path = SITE) -> WithHeaders:
     app = Starlette(routes=[
         Route("/", index),
         Mount("/static", StaticFiles(directory=site / "static"), name="static"),
+        Mount("/webgpu", RuntimeFiles(WEBGPU, webgpu_runtime_files), name="webgpu"),
     ])
     return WithHeaders(app, global_headers())

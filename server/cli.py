@@ -1,5 +1,5 @@
 """`python -m server serve [--host H] [--port P]` runs the playground; `python -m server build
-[--out DIR]` writes it as static files (index.html, static/, _headers) for any static host."""
+[--out DIR]` writes it as static files (index.html, static/, webgpu/, _headers) for any static host."""
 from __future__ import annotations
 
 import argparse
@@ -42,7 +42,7 @@ def serve(args) -> int:
 
 
 def build(args) -> int:
-    from server.app import SITE, render_index
+    from server.app import SITE, WEBGPU, render_index, webgpu_runtime_files
 
     if missing := missing_builds(SITE):
         print(f"error: no WebAssembly build {', '.join(missing)} in site/static/wasm: run `make build` first",
@@ -56,6 +56,9 @@ def build(args) -> int:
     tmp = out.with_name(out.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(SITE / "static", tmp / "static")
+    for rel in webgpu_runtime_files():  # where the worker imports it: /webgpu/trainer.js
+        (tmp / "webgpu" / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(WEBGPU / rel, tmp / "webgpu" / rel)
     (tmp / "index.html").write_text(render_index(SITE))
     shutil.copyfile(HEADERS_FILE, tmp / "_headers")
     shutil.rmtree(out, ignore_errors=True)

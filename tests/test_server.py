@@ -1,6 +1,7 @@
 """server/: the headers come from `_headers` and reach every response of the real server process,
-files get the types browsers insist on, the page lists presets.json's presets, and `build` writes
-a static dist/ with the same headers file (and refuses a target that would replace the repo)."""
+files get the types browsers insist on, the page lists presets.json's presets, /webgpu/ serves the
+WebGPU trainer's runtime and nothing else of webgpu/, and `build` writes a static dist/ with the
+same headers file and that runtime (and refuses a target that would replace the repo)."""
 from __future__ import annotations
 
 import json
@@ -51,7 +52,9 @@ def server_url():
 @pytest.mark.parametrize("path,content_type", [
     ("/", "text/html"),
     ("/static/js/app.js", "text/javascript"),
-    ("/static/js/train_worker.js", "text/javascript"),
+    ("/static/js/worker.js", "text/javascript"),
+    ("/webgpu/trainer.js", "text/javascript"),
+    ("/webgpu/kernels/matmul.js", "text/javascript"),
     ("/static/wasm/relaxed/tinygpt.mjs", "text/javascript"),
     ("/static/wasm/relaxed/tinygpt.wasm", "application/wasm"),
     ("/static/presets.json", "application/json"),
@@ -70,6 +73,32 @@ def test_a_missing_file_is_a_404_with_the_headers(server_url):
     status, headers, _ = fetch(server_url + "/static/no-such-file.js")
     assert status == 404
     assert headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+
+
+@pytest.mark.parametrize("path", [
+    "/webgpu/package.json", "/webgpu/package-lock.json", "/webgpu/node_modules/webgpu/package.json",
+    "/webgpu/tools/browser_entry.js", "/webgpu/bench/bench.mjs", "/webgpu/node_gpu.js", "/webgpu/README.md",
+    "/webgpu/kernels/../node_gpu.js",
+])
+def test_webgpu_serves_only_the_runtime(server_url, path):
+    status, headers, _ = fetch(server_url + path)
+    print(f"\n{path}: {status}")
+    assert status == 404
+    assert headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+
+
+def test_webgpu_runtime_imports_only_runtime_files():
+    """Every relative import of a served runtime file is itself served: the page gets the whole trainer."""
+    import posixpath
+    import re
+
+    from server.app import WEBGPU, webgpu_runtime_files
+
+    served = set(webgpu_runtime_files())
+    imports = {posixpath.normpath(posixpath.join(posixpath.dirname(f), m))
+               for f in served for m in re.findall(r'from\s+"(\.[^"]+)"', (WEBGPU / f).read_text())}
+    print(f"\n{len(served)} runtime files, {len(imports)} distinct imports; unserved: {sorted(imports - served) or 'none'}")
+    assert imports <= served and "trainer.js" in served
 
 
 def test_page_lists_the_presets_of_presets_json(server_url):
@@ -92,7 +121,13 @@ def test_build_writes_a_static_site_with_the_same_headers(tmp_path):
     assert r.returncode == 0, r.stderr
     assert (out / "_headers").read_bytes() == HEADERS_FILE.read_bytes()
     assert "<option value=\"tiny\"" in (out / "index.html").read_text()
-    assert (out / "static/js/train_worker.js").exists() and (out / "static/wasm/relaxed/tinygpt.wasm").exists()
+    assert (out / "static/js/worker.js").exists() and (out / "static/wasm/relaxed/tinygpt.wasm").exists()
+    # the WebGPU runtime, where the worker imports it (../../webgpu/trainer.js), and nothing else of webgpu/
+    webgpu = sorted(p.relative_to(out / "webgpu").as_posix() for p in (out / "webgpu").rglob("*") if p.is_file())
+    print(f"\ndist/webgpu: {webgpu}")
+    assert {"trainer.js", "prng.js", "ops.js", "plan.js", "kernels/matmul.js", "kernels/attention.js"} <= set(webgpu)
+    assert all(p.endswith(".js") and not p.startswith(("tools/", "bench/", "node_modules/")) for p in webgpu)
+    assert (out / "webgpu/trainer.js").read_bytes() == (ROOT / "webgpu/trainer.js").read_bytes()
     # A second build replaces the first one whole: nothing stale survives.
     (out / "stale.txt").write_text("from an older build")
     assert run_build(out).returncode == 0

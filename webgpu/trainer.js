@@ -12,16 +12,127 @@ import { Plan } from "./plan.js";
 const LOSS_RING = 8;
 const U = () => GPUBufferUsage;
 
-/** {model, training} for a preset of presets.json (the parsed file), with optional overrides. */
-export function configFromPresets(presets, name, overrides = {}) {
-  const p = presets.presets[name];
-  if (!p) throw new Error(`unknown preset ${JSON.stringify(name)}; choose one of ${Object.keys(presets.presets).join(", ")}`);
-  const model = {
-    nLayer: p.nLayer, nHead: p.nHead, dModel: p.dModel, ctx: p.ctx,
-    vocabSize: presets.model.vocabSize, layerNormEps: presets.model.layerNormEps, ...(overrides.model ?? {}),
+// Activation buffers for B rows of T positions (kvT: the positions a KV cache holds), in floats.
+// The constructor creates them from this table and requirements() sums it: one source for both.
+function activationFloats({ dModel: C, nHead: H, vocabSize: V }, B, T, kvT) {
+  const rows = B * T;
+  return {
+    layer: { ln1: rows * C, ln1s: 2 * rows, att: rows * C, lse: B * H * T, res2: rows * C, ln2: rows * C, ln2s: 2 * rows, h: 4 * rows * C, g: 4 * rows * C },
+    // with T = kvT (training, eval) q, k, v are three views of one buffer, which one batched
+    // product fills; generation's KV cache (kvT > T) keeps them apart
+    qkv: T === kvT ? null : { q: rows * C, k: B * kvT * C, v: B * kvT * C },
+    res: rows * C, // L + 1 residual streams
+    top: { lnf: rows * C, lnfs: 2 * rows, logits: rows * V, losses: rows },
+    ids: rows, // tokens, targets: u32
   };
-  const training = { ...presets.training, batch: p.batch, steps: p.steps, ...(overrides.training ?? {}) };
-  return { model, training, initStd: presets.model.initStd };
+}
+const ACTIVATION_LABELS = { ln1s: "ln1 stats", ln2s: "ln2 stats", lnfs: "lnf stats" };
+const activationLabel = (key) => ACTIVATION_LABELS[key] ?? key;
+
+/** Floats between the q, k and v views of one buffer of 3 views of n floats each. */
+const qkvStride = (n) => Math.ceil(n / 64) * 64; // bind-group offsets must be multiples of 256 bytes
+
+/** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows. */
+const weightGradSplits = (M, N, rows) => chooseSplits(M, N, rows, chooseTile("tn", M, N));
+
+/**
+ * Floats of the split-K scratch: weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY
+ * fused in) have few output tiles and K = B·T, so they split K through this one buffer.
+ */
+function splitKFloats({ dModel: C, vocabSize: V }, rows) {
+  const shapes = [[V, C, 1], [C, 4 * C, 1], [4 * C, C, 1], [C, C, 3]]; // [M, N, batches]
+  return Math.max(16, ...shapes.map(([M, N, n]) => {
+    const splits = weightGradSplits(M, N, rows);
+    return splits > 1 ? n * splits * (M * N + M) : 0;
+  }));
+}
+
+const bufferBytes = (size) => Math.max(16, Math.ceil(size / 4) * 4);
+
+// Each plan's uniforms take 256 bytes per dispatch: at most 15 + 27L dispatches train a step (when
+// every weight gradient splits K), 4 + 8L evaluate and 3 + 10L decode a token.
+const uniformBytesBound = (L) => 256 * (22 + 45 * L);
+
+/**
+ * Every buffer a Trainer for `config` creates (training, eval, generation, the state read-back) as
+ * [{label, bytes, storage}]; storage: bound to kernels, so maxStorageBufferBindingSize applies.
+ * Mirrors the constructor: tests/test_webgpu_engine.py checks each label and size against the
+ * buffers a real Trainer creates.
+ */
+function trainerBuffers(config) {
+  const m = config.model, { nLayer: L, dModel: C, nHead: H, vocabSize: V, ctx: T } = m, B = config.training.batch, rows = B * T;
+  const last = manifest(m).at(-1), P = last.offset + last.numel;
+  const list = [];
+  const add = (label, bytes, storage = true) => list.push({ label, bytes: bufferBytes(bytes), storage });
+  for (const name of ["params", "grads", "adam m", "adam v"]) add(name, 4 * P);
+  add("decay mask", 4 * Math.ceil(P / 32));
+  add("unused binding", 16); // Ops' stand-in for an unused optional input
+  const activations = (label, B, T, kvT) => {
+    const s = activationFloats(m, B, T, kvT);
+    for (let l = 0; l < L; l++) {
+      for (const [k, n] of Object.entries({ ...s.layer, ...s.qkv })) add(`${label} ${activationLabel(k)}`, 4 * n);
+      if (!s.qkv) add(`${label} qkv`, 4 * 3 * qkvStride(B * T * C));
+    }
+    for (let l = 0; l <= L; l++) add(`${label} res${l}`, 4 * s.res);
+    for (const [k, n] of Object.entries(s.top)) add(`${label} ${activationLabel(k)}`, 4 * n);
+    add(`${label} tokens`, 4 * s.ids);
+    add(`${label} targets`, 4 * s.ids);
+  };
+  activations("train", B, T, T); // eval runs on the same set
+  for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
+    ["d qkv", 3 * qkvStride(rows * C)], ["attention delta", B * H * T], ["split-K partials", splitKFloats(m, rows)],
+    ["token order", V + 1 + rows], ["loss", 4], ["norm partials", NORM_PARTIALS], ["norm and clip", 4]]) add(name, 4 * n);
+  for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
+  add("row losses readback", 4 * rows, false);
+  activations("generate", 1, 1, T);
+  add("logits readback", 4 * V, false);
+  add("state readback", 4 * P, false); // exportState() and weights(): one at a time
+  return list;
+}
+
+// What every kernel asks of a device: WebGPU's default limits, which every adapter offers (the
+// matmul tiles and attention layouts are sized for them: ≤ 256 invocations, ≤ 16 KiB of workgroup
+// memory; attention's backward binds 8 storage buffers).
+const KERNEL_LIMITS = {
+  maxStorageBuffersPerShaderStage: 8, maxComputeWorkgroupStorageSize: 16384,
+  maxComputeInvocationsPerWorkgroup: 256, maxComputeWorkgroupSizeX: 256,
+};
+/** The device limits a Trainer depends on: request these (at the adapter's values) and checkLimits() them. */
+export const TRAINER_LIMITS = ["maxStorageBufferBindingSize", "maxBufferSize", ...Object.keys(KERNEL_LIMITS)];
+
+function formatBytes(n) {
+  const [unit, size] = n >= 2 ** 30 ? ["GiB", 2 ** 30] : n >= 2 ** 20 ? ["MiB", 2 ** 20] : ["KiB", 2 ** 10];
+  return `${+(n / size).toFixed(1)} ${unit}`;
+}
+
+/**
+ * Null when a Trainer for `config` fits a device (or adapter) with these limits, else a sentence
+ * naming the limit it exceeds. Limits the object lacks are not checked.
+ */
+export function checkLimits(config, limits) {
+  const need = Trainer.requirements(config);
+  const sizes = [[need.largestBinding, need.largestBindingLabel, "maxStorageBufferBindingSize"], [need.largestBuffer, need.largestBufferLabel, "maxBufferSize"]];
+  for (const [bytes, label, name] of sizes) {
+    if (limits[name] !== undefined && bytes > limits[name]) {
+      return `the ${label} buffer needs ${formatBytes(bytes)}, more than this adapter's ${name} of ${formatBytes(limits[name])}`;
+    }
+  }
+  for (const [name, value] of Object.entries(KERNEL_LIMITS)) {
+    if (limits[name] !== undefined && value > limits[name]) return `the kernels need a ${name} of ${value}; this adapter's is ${limits[name]}`;
+  }
+  return null;
+}
+
+/**
+ * Maps a read-back buffer. A lost device (or a destroyed trainer) rejects the map with an
+ * AbortError whose message may be empty: the rejection says what was being read instead.
+ */
+async function mapForReading(buffer, what) {
+  try {
+    await buffer.mapAsync(GPUMapMode.READ);
+  } catch (e) {
+    throw new Error(`reading ${what} back from the GPU failed (${e.name}${e.message ? `: ${e.message}` : ""}); the device may have been lost`);
+  }
 }
 
 function checkModel(m) {
@@ -33,8 +144,25 @@ function checkModel(m) {
 
 export class Trainer {
   /**
+   * What a Trainer for `config` needs of a device, before creating one: totalBytes (every buffer,
+   * plan uniforms bounded), largestBuffer and largestBinding in bytes with their buffers' labels,
+   * and the list of buffers.
+   */
+  static requirements(config) {
+    checkModel(config.model);
+    const buffers = trainerBuffers(config);
+    const largest = (list) => list.reduce((a, b) => (b.bytes > a.bytes ? b : a));
+    const buffer = largest(buffers), binding = largest(buffers.filter((b) => b.storage));
+    const totalBytes = buffers.reduce((sum, b) => sum + b.bytes, 0) + uniformBytesBound(config.model.nLayer);
+    return {
+      totalBytes, largestBuffer: buffer.bytes, largestBufferLabel: buffer.label,
+      largestBinding: binding.bytes, largestBindingLabel: binding.label, buffers,
+    };
+  }
+
+  /**
    * @param {GPUDevice} device
-   * @param {{model, training, initStd}} config  from configFromPresets
+   * @param {{model, training, initStd}} config  from model_config.js (site/static/js)
    * @param {{corpus?: Uint8Array, seed?: number, state?: ArrayBuffer|Uint8Array}} options
    */
   constructor(device, config, { corpus = null, seed = config.training.seed, state = null } = {}) {
@@ -74,7 +202,7 @@ export class Trainer {
   }
 
   buffer(label, size, usage) {
-    const b = this.device.createBuffer({ label, size: Math.max(16, Math.ceil(size / 4) * 4), usage });
+    const b = this.device.createBuffer({ label, size: bufferBytes(size), usage });
     this.buffers.push(b);
     return b;
   }
@@ -95,30 +223,23 @@ export class Trainer {
 
   /** One activation set: what the forward saves for the backward, for B rows of T positions. */
   _activations(label, B, T, kvT) {
-    const { nLayer: L, dModel: C, nHead: H, vocabSize: V } = this.cfg, rows = B * T, S = U().STORAGE | U().COPY_SRC;
-    const f = (name, n) => this.buffer(`${label} ${name}`, 4 * n, S);
+    const { nLayer: L, dModel: C } = this.cfg, rows = B * T, S = U().STORAGE | U().COPY_SRC;
+    const sizes = activationFloats(this.cfg, B, T, kvT);
+    const make = (table) => Object.fromEntries(Object.entries(table).map(([k, n]) => [k, this.buffer(`${label} ${activationLabel(k)}`, 4 * n, S)]));
     const layers = [];
     for (let l = 0; l < L; l++) {
-      // with T = kvT (training, eval) q, k, v are three views of one buffer, which one batched
-      // product fills; generation's KV cache (kvT > T) keeps them apart
-      const qkv = T === kvT ? this._qkvViews(`${label} qkv`, rows * C) : { q: f("q", rows * C), k: f("k", B * kvT * C), v: f("v", B * kvT * C) };
-      layers.push({
-        ln1: f("ln1", rows * C), ln1s: f("ln1 stats", rows * 2), ...qkv,
-        att: f("att", rows * C), lse: f("lse", B * H * T), res2: f("res2", rows * C), ln2: f("ln2", rows * C),
-        ln2s: f("ln2 stats", rows * 2), h: f("h", rows * 4 * C), g: f("g", rows * 4 * C),
-      });
+      layers.push({ ...make(sizes.layer), ...(sizes.qkv ? make(sizes.qkv) : this._qkvViews(`${label} qkv`, rows * C)) });
     }
+    const ids = (name) => this.buffer(`${label} ${name}`, 4 * sizes.ids, U().STORAGE | U().COPY_DST);
     return {
-      B, T, kvT, layers, res: Array.from({ length: L + 1 }, (_, l) => f(`res${l}`, rows * C)),
-      lnf: f("lnf", rows * C), lnfs: f("lnf stats", rows * 2), logits: f("logits", rows * V), losses: f("losses", rows),
-      tokens: this.buffer(`${label} tokens`, 4 * rows, U().STORAGE | U().COPY_DST),
-      targets: this.buffer(`${label} targets`, 4 * rows, U().STORAGE | U().COPY_DST),
+      B, T, kvT, layers, res: Array.from({ length: L + 1 }, (_, l) => this.buffer(`${label} res${l}`, 4 * sizes.res, S)),
+      ...make(sizes.top), tokens: ids("tokens"), targets: ids("targets"),
     };
   }
 
   /** {qkv: buffer, stride: floats between the views, q, k, v: views of n floats each}. */
   _qkvViews(label, n) {
-    const stride = Math.ceil(n / 64) * 64; // bind-group offsets must be multiples of 256 bytes
+    const stride = qkvStride(n);
     const qkv = this.buffer(label, 4 * 3 * stride, U().STORAGE | U().COPY_SRC);
     const view = (i) => ({ buffer: qkv, offset: 4 * i * stride, size: 4 * n });
     return { qkv, stride, q: view(0), k: view(1), v: view(2) };
@@ -162,13 +283,8 @@ export class Trainer {
       res: this.buffer("d res", 4 * rows * C, S), ln: this.buffer("d ln", 4 * rows * C, S), h: this.buffer("d h", 4 * rows * 4 * C, S),
       att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C), delta: this.buffer("attention delta", 4 * B * H * T, S),
     });
-    // weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY fused in) have few output tiles
-    // and K = B·T: split-K through one scratch buffer
-    const splitsFor = (M, N) => chooseSplits(M, N, rows, chooseTile("tn", M, N));
-    const splitShapes = [[V, C, 1], [C, 4 * C, 1], [4 * C, C, 1], [C, C, 3]]; // [M, N, batches]
-    const scratch = Math.max(16, ...splitShapes.map(([M, N, n]) => (splitsFor(M, N) > 1 ? n * splitsFor(M, N) * (M * N + M) : 0)));
-    d.splitK = this.buffer("split-K partials", 4 * scratch, S);
-    const tn = (args) => ops.matmul(plan, "tn", { ...args, K: rows, splits: splitsFor(args.M, args.N), partials: d.splitK });
+    d.splitK = this.buffer("split-K partials", 4 * splitKFloats(this.cfg, rows), S);
+    const tn = (args) => ops.matmul(plan, "tn", { ...args, K: rows, splits: weightGradSplits(args.M, args.N, rows), partials: d.splitK });
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
     this.orderHost = new Uint32Array(V + 1 + rows);
     this.cursorHost = new Uint32Array(V);
@@ -263,7 +379,8 @@ export class Trainer {
 
   /**
    * One training step on `batch` ({x, y}, B·T tokens each) or on the next batch of the stream.
-   * Returns a promise of the loss before the update; it resolves later, without blocking the next step.
+   * Returns {loss}: a promise of the loss before the update; it resolves later, without blocking the
+   * next step, and rejects if the device is lost before the loss is read back.
    */
   async step(batch = null) {
     const slot = this.ring[this.ringNext];
@@ -279,7 +396,7 @@ export class Trainer {
     enc.copyBufferToBuffer(this.lossBuf, 0, slot.buf, 0, 16);
     this.device.queue.submit([enc.finish()]);
     this.ringNext = (this.ringNext + 1) % LOSS_RING;
-    const pending = slot.buf.mapAsync(GPUMapMode.READ).then(() => {
+    const pending = mapForReading(slot.buf, `the loss of step ${this.stepCount}`).then(() => {
       const loss = new Float32Array(slot.buf.getMappedRange(0, 4))[0];
       slot.buf.unmap();
       slot.pending = null;
@@ -335,7 +452,7 @@ export class Trainer {
     pass.end();
     enc.copyBufferToBuffer(this.act.losses, 0, this.rowsReadback, 0, 4 * this.tr.batch * this.cfg.ctx);
     this.device.queue.submit([enc.finish()]);
-    await this.rowsReadback.mapAsync(GPUMapMode.READ);
+    await mapForReading(this.rowsReadback, "evaluation losses");
     const losses = new Float32Array(this.rowsReadback.getMappedRange());
     let sum = 0;
     for (let r = 0; r < validRows; r++) sum += losses[r];
@@ -381,7 +498,7 @@ export class Trainer {
     if (read) enc.copyBufferToBuffer(this.gen.logits, 0, this.genLogits, 0, 4 * this.cfg.vocabSize);
     this.device.queue.submit([enc.finish()]);
     if (!read) return null;
-    await this.genLogits.mapAsync(GPUMapMode.READ);
+    await mapForReading(this.genLogits, "logits");
     const logits = new Float32Array(this.genLogits.getMappedRange()).slice();
     this.genLogits.unmap();
     return logits;
@@ -400,10 +517,12 @@ export class Trainer {
    * one is sampled. Context policy (docs/determinism.md, as python_ref/sample.py's advance_window):
    * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
    * 0.., and the cache is rebuilt; prompt tokens go through the same policy.
+   * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
    */
-  async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null } = {}) {
+  async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null, signal = null } = {}) {
     if (!prompt || prompt.length === 0) throw new Error("generation needs a prompt of at least one byte");
     const ctx = this.cfg.ctx, stream = new SampleStream(seed);
+    const aborted = () => signal?.aborted === true;
     let window = [], restarted = false;
     const advance = (token) => {
       restarted = window.length >= ctx;
@@ -413,12 +532,12 @@ export class Trainer {
     for (const t of prompt) advance(t);
     const rebuild = async () => {
       let logits = null;
-      for (let i = 0; i < window.length; i++) logits = await this._decode(window[i], i, i === window.length - 1);
+      for (let i = 0; i < window.length && !aborted(); i++) logits = await this._decode(window[i], i, i === window.length - 1);
       return logits;
     };
     let logits = await rebuild();
     const out = [];
-    for (let n = 0; n < maxNewTokens; n++) {
+    for (let n = 0; n < maxNewTokens && !aborted(); n++) {
       const token = sampleToken(logits, temperature, topK, stream);
       out.push(token);
       if (onToken) onToken(token);
@@ -430,11 +549,11 @@ export class Trainer {
   }
 
   async _read(buffer, bytes) {
-    const staging = this.device.createBuffer({ size: bytes, usage: U().MAP_READ | U().COPY_DST });
+    const staging = this.device.createBuffer({ label: "state readback", size: bytes, usage: U().MAP_READ | U().COPY_DST });
     const enc = this.device.createCommandEncoder();
     enc.copyBufferToBuffer(buffer, 0, staging, 0, bytes);
     this.device.queue.submit([enc.finish()]);
-    await staging.mapAsync(GPUMapMode.READ);
+    await mapForReading(staging, "the model state");
     const out = new Float32Array(staging.getMappedRange().slice(0));
     staging.destroy();
     return out;

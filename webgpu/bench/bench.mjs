@@ -7,7 +7,8 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
-import { Trainer, configFromPresets } from "../trainer.js";
+import { Trainer } from "../trainer.js";
+import { configFromPresets } from "../../site/static/js/model_config.js";
 import { Ops } from "../ops.js";
 import { Plan } from "../plan.js";
 import { replay } from "./replay.mjs";

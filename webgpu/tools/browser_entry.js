@@ -2,7 +2,8 @@
 // bytes as base64 and run the real modules on navigator.gpu. The same calls also run inside a
 // module Web Worker (worker_entry.js), which is where the site trains.
 import { runKernelCases } from "./kernel_cases.js";
-import { Trainer, configFromPresets } from "../trainer.js";
+import { Trainer } from "../trainer.js";
+import { configFromPresets } from "../../site/static/js/model_config.js";
 
 export function toBase64(u8) {
   let s = "";

@@ -3,7 +3,8 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
-import { Trainer, configFromPresets } from "../trainer.js";
+import { Trainer } from "../trainer.js";
+import { configFromPresets } from "../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const job = JSON.parse(readFileSync(0, "utf8"));

@@ -18,7 +18,7 @@ const mb = (bytes) => (bytes >= 1024 * MB ? `${(bytes / 1024 / MB).toFixed(2)} G
 const backendName = (b) => (b === "webgpu" ? "WebGPU" : "WebAssembly");
 
 // What the page shows, also readable by tests and devtools: every loss by step, exactly as computed.
-const playground = (window.playground = { losses: [], valLosses: [], loaded: null, phase: "idle", saved: [], opfs: null });
+const playground = (window.playground = { losses: [], valLosses: [], loaded: null, phase: "idle", saved: [], opfs: null, runsEnded: 0 });
 let support = null;
 let worker = null;
 let busy = { training: false, sampling: false };
@@ -97,6 +97,7 @@ const handlers = {
     playground.saved = items;
     $("no-checkpoints").hidden = items.length > 0;
     renderCheckpoints(document.querySelector("#checkpoints tbody"), items, { resume, download, remove });
+    markCurrentRow();
     refreshControls();
   },
   phase({ phase, text }) {
@@ -116,6 +117,11 @@ const handlers = {
       msPerStep: 0, tokensPerStep: 0 };
     recentMs = [];
     $("build").textContent = `${m.description} ${m.paramCount.toLocaleString("en")} parameters.`;
+    if (m.preset in presets.presets && $("preset").value !== m.preset) {
+      $("preset").value = m.preset;  // the form describes the model in memory
+      showPresetInfo();
+    }
+    markCurrentRow();
     notice(m.notice);
     setStatus(`Loaded ${m.preset ?? "a model"} at step ${m.step} (${m.source === "upload" ? "uploaded" : m.source === "saved" ? "saved checkpoint" : "new"}).`);
     refreshControls();
@@ -139,6 +145,7 @@ const handlers = {
   saved(m) { playground.lastSaved = m; worker.postMessage({ type: "list" }); },
   done(m) {
     busy.training = false;
+    playground.runsEnded++;
     status.step = m.step;
     refreshControls();
     setStatus(`${m.stopped ? "Stopped" : "Finished"}: ${formatStatus()}`);
@@ -165,7 +172,10 @@ const handlers = {
   },
   notice(m) { notice(m.message); },
   error(m) {
-    if (m.fatal || ["train", "continue", "resume", "load"].includes(m.during)) busy.training = false;
+    if (m.fatal || ["train", "continue", "resume", "load"].includes(m.during)) {
+      busy.training = false;
+      playground.runsEnded++;
+    }
     if (m.fatal || m.during === "sample") busy.sampling = false;
     refreshControls();
     const where = m.during === "load" ? "That file was not loaded" : m.during === "resume" ? "That checkpoint was not resumed" : "Error";
@@ -176,6 +186,12 @@ const handlers = {
 
 function onMessage(m) {
   handlers[m.type]?.(m);
+}
+
+function markCurrentRow() {
+  for (const tr of document.querySelectorAll("#checkpoints tbody tr")) {
+    tr.classList.toggle("current", tr.dataset.id === playground.loaded?.id);
+  }
 }
 
 const tokensPerStep = (loaded) => {

@@ -1,0 +1,169 @@
+// The WebGPU engine of the backend protocol (backend_protocol.md): webgpu/trainer.js on a device of
+// this browser's (or, in Node tests, the caller's) adapter, behind the engine interface.
+// Works in a module Worker and in Node: it touches navigator.gpu only when no adapter is passed in.
+import { Trainer, TRAINER_LIMITS, checkLimits } from "../../../webgpu/trainer.js";
+
+// Adapters that run WGSL on the CPU: right answers, at a small fraction of a GPU's speed.
+const SOFTWARE_NAMES = /swiftshader|llvmpipe/i;
+
+/** The adapter's name in words, from whatever GPUAdapterInfo offers. */
+function adapterName(adapter) {
+  const info = adapter.info ?? {};
+  const parts = [info.vendor, info.architecture, info.description].filter(Boolean);
+  return parts.length ? [...new Set(parts)].join(" ") : "an unnamed WebGPU adapter";
+}
+
+function isSoftware(adapter) {
+  const info = adapter.info ?? {};
+  return info.isFallbackAdapter === true || SOFTWARE_NAMES.test([info.vendor, info.architecture, info.device, info.description].join(" "));
+}
+
+/** An adapter of `gpu` (navigator.gpu by default); throws a sentence when there is none. */
+async function requestAdapter(gpu = globalThis.navigator?.gpu) {
+  if (!gpu) throw new Error("this browser has no WebGPU (navigator.gpu is missing)");
+  let adapter;
+  try {
+    adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
+  } catch (e) {
+    throw new Error(`asking for a WebGPU adapter failed: ${e.message}`);
+  }
+  if (!adapter) throw new Error("WebGPU is present but offers no adapter (blocked, or no usable GPU driver)");
+  return adapter;
+}
+
+/** {ok, software, name, reason}: whether WebGPU can train here, on what, and why not. */
+export async function probe(gpu = globalThis.navigator?.gpu) {
+  try {
+    const adapter = await requestAdapter(gpu);
+    return { ok: true, software: isSoftware(adapter), name: adapterName(adapter), reason: null };
+  } catch (e) {
+    return { ok: false, software: false, name: null, reason: e.message };
+  }
+}
+
+/**
+ * {bytes, fits, reason, where}: GPU memory for this model (every buffer of training, evaluation and
+ * generation) and whether the adapter's limits allow it. `adapter`: for tests, else navigator.gpu's.
+ */
+export async function requirements({ model, training, adapter = null }) {
+  const { totalBytes } = Trainer.requirements({ model, training });
+  let chosen;
+  try {
+    chosen = adapter ?? await requestAdapter();
+  } catch (e) {
+    return { bytes: totalBytes, fits: false, reason: e.message, where: "WebGPU" };
+  }
+  const reason = checkLimits({ model, training }, chosen.limits);
+  return { bytes: totalBytes, fits: reason === null, reason, where: `WebGPU on ${adapterName(chosen)}` };
+}
+
+/** A device with exactly the limits the trainer depends on, each at the adapter's own value. */
+async function requestTrainerDevice(adapter) {
+  const requiredLimits = {};
+  for (const name of TRAINER_LIMITS) {
+    if (adapter.limits[name] !== undefined) requiredLimits[name] = adapter.limits[name];
+  }
+  return adapter.requestDevice({ label: "TinyGPT", requiredLimits });
+}
+
+/**
+ * The trainer on `device`, inside error scopes: a buffer the GPU cannot allocate (out of memory) or
+ * a rejected limit surfaces here as an Error, not later as an uncaptured error.
+ */
+async function createTrainer(device, config, options) {
+  device.pushErrorScope("out-of-memory");
+  device.pushErrorScope("validation");
+  let trainer = null, thrown = null;
+  try {
+    trainer = new Trainer(device, config, options);
+  } catch (e) {
+    thrown = e;
+  }
+  const validation = await device.popErrorScope();
+  const outOfMemory = await device.popErrorScope();
+  const failure = thrown?.message ?? outOfMemory?.message ?? validation?.message;
+  if (failure === undefined) return trainer;
+  trainer?.destroy();
+  throw new Error(`creating the model on the GPU failed: ${failure}`);
+}
+
+function checkDataState(ds) {
+  const ok = ds && Number.isSafeInteger(ds.seed) && ds.seed >= 0 && Number.isSafeInteger(ds.batchesDrawn) && ds.batchesDrawn >= 0;
+  if (!ok) throw new Error(`dataState must be {seed, batchesDrawn} with non-negative integers, got ${JSON.stringify(ds)}`);
+}
+
+/**
+ * The engine interface of backend_protocol.md. Tests under Node pass `device` (and `adapter`, for
+ * its name); the page passes neither and gets navigator.gpu's. A model that exceeds the adapter's
+ * limits is refused with the sentence of checkLimits() before anything is created.
+ */
+export async function createEngine({ model, training, initStd, corpus, seed, state = null, dataState = null, onFatal = () => {}, device = null, adapter = null }) {
+  const config = { model, training, initStd };
+  if (dataState) checkDataState(dataState);
+  const chosen = adapter ?? (device ? null : await requestAdapter());
+  const tooBig = checkLimits(config, device ? device.limits : chosen.limits);
+  if (tooBig) throw new Error(tooBig);
+  const ownDevice = !device;
+  const gpu = device ?? await requestTrainerDevice(chosen);
+  const name = chosen ? adapterName(chosen) : "the given WebGPU device";
+
+  // the first fatal sentence wins: a lost device also fails every step still in flight
+  let dead = null, destroyed = false;
+  const fatal = (message) => {
+    if (dead || destroyed) return;
+    dead = message;
+    onFatal(message);
+  };
+  gpu.lost.then((info) => fatal(`the WebGPU device was lost (${info.reason}: ${info.message}); `
+    + "training has stopped, and the last checkpoint is kept"));
+  const onError = (e) => fatal(`WebGPU error: ${e.error.message}`);
+  gpu.addEventListener("uncapturederror", onError);
+
+  let trainer;
+  try {
+    trainer = await createTrainer(gpu, config, { corpus, seed, state });
+  } catch (e) {
+    destroyed = true;
+    gpu.removeEventListener("uncapturederror", onError);
+    if (ownDevice) gpu.destroy();
+    throw e;
+  }
+  if (dataState) {
+    trainer.seed = dataState.seed;
+    trainer.batchesDrawn = dataState.batchesDrawn;
+  }
+  const alive = () => { if (dead) throw new Error(dead); };
+
+  return {
+    kind: "webgpu",
+    description: `WebGPU on ${name}` + (chosen && isSoftware(chosen) ? " (software: correct, not fast)" : ""),
+    paramCount: trainer.P,
+    get step() { return trainer.stepCount; },
+    dataState: () => ({ seed: trainer.seed, batchesDrawn: trainer.batchesDrawn }),
+    // queues one step (one submit); its loss resolves once the GPU is done, without blocking the next
+    async trainStep() {
+      alive();
+      return trainer.step();
+    },
+    async evaluate() {
+      alive();
+      return trainer.evaluate();
+    },
+    // the trainer waits for every loss in flight before it reads the weights back
+    async exportState() {
+      alive();
+      return trainer.exportState();
+    },
+    async generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, onToken, signal }) {
+      alive();
+      const made = await trainer.generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, onToken, signal });
+      return made.length;
+    },
+    destroy() {
+      destroyed = true;
+      gpu.removeEventListener("uncapturederror", onError);
+      trainer.destroy();
+      if (ownDevice) gpu.destroy();
+    },
+  };
+}
