@@ -13,56 +13,67 @@ PARITY_STEPS = 20
 PARITY_RTOL = 1e-3  # the tolerance tests/test_webgpu_trainer.py holds the WGSL trainer to against python_ref
 
 
-def test_webgpu_trains_tiny_like_webassembly(server_url, page):
+def download(page, path):
+    with page.expect_download() as d:
+        page.click("#download")
+    d.value.save_as(path)
+    return path
+
+
+def continue_uploaded(page, path, backend: str, steps: int) -> list:
+    """Uploads `path` with `backend` picked, trains `steps` more; every loss the page shows."""
+    page.select_option("#backend", backend)
+    page.set_input_files("#upload", str(path))
+    page.wait_for_function(f"window.playground.loaded?.source === 'upload' && window.playground.loaded.backend === '{backend}'")
+    step = page.evaluate("window.playground.loaded.step")
+    page.fill("#steps", str(steps))
+    page.click("#start")
+    page.click("#continue-model")
+    page.wait_for_function(f"/^Finished: step {step + steps}/.test(document.getElementById('status').textContent)")
+    return losses(page)
+
+
+def relative(a, b, steps) -> float:
+    return max(abs(a[s] - b[s]) / abs(b[s]) for s in steps)
+
+
+def test_webgpu_trains_like_webassembly_and_checkpoints_cross_over(server_url, page, tmp_path):
+    """Tiny from one seed on each engine: the same 20 losses within the engines' parity tolerance, and
+    each engine's step-20 checkpoint continues on the other engine like the uninterrupted run."""
     open_playground(page, server_url)
     page.select_option("#backend", "webgpu")
     choice = page.locator("#backend-choice").inner_text()
     text = train(page, "tiny", PARITY_STEPS, backend="webgpu", seed=1337)
-    gpu = losses(page)[1:]
     build = page.locator("#build").inner_text()
     print(f"\n{choice}\n{build}\n{text}")
     assert text.startswith("Finished"), text
     assert "software: correct, not fast" in choice and "software: correct, not fast" in build
-    screenshot(page, "backends_webgpu")
-    train(page, "tiny", PARITY_STEPS, backend="wasm", seed=1337)
-    cpu = losses(page)[1:]
-    print(page.locator("#build").inner_text())
-    print("WebGPU:", gpu[:3], "\nWebAssembly:", cpu[:3])
-    assert page.evaluate("window.playground.loaded.backend") == "wasm"
-    rel = max(abs(a - b) / abs(b) for a, b in zip(gpu, cpu))
-    print(f"WebGPU vs WebAssembly, {PARITY_STEPS} losses from seed 1337: max relative difference {rel:.2e}")
-    assert len(gpu) == len(cpu) == PARITY_STEPS and rel < PARITY_RTOL
-    assert page.errors == []
-
-
-def test_a_webgpu_checkpoint_continues_on_webassembly(server_url, page, tmp_path):
-    """WebGPU trains 20 steps (downloaded there) and 10 more; the file uploaded with WebAssembly
-    picked continues those 10 steps within the engines' parity tolerance."""
-    open_playground(page, server_url)
-    train(page, "tiny", 20, backend="webgpu", seed=77)
-    with page.expect_download() as d:
-        page.click("#download")
-    path = tmp_path / "webgpu-step20.tinygpt"
-    d.value.save_as(path)
-    page.fill("#steps", "10")
-    page.click("#start")
-    page.click("#continue-model")
-    page.wait_for_function("/^Finished: step 30/.test(document.getElementById('status').textContent)")
     gpu = losses(page)
-    page.select_option("#backend", "wasm")
-    page.set_input_files("#upload", str(path))
-    page.wait_for_function("window.playground.loaded?.source === 'upload' && window.playground.loaded.backend === 'wasm'")
-    assert page.evaluate("window.playground.loaded.step") == 20
+    gpu_file = download(page, tmp_path / "webgpu-step20.tinygpt")
+    screenshot(page, "backends_webgpu")
+
+    train(page, "tiny", PARITY_STEPS, backend="wasm", seed=1337)
+    assert page.evaluate("window.playground.loaded.backend") == "wasm"
+    cpu_file = download(page, tmp_path / "wasm-step20.tinygpt")
     page.fill("#steps", "10")
     page.click("#start")
     page.click("#continue-model")
     page.wait_for_function("/^Finished: step 30/.test(document.getElementById('status').textContent)")
-    cpu = losses(page)
-    assert cpu[1:21] == gpu[1:21]  # the history travels in the file
-    rel = max(abs(cpu[s] - gpu[s]) / gpu[s] for s in range(21, 31))
-    print(f"\nsteps 21-30 on WebAssembly from a WebGPU checkpoint vs on WebGPU: max relative difference {rel:.2e}")
+    cpu = losses(page)  # the uninterrupted WebAssembly run, steps 1..30
+    rel = relative(gpu, cpu, range(1, PARITY_STEPS + 1))
+    print(f"WebGPU vs WebAssembly, {PARITY_STEPS} losses from seed 1337: max relative difference {rel:.2e}")
     assert rel < PARITY_RTOL
-    screenshot(page, "backends_webgpu_checkpoint_on_wasm")
+
+    after = range(PARITY_STEPS + 1, PARITY_STEPS + 11)
+    gpu_on_cpu = continue_uploaded(page, gpu_file, "wasm", 10)
+    assert gpu_on_cpu[1:21] == gpu[1:21]  # the history travels in the file
+    rel_gpu_on_cpu = relative(gpu_on_cpu, cpu, after)
+    cpu_on_gpu = continue_uploaded(page, cpu_file, "webgpu", 10)
+    rel_cpu_on_gpu = relative(cpu_on_gpu, cpu, after)
+    print(f"steps 21-30 vs the uninterrupted run: WebGPU checkpoint on WebAssembly {rel_gpu_on_cpu:.2e}, "
+          f"WebAssembly checkpoint on WebGPU {rel_cpu_on_gpu:.2e}")
+    assert rel_gpu_on_cpu < PARITY_RTOL and rel_cpu_on_gpu < PARITY_RTOL
+    screenshot(page, "backends_checkpoints_crossed")
     assert page.errors == []
 
 

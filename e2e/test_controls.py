@@ -107,3 +107,35 @@ def test_a_big_preset_asks_first_and_stop_during_creation_ends_it(server_url, pa
     assert page.locator("#status").inner_text().startswith("Finished")
     screenshot(page, "controls_big_preset_stopped")
     assert page.errors == []
+
+
+def test_stop_training_while_a_sample_holds_the_model(server_url, page):
+    """A sample during training pauses the training; the training's Stop is still heard at once."""
+    open_playground(page, server_url)
+    page.select_option("#preset", "tiny")
+    page.fill("#steps", "100000")
+    page.click("#start")
+    page.wait_for_function("/^step [1-9]/.test(document.getElementById('status').textContent)")
+    start_long_sample(page)
+    t0 = time.monotonic()
+    page.click("#stop")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Stopped')")
+    print(f"\ntraining Stop during a sample: heard after {(time.monotonic() - t0) * 1000:.0f} ms")
+    assert time.monotonic() - t0 < 1.0
+    assert page.locator("#sample-stop").is_enabled()  # the sample goes on until its own Stop
+    page.click("#sample-stop")
+    page.wait_for_function("!document.getElementById('sample-button').disabled")
+    screenshot(page, "controls_stop_during_sample")
+    assert page.errors == []
+
+
+def test_measure_speed_gives_an_eta_before_a_run(server_url, page):
+    open_playground(page, server_url)
+    page.select_option("#preset", "small")
+    page.click("#measure")
+    page.wait_for_function("document.getElementById('eta').textContent.startsWith('Measured')")
+    eta = page.locator("#eta").inner_text()
+    print("\n" + eta)
+    assert "1,500 steps of small take about" in eta
+    assert page.evaluate("window.playground.loaded") is None  # a throwaway model: nothing loaded
+    assert page.errors == []

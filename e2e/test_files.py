@@ -48,7 +48,7 @@ def test_downloads_load_in_python_ref_with_the_pages_validation_loss(server_url,
 
 def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, page, tmp_path):
     run = new_run("tiny", device="cpu", seed=21)
-    run.run(200, progress=False)
+    run.run(600, progress=False)
     path = tmp_path / "python.tinygpt"
     run.save(path)
     prompt, n = b"ROMEO:", 120
@@ -57,7 +57,7 @@ def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, pa
     page.select_option("#backend", "wasm")
     page.set_input_files("#upload", str(path))
     page.wait_for_function("window.playground.loaded?.source === 'upload'")
-    assert page.evaluate("window.playground.loaded.step") == 200
+    assert page.evaluate("window.playground.loaded.step") == 600
     page.fill("#prompt", prompt.decode())
     page.fill("#temperature", "0")
     page.fill("#top-k", "0")
@@ -69,4 +69,21 @@ def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, pa
     assert out == (prompt + expected).decode("utf-8", errors="replace")
     page.wait_for_function("document.querySelectorAll('#checkpoints tbody tr').length >= 1")  # kept in OPFS too
     screenshot(page, "files_uploaded_and_sampled")
+    assert page.errors == []
+
+
+def test_a_model_trained_on_another_corpus_says_so(server_url, page, tmp_path):
+    other = Corpus.from_bytes(b"the quick brown fox jumps over the lazy dog. " * 400, "fox.txt")
+    run = new_run("tiny", corpus=other, device="cpu", seed=3)
+    run.run(5, progress=False)
+    path = tmp_path / "fox.tinygpt"
+    run.save(path)
+    open_playground(page, server_url)
+    page.select_option("#backend", "wasm")
+    page.set_input_files("#upload", str(path))
+    page.wait_for_function("window.playground.loaded?.source === 'upload'")
+    text = page.locator("#notice").inner_text()
+    print("\n" + text)
+    assert "trained on fox.txt (18000 bytes" in text and "continues on tinyshakespeare.txt" in text
+    screenshot(page, "files_other_corpus")
     assert page.errors == []

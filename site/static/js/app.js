@@ -38,7 +38,7 @@ function refreshControls() {
   const t = busy.training;
   $("start").disabled = t;
   $("stop").disabled = !t;
-  for (const id of ["preset", "backend", "steps", "seed", "checkpoint-seconds", "upload"]) $(id).disabled = t;
+  for (const id of ["preset", "backend", "steps", "seed", "checkpoint-seconds", "upload", "measure"]) $(id).disabled = t;
   $("sample-button").disabled = !playground.loaded || busy.sampling;
   $("sample-stop").disabled = !busy.sampling;
   $("download").disabled = !playground.loaded || t;
@@ -170,8 +170,18 @@ const handlers = {
     a.remove();
     setTimeout(() => URL.revokeObjectURL(url), 60_000);
   },
+  probe(m) {
+    $("measure").disabled = busy.training;
+    $("eta").textContent = `Measured on ${backendName(m.backend)}: ${m.msPerStep.toFixed(1)} ms/step, so ` +
+      `${m.steps.toLocaleString("en")} steps of ${m.preset} take about ${eta(m.steps * m.msPerStep)}.`;
+  },
   notice(m) { notice(m.message); },
   error(m) {
+    if (m.during === "probe") {
+      $("measure").disabled = busy.training;
+      $("eta").textContent = `Could not measure: ${m.message}`;
+      return;
+    }
     if (m.fatal || ["train", "continue", "resume", "load"].includes(m.during)) {
       busy.training = false;
       playground.runsEnded++;
@@ -263,6 +273,20 @@ async function onTrain(e) {
       if (answer !== "new") return;
     }
     await startNew(values, backend);
+  } catch (err) {
+    $("train-errors").textContent = err.message;
+  }
+}
+
+function onMeasure() {
+  const { values, errors } = trainingFields();
+  $("train-errors").textContent = errors.join(" ");
+  if (errors.length) return;
+  try {
+    const { backend } = chosenBackend();
+    $("measure").disabled = true;
+    $("eta").textContent = `Timing a few steps of ${$("preset").value} on ${backendName(backend)}…`;
+    worker.postMessage({ type: "probe", backend, preset: $("preset").value, steps: values.steps });
   } catch (err) {
     $("train-errors").textContent = err.message;
   }
@@ -376,6 +400,7 @@ async function markPresetsThatCannotFit() {
 $("steps").value = presets.presets[$("preset").value].steps;
 $("preset").addEventListener("change", () => {
   $("steps").value = presets.presets[$("preset").value].steps;
+  $("eta").textContent = "";
   showPresetInfo();
 });
 $("backend").addEventListener("change", () => {
@@ -383,6 +408,7 @@ $("backend").addEventListener("change", () => {
 });
 $("train-form").addEventListener("submit", onTrain);
 $("stop").addEventListener("click", onStop);
+$("measure").addEventListener("click", onMeasure);
 $("sample-form").addEventListener("submit", onSample);
 $("sample-stop").addEventListener("click", () => worker.postMessage({ type: "stopSample" }));
 $("download").addEventListener("click", () => download(null, false));

@@ -13,6 +13,7 @@ const CORPUS_URL = new URL("../data/tinyshakespeare.txt", import.meta.url);
 const CORPUS_NAME = "tinyshakespeare.txt";
 const BURST_MS = 50;  // steps run back to back for this long before the worker looks at its messages
 const IN_FLIGHT = { wasm: 1, webgpu: 4 };  // steps queued before the oldest loss is awaited
+const PROBE_STEPS = 3;
 
 const engineModules = {
   wasm: () => import("./engines/wasm_engine.js"),
@@ -24,6 +25,7 @@ let corpus = null;        // {bytes, identity: {name, bytes, sha256}}
 let storeOpened = null;   // Promise of {store, reason}
 let current = null;       // {engine, backend, runId, preset, config, targetSteps, lossHistory, valHistory, lastSaved, source}
 let stopRequested = false;
+let stopHeard = () => {};  // wakes a training loop that waits for the model while a sample holds it
 let fatal = null;         // the engine's death sentence (device lost): training stops at the next step
 let sampleAbort = null;   // the AbortController of the sample in progress
 
@@ -153,8 +155,13 @@ async function trainLoop(checkpointSeconds) {
   const drain = async () => { while (pending.length) await settle(); };
   const running = () => !stopRequested && !fatal && c === current;
   while (c.engine.step < c.targetSteps && running()) {
-    await exclusive(async () => {
+    // A sample may hold the model; Stop must not wait for it (generation and training never block
+    // each other's Stop). A burst that has not begun when Stop comes never touches the engine.
+    let began = false;
+    const stopped = new Promise((resolve) => { stopHeard = resolve; });
+    const burst = exclusive(async () => {
       if (!running()) return;
+      began = true;
       const burstEnd = performance.now() + BURST_MS;
       do {
         const { loss } = await c.engine.trainStep();
@@ -177,10 +184,13 @@ async function trainLoop(checkpointSeconds) {
         last = lastSave;  // the save's time is not a step's
       }
     });
+    await Promise.race([burst, stopped]);
+    if (began) await burst;
     await yieldToMessages();
   }
   if (c !== current) return;
-  if (!fatal) await exclusive(checkpoint);
+  // Not behind the lock: a sample still running only reads the weights, as the export does.
+  if (!fatal) await checkpoint();
   phase("idle", "");
   post({ type: "done", step: c.engine.step, targetSteps: c.targetSteps, stopped: c.engine.step < c.targetSteps });
 }
@@ -299,6 +309,29 @@ async function download({ id, compact }) {
   post({ type: "file", name: `${name}.tinygpt`, bytes: buffer }, [buffer]);
 }
 
+/** Times a few steps of a throwaway model of `preset` on `backend`, for the page's ETA. */
+async function probe({ backend, preset, steps }) {
+  const config = configFromPresets(await loadPresets(), preset);
+  const module = await engineModules[backend]();
+  const { bytes } = await loadCorpus();
+  const times = await exclusive(async () => {
+    const engine = await module.createEngine({ ...config, corpus: bytes, seed: 0 });
+    try {
+      const ms = [];
+      for (let i = 0; i < PROBE_STEPS; i++) {
+        const t0 = performance.now();
+        await (await engine.trainStep()).loss;
+        ms.push(performance.now() - t0);
+      }
+      return ms.slice(1);  // the first step compiles pipelines and warms caches
+    } finally {
+      engine.destroy();
+    }
+  });
+  const msPerStep = times.reduce((a, b) => a + b) / times.length;
+  post({ type: "probe", backend, preset, steps, msPerStep });
+}
+
 async function hello() {
   const { store: s, reason } = await store();
   post({ type: "features", opfs: !!s, opfsReason: reason });
@@ -314,7 +347,11 @@ const handlers = {
   sample,
   download,
   list: listCheckpoints,
-  stop: () => { stopRequested = true; },
+  probe,
+  stop: () => {
+    stopRequested = true;
+    stopHeard();
+  },
   stopSample: () => { sampleAbort?.abort(); },
   delete: async ({ id }) => {
     const { store: s } = await store();
