@@ -49,6 +49,14 @@ def train(page, preset: str, steps: int, backend: str = "wasm", seed: int | None
     return status(page)
 
 
+def start_long_run(page, preset: str = "tiny") -> None:
+    """Starts a run far too long to finish during a test and waits for its first step."""
+    page.select_option("#preset", preset)
+    page.fill("#steps", "100000")
+    page.click("#start")
+    page.wait_for_function("/^step [1-9]/.test(document.getElementById('status').textContent)")
+
+
 def losses(page) -> list:
     """Every training loss the page received, indexed by step (index 0 is None)."""
     return page.evaluate("Array.from(window.playground.losses, (x) => x ?? null)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from e2e.page_actions import FINISHED, open_playground, screenshot, train
+from e2e.page_actions import FINISHED, open_playground, screenshot, start_long_run, train
 
 STARTED = "/^(step [1-9]|Creating)/.test(document.getElementById('status').textContent)"
 
@@ -16,6 +16,15 @@ def start_long_sample(page):
     page.wait_for_function("document.getElementById('sample-output').textContent.length > 300")
 
 
+def seconds_until_continued_training_steps(page) -> float:
+    """Train (continuing the loaded model) and the time until the page shows its first step."""
+    t0 = time.monotonic()
+    page.click("#start")
+    page.click("#continue-model")
+    page.wait_for_function("/^step [1-9]/.test(document.getElementById('status').textContent)")
+    return time.monotonic() - t0
+
+
 def test_long_generation_stops_and_train_starts_within_a_second(server_url, page):
     open_playground(page, server_url)
     train(page, "tiny", 20)
@@ -24,22 +33,14 @@ def test_long_generation_stops_and_train_starts_within_a_second(server_url, page
     page.wait_for_function("!document.getElementById('sample-button').disabled")
     assert "stopped" in page.locator("#sample-stats").inner_text()
     page.fill("#steps", "50")
-    t0 = time.monotonic()
-    page.click("#start")
-    page.click("#continue-model")
-    page.wait_for_function("/^step [1-9]/.test(document.getElementById('status').textContent)")
-    started = time.monotonic() - t0
+    started = seconds_until_continued_training_steps(page)
     print(f"\nTrain after a stopped sample: first step shown after {started * 1000:.0f} ms")
     assert started < 1.0
     page.wait_for_function(FINISHED)
 
     # Train while a sample is still running cancels the sample first.
     start_long_sample(page)
-    t0 = time.monotonic()
-    page.click("#start")
-    page.click("#continue-model")
-    page.wait_for_function("/^step [1-9]/.test(document.getElementById('status').textContent)")
-    started = time.monotonic() - t0
+    started = seconds_until_continued_training_steps(page)
     print(f"Train during a sample: first step shown after {started * 1000:.0f} ms")
     assert started < 1.0
     page.wait_for_function(FINISHED)
@@ -112,10 +113,7 @@ def test_a_big_preset_asks_first_and_stop_during_creation_ends_it(server_url, pa
 def test_stop_training_while_a_sample_holds_the_model(server_url, page):
     """A sample during training pauses the training; the training's Stop is still heard at once."""
     open_playground(page, server_url)
-    page.select_option("#preset", "tiny")
-    page.fill("#steps", "100000")
-    page.click("#start")
-    page.wait_for_function("/^step [1-9]/.test(document.getElementById('status').textContent)")
+    start_long_run(page)
     start_long_sample(page)
     t0 = time.monotonic()
     page.click("#stop")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from e2e.page_actions import open_playground, parse, screenshot, status, train
+from e2e.page_actions import open_playground, parse, screenshot, start_long_run, status, train
 
 
 def test_page_is_isolated_and_reports_what_the_browser_supports(server_url, page):
@@ -56,10 +56,7 @@ def test_trains_in_the_worker_and_samples(server_url, page):
 
 def test_stop_ends_a_run_early(server_url, page):
     open_playground(page, server_url)
-    page.select_option("#preset", "tiny")
-    page.fill("#steps", "100000")
-    page.click("#start")
-    page.wait_for_function("/step [1-9]\\d*\\//.test(document.getElementById('status').textContent)")
+    start_long_run(page)
     page.click("#stop")
     page.wait_for_function("document.getElementById('status').textContent.startsWith('Stopped')")
     r = parse(status(page))

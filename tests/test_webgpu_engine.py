@@ -19,8 +19,8 @@ from python_ref.train import new_run, train_step
 
 DRIVER = ROOT / "tests/js/webgpu_engine_driver.mjs"
 SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
-STEPS = 20
-RESUME_AT = 10
+STEPS = 8  # as tests/js/webgpu_engine_driver.mjs
+RESUME_AT = 4
 
 
 def drive(part: str) -> dict:

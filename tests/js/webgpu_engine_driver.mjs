@@ -1,6 +1,6 @@
 // Drives site/static/js/engines/webgpu_engine.js under Node (npm `webgpu`, Dawn; SwiftShader in the
 // tests) for tests/test_webgpu_engine.py: `node webgpu_engine_driver.mjs <part>` prints one JSON object.
-// Parts: train (20 steps, then 10 + 10 through exportState/dataState), generate (abort after 5 tokens),
+// Parts: train (8 steps, then 4 + 4 through exportState/dataState), generate (abort after 5 tokens),
 // buffers (every createBuffer of a Trainer vs Trainer.requirements), limits, probe, lost (a destroyed device).
 import { readFileSync } from "node:fs";
 import { register } from "node:module";
@@ -34,21 +34,24 @@ async function train(engine, n) {
   return Promise.all(pending);
 }
 
+// Few steps: SwiftShader takes seconds per step; the page's e2e test and the trainer's own tests run longer.
+const STEPS = 8, RESUME_AT = 4;
+
 const parts = {
   async train() {
     const whole = await engineFor("tiny");
-    const losses = await train(whole, 20);
+    const losses = await train(whole, STEPS);
     const wholeState = await whole.exportState();
     const description = whole.description;
     whole.destroy();
 
     const first = await engineFor("tiny");
-    const firstLosses = await train(first, 10);
+    const firstLosses = await train(first, RESUME_AT);
     const state = await first.exportState(), dataState = first.dataState();
     first.destroy();
     const resumed = await engineFor("tiny", { state, dataState });
     const resumedStep = resumed.step;
-    const resumedLosses = await train(resumed, 10);
+    const resumedLosses = await train(resumed, STEPS - RESUME_AT);
     const resumedState = await resumed.exportState();
     const end = { step: resumed.step, dataState: resumed.dataState() };
     resumed.destroy();
