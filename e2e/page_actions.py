@@ -19,7 +19,7 @@ def status(page) -> str:
 
 def open_playground(page, url: str) -> None:
     page.goto(url)
-    page.wait_for_function("document.querySelectorAll('#features li').length >= 5")
+    page.wait_for_function("document.querySelectorAll('#features li').length >= 6")
 
 
 def fill_training(page, preset: str, steps: int, backend: str = "wasm", seed: int | None = None,

@@ -1,7 +1,7 @@
 // The playground page: says what this browser can use, talks to one backend Worker (worker.js,
 // protocol in backend_protocol.md) that trains, checkpoints and samples, and shows what it does.
 import { LossChart } from "./loss_chart.js";
-import { browserSupport, resolveBackend } from "./backend_choice.js";
+import { browserSupport, item, resolveBackend } from "./backend_choice.js";
 import { readFields } from "./form_checks.js";
 import { renderCheckpoints } from "./checkpoint_table.js";
 import { configFromPresets } from "./model_config.js";
@@ -62,6 +62,14 @@ function eta(ms) {
   return s < 60 ? `${s} s` : s < 3600 ? `${Math.floor(s / 60)} min ${s % 60} s` : `${Math.floor(s / 3600)} h ${Math.floor((s % 3600) / 60)} min`;
 }
 
+/** The browser's features, and OPFS as the worker found it (the worker is where checkpoints are written). */
+function renderFeatures() {
+  if (!support || playground.opfs === null) return;
+  const opfs = item(playground.opfs, playground.opfs ? "Origin private file system (OPFS): checkpoints survive a refresh"
+    : `No OPFS: ${playground.opfsReason}`);
+  $("features").replaceChildren(...support.items, opfs);
+}
+
 // ---- the backend worker ----
 
 function startWorker() {
@@ -89,6 +97,8 @@ function restartWorker(why) {
 const handlers = {
   features({ opfs, opfsReason }) {
     playground.opfs = opfs;
+    playground.opfsReason = opfsReason;
+    renderFeatures();
     $("opfs-note").textContent = opfs ? "Checkpoints are kept in this browser's private storage (OPFS) and survive a refresh."
       : `Checkpoints cannot be kept here: ${opfsReason}. The model stays in memory; download it to keep it.`;
     $("opfs-note").classList.toggle("error", !opfs);
@@ -420,7 +430,7 @@ document.addEventListener("drop", (e) => { e.preventDefault(); upload(e.dataTran
 startWorker();
 refreshControls();
 support = await browserSupport();
-$("features").replaceChildren(...support.items);
+renderFeatures();
 $("backend-choice").textContent = chosenBackend().why;
 await showPresetInfo();
 await markPresetsThatCannotFit();

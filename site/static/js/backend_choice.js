@@ -3,7 +3,7 @@
 import { detectFeatures } from "./wasm_loader.js";
 import { probe as probeWebGPU } from "./engines/webgpu_engine.js";
 
-function item(ok, text) {
+export function item(ok, text) {
   const li = document.createElement("li");
   li.className = ok ? "yes" : "no";
   li.textContent = text;

@@ -6,6 +6,7 @@
 // A file cut short by a crash fails step 2 or the listing's length check and is never offered; the
 // previous file of that run is still there. Runs only in a dedicated Worker (sync access handles).
 import { readHeader, readTinyGPT, TinyGPTFileError } from "./tinygpt_file.js";
+import { SECURE_CONTEXT_NEEDED } from "./wasm_loader.js";
 
 const DIR = "checkpoints";
 const NAME = /^([0-9a-z]+)-(\d{10})\.tinygpt$/;
@@ -15,7 +16,11 @@ export const fileName = (runId, step) => `${runId}-${String(step).padStart(10, "
 
 /** {store, reason}: store is null when this browser gives no OPFS with sync access handles. */
 export async function openStore() {
-  if (!globalThis.navigator?.storage?.getDirectory) return { store: null, reason: "this browser has no origin private file system (OPFS)" };
+  if (!globalThis.navigator?.storage?.getDirectory) {
+    const why = globalThis.isSecureContext === false ? `OPFS needs a secure context: this page is ${SECURE_CONTEXT_NEEDED}`
+      : "this browser has no origin private file system (OPFS)";
+    return { store: null, reason: why };
+  }
   if (typeof FileSystemFileHandle === "undefined" || !("createSyncAccessHandle" in FileSystemFileHandle.prototype)) {
     return { store: null, reason: "this browser's OPFS has no synchronous access in workers" };
   }

@@ -17,6 +17,7 @@ export const BUILD_MEMORY_LIMIT = { scalar: 4 * GiB, simd: 4 * GiB, threads: 4 *
 export const RUNTIME_OVERHEAD_BYTES = 64 * 1024 * 1024;
 
 const isNode = typeof process !== "undefined" && !!process.versions?.node;
+export const SECURE_CONTEXT_NEEDED = "not a secure context (open the page over https, or as http://localhost)";
 
 // Tiny modules that only validate where the feature exists (as in wasm-feature-detect).
 const SIMD_PROBE = new Uint8Array([0, 97, 115, 109, 1, 0, 0, 0, 1, 5, 1, 96, 0, 1, 123, 3, 2, 1, 0, 10, 10,
@@ -40,7 +41,9 @@ export async function detectFeatures() {
   // Node has no such notion: SharedArrayBuffer and worker_threads are always there.
   const isolated = isNode ? true : globalThis.crossOriginIsolated === true;
   let threadsMissing = null;
-  if (!isolated) threadsMissing = "not cross-origin isolated (the page needs COOP/COEP headers)";
+  // An insecure context (http on a name other than localhost) is never isolated, whatever the headers.
+  if (!isolated && globalThis.isSecureContext === false) threadsMissing = SECURE_CONTEXT_NEEDED;
+  else if (!isolated) threadsMissing = "not cross-origin isolated (the page needs COOP/COEP headers)";
   else if (!sharedMemory) threadsMissing = "no SharedArrayBuffer / WebAssembly threads in this engine";
   // Node 20 validates a 64-bit memory behind a flag only, and the Memory64 build is web-only.
   const memory64 = !isNode && validates(MEMORY64_PROBE);

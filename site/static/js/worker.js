@@ -7,6 +7,7 @@ import { openStore } from "./checkpoint_store.js";
 import { readTinyGPT, writeTinyGPT, writeCompactF16, paramCount } from "./tinygpt_file.js";
 import { configFromPresets, configFromHeader } from "./model_config.js";
 import { yieldToMessages } from "./engines/wasm_engine.js";
+import { sha256Hex } from "./sha256.js";
 
 const PRESETS_URL = new URL("../presets.json", import.meta.url);
 const CORPUS_URL = new URL("../data/tinyshakespeare.txt", import.meta.url);
@@ -51,9 +52,7 @@ async function loadCorpus() {
   if (!r.ok) throw new Error(`could not fetch the corpus ${CORPUS_URL.pathname}: HTTP ${r.status}`);
   const bytes = new Uint8Array(await r.arrayBuffer());
   if (bytes.length === 0) throw new Error(`the corpus ${CORPUS_URL.pathname} is empty: nothing to train on`);
-  const digest = new Uint8Array(await crypto.subtle.digest("SHA-256", bytes));
-  const sha256 = Array.from(digest, (b) => b.toString(16).padStart(2, "0")).join("");
-  return (corpus = { bytes, identity: { name: CORPUS_NAME, bytes: bytes.length, sha256 } });
+  return (corpus = { bytes, identity: { name: CORPUS_NAME, bytes: bytes.length, sha256: await sha256Hex(bytes) } });
 }
 
 const newRunId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);

@@ -2,6 +2,7 @@
 // this browser's (or, in Node tests, the caller's) adapter, behind the engine interface.
 // Works in a module Worker and in Node: it touches navigator.gpu only when no adapter is passed in.
 import { Trainer, TRAINER_LIMITS, checkLimits } from "../../../webgpu/trainer.js";
+import { SECURE_CONTEXT_NEEDED } from "../wasm_loader.js";
 
 // Adapters that run WGSL on the CPU: right answers, at a small fraction of a GPU's speed.
 const SOFTWARE_NAMES = /swiftshader|llvmpipe/i;
@@ -20,6 +21,7 @@ function isSoftware(adapter) {
 
 /** An adapter of `gpu` (navigator.gpu by default); throws a sentence when there is none. */
 async function requestAdapter(gpu = globalThis.navigator?.gpu) {
+  if (!gpu && globalThis.isSecureContext === false) throw new Error(`WebGPU needs a secure context: this page is ${SECURE_CONTEXT_NEEDED}`);
   if (!gpu) throw new Error("this browser has no WebGPU (navigator.gpu is missing)");
   let adapter;
   try {
