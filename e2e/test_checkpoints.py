@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import random
 
+from python_ref import tinygpt_file
+
 from e2e.page_actions import FINISHED, fill_training, losses, open_playground, press_train, screenshot, train
 
 SEED = 4242
@@ -109,4 +111,33 @@ def test_bad_uploads_are_refused_and_the_saved_model_still_resumes(server_url, p
     assert page.evaluate("window.playground.loaded.step") == 30
     assert page.locator("#checkpoints tbody tr").count() == rows_before
     screenshot(page, "checkpoints_bad_uploads")
+    assert page.errors == []
+
+
+def test_a_saved_model_downloads_and_deletes_after_asking(server_url, page, tmp_path):
+    open_playground(page, server_url)
+    train(page, "tiny", 15, seed=6, save_every=1)
+    train(page, "tiny", 15, seed=7, save_every=1)  # a second run: two rows
+    wait_for_rows(page, 2)
+    first, second = page.locator("#checkpoints tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)")
+    with page.expect_download() as d:
+        page.locator(f"#checkpoints tbody tr[data-id='{second}'] button[name=download-fp16]").click()
+    path = tmp_path / d.value.suggested_filename
+    d.value.save_as(path)
+    state = tinygpt_file.read_state(path)
+    print(f"\n{d.value.suggested_filename}: step {state.step}, {state.header['weightsDtype']}, seed {state.header['training']['seed']}")
+    assert state.step == 15 and state.m is None and state.header["training"]["seed"] == 6
+    asked = []
+    page.once("dialog", lambda dlg: (asked.append(dlg.message), dlg.dismiss()))
+    page.locator(f"#checkpoints tbody tr[data-id='{second}'] button[name=delete]").click()
+    page.wait_for_timeout(300)
+    assert asked and "cannot be undone" in asked[0] and page.locator("#checkpoints tbody tr").count() == 2
+    page.once("dialog", lambda dlg: dlg.accept())
+    page.locator(f"#checkpoints tbody tr[data-id='{second}'] button[name=delete]").click()
+    page.wait_for_function("document.querySelectorAll('#checkpoints tbody tr').length === 1")
+    page.reload()
+    open_playground(page, server_url)
+    wait_for_rows(page)
+    assert page.locator("#checkpoints tbody tr").evaluate_all("rows => rows.map(r => r.dataset.id)") == [first]
+    screenshot(page, "checkpoints_download_and_delete")
     assert page.errors == []

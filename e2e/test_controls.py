@@ -96,6 +96,13 @@ def test_a_big_preset_asks_first_and_stop_during_creation_ends_it(server_url, pa
     assert asked and "GB of memory" in asked[0]
     assert page.evaluate("window.playground.phase") == "idle" and page.locator("#status").inner_text() == "Idle."
 
+    page.select_option("#backend", "webgpu")  # SwiftShader's 1 GiB binding limit cannot hold it
+    page.click("#start")
+    refused = page.locator("#train-errors").inner_text()
+    print(refused)
+    assert refused.startswith("behemoth does not fit here: the params buffer needs 1.8 GiB")
+
+    page.select_option("#backend", "auto")
     page.once("dialog", lambda d: d.accept())
     page.click("#start")
     page.wait_for_function("document.getElementById('status').textContent.startsWith('Creating the behemoth model')")

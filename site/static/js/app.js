@@ -116,6 +116,7 @@ const handlers = {
   },
   loaded(m) {
     playground.loaded = m;
+    playground.fatal = null;
     playground.losses = [];
     playground.valLosses = [];
     chart.reset(m.targetSteps || m.step || 1);
@@ -158,7 +159,7 @@ const handlers = {
     playground.runsEnded++;
     status.step = m.step;
     refreshControls();
-    setStatus(`${m.stopped ? "Stopped" : "Finished"}: ${formatStatus()}`);
+    if (!playground.fatal) setStatus(`${m.stopped ? "Stopped" : "Finished"}: ${formatStatus()}`);
   },
   text(m) {
     $("sample-output").textContent += m.text;
@@ -199,7 +200,13 @@ const handlers = {
     if (m.fatal || m.during === "sample") busy.sampling = false;
     refreshControls();
     const where = m.during === "load" ? "That file was not loaded" : m.during === "resume" ? "That checkpoint was not resumed" : "Error";
-    const kept = m.fatal ? " Training paused; the last checkpoint is kept." : "";
+    if (m.fatal) {
+      // the engine is gone: what remains is the last checkpoint, which Resume picks up
+      playground.fatal = m.message;
+      playground.loaded = null;
+      refreshControls();
+    }
+    const kept = m.fatal ? " Training stopped; resume the last checkpoint from Saved models." : "";
     setStatus(`${where}: ${m.message}${kept}`, true);
   },
 };
