@@ -71,9 +71,19 @@ class CheckpointStore {
     const items = [];
     for (const [runId, files] of byRun) {
       files.sort((a, b) => b.step - a.step);
+      let newest = null;
       for (const f of files) {
         const peek = await this._peek(f);
-        if (peek) { items.push({ id: runId, file: f.name, header: peek.header, size: peek.size }); break; }
+        if (peek) {
+          newest = f;
+          items.push({ id: runId, file: f.name, header: peek.header, size: peek.size });
+          break;
+        }
+      }
+      // files older than the run's newest sound one: left by a crash between a save's verification
+      // and its clean-up (an unsound NEWER file may be a save in progress in another tab: kept)
+      for (const f of newest ? files.filter((x) => x.step < newest.step) : []) {
+        await this.dir.removeEntry(f.name).catch(() => {});
       }
     }
     return items.sort((a, b) => String(b.header.savedAt).localeCompare(String(a.header.savedAt)));
