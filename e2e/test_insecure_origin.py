@@ -44,6 +44,12 @@ def test_without_a_secure_context_it_trains_in_memory_and_offers_the_download(se
     assert "No WebGPU: WebGPU needs a secure context" in features
     assert "No WebAssembly threads: not a secure context (open the page over https, or as http://localhost)" in features
     assert note.startswith("Checkpoints cannot be kept here") and "download it to keep it" in note
+    page.wait_for_function("document.getElementById('preset-limits').textContent !== ''")
+    limits = page.locator("#preset-limits").inner_text()
+    print(limits)
+    assert page.locator("#preset option[value=behemoth]").is_disabled()
+    assert limits.startswith("Disabled here: behemoth (WebAssembly: needs 8.14 GiB; WebAssembly can address 4.00 GiB here "
+                             "(the Memory64 build needs threads: not a secure context")
     text = train(page, "tiny", 20, seed=8)
     print(text)
     assert text.startswith("Finished: step 20/20")

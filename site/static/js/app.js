@@ -397,6 +397,7 @@ async function showPresetInfo() {
 
 /** Presets that fit on no backend here are disabled, with the reason in their label. */
 async function markPresetsThatCannotFit() {
+  const disabled = [];
   for (const option of $("preset").options) {
     const reasons = [];
     for (const backend of support.gpu.ok ? ["wasm", "webgpu"] : ["wasm"]) {
@@ -407,9 +408,11 @@ async function markPresetsThatCannotFit() {
     if (reasons.length) {
       option.disabled = true;
       option.title = reasons.join("; ");
-      option.textContent += ` (too big here: ${reasons.join("; ")})`;
+      option.textContent += " (too big for this browser)";
+      disabled.push(`${option.value} (${reasons.join("; ")})`);
     }
   }
+  $("preset-limits").textContent = disabled.length ? `Disabled here: ${disabled.join("; ")}.` : "";
 }
 
 // ---- wiring ----

@@ -16,14 +16,18 @@ export const yieldToMessages = () => new Promise((resolve) => {
 
 const loaderConfig = ({ model, training }) => ({ ...model, batch: training.batch });
 
-/** Bytes this model needs in WebAssembly memory, and whether a build here can hold it. */
+/** Bytes this model needs in WebAssembly memory, and whether a build here can hold it (and why not). */
 export async function requirements({ model, training }, corpusBytes = 0) {
   const bytes = await memoryNeedBytes(loaderConfig({ model, training }), corpusBytes);
-  const features = await detectFeatures();
-  const limit = features.memory64 && features.simd && features.threads ? BUILD_MEMORY_LIMIT.memory64 : BUILD_MEMORY_LIMIT.threads;
+  const f = await detectFeatures();
+  const wide = f.memory64 && f.simd && f.threads;
+  const limit = wide ? BUILD_MEMORY_LIMIT.memory64 : BUILD_MEMORY_LIMIT.threads;
   const fits = bytes + RUNTIME_OVERHEAD_BYTES <= limit;
-  const where = `WebAssembly (${(limit / 1024 ** 3).toFixed(0)} GiB addressable here)`;
-  return { bytes, fits, where, reason: fits ? null : `needs ${(bytes / 1024 ** 3).toFixed(2)} GiB, more than the ${where}` };
+  const gib = (n) => `${(n / 1024 ** 3).toFixed(2)} GiB`;
+  const why = wide ? "" : !f.memory64 ? " (this engine has no Memory64)"
+    : !f.simd ? " (the Memory64 build needs SIMD)" : ` (the Memory64 build needs threads: ${f.threadsMissing})`;
+  return { bytes, fits, where: "WebAssembly",
+    reason: fits ? null : `needs ${gib(bytes)}; WebAssembly can address ${gib(limit)} here${why}` };
 }
 
 export async function createEngine({ model, training, initStd, corpus, seed, state = null, dataState = null }) {
