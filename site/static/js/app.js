@@ -206,7 +206,7 @@ const handlers = {
       playground.loaded = null;
       refreshControls();
     }
-    const kept = m.fatal ? " Training stopped; resume the last checkpoint from Saved models." : "";
+    const kept = m.fatal ? ". Resume it from Saved models." : "";
     setStatus(`${where}: ${m.message}${kept}`, true);
   },
 };

@@ -4,6 +4,8 @@ export class LossChart {
   constructor(canvas) {
     this.canvas = canvas;
     this.ctx = canvas.getContext("2d");
+    // a GPU process crash loses an accelerated canvas; once the browser restores it, draw again
+    canvas.addEventListener("contextrestored", () => this.draw());
     this.reset(1);
   }
 

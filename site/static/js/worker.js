@@ -366,6 +366,8 @@ self.onmessage = async ({ data: msg }) => {
     await handler(msg);
   } catch (e) {
     phase("idle", "");
+    // a step that failed because the device was lost: the page already has the fatal sentence
+    if (fatal && ["train", "continue", "resume"].includes(msg.type)) return;
     post({ type: "error", message: String(e?.message || e), during: msg.type, fatal: false });
   }
 };
