@@ -308,6 +308,8 @@ def read_state(path: str | Path) -> CheckpointState:
             if not np.isfinite(a).all():
                 what = ("weights", "AdamW m", "AdamW v")[b]
                 raise TinyGPTFileError(f"non-finite value (NaN or infinity) in {what} of {name}")
+            if b == 2 and (a < 0).any():  # a mean of squares: a resumed step would take its square root
+                raise TinyGPTFileError(f"negative value in AdamW v of {name}: v is a mean of squares")
     return CheckpointState(config, step, split[0], *(split[1:] if blocks == 3 else (None, None)), header=header)
 
 

@@ -41,6 +41,21 @@ def test_errors_reach_python_with_their_message():
         assert e.value.code == -3 and "length" in str(e.value)
 
 
+def test_a_negative_adamw_v_is_refused_and_the_model_kept():
+    """v is a mean of squares: importing a negative one would make the next step take its square root."""
+    import numpy as np
+    with NativeModel(ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=8), batch=2) as m:
+        m.init(3)
+        before = m.export_state()
+        floats = np.frombuffer(before[4:], dtype="<f4").copy()
+        floats[2 * m.P + 5] = -1e-6
+        with pytest.raises(NativeError) as e:
+            m.import_state(before[:4] + floats.tobytes())
+        print(e.value)
+        assert e.value.code == -3 and "negative value in AdamW v of token_embedding.weight" in str(e.value)
+        assert m.export_state() == before
+
+
 def test_manifest_and_sizes_follow_the_format():
     from python_ref.tinygpt_file import manifest_entries
     config = ModelConfig(nLayer=2, nHead=2, dModel=8, ctx=6)

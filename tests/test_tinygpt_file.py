@@ -349,6 +349,15 @@ def test_refuses_nan_in_weights_or_moments_even_with_valid_crcs(tmp_path, optimi
     refused(tmp_path, crafted, f"non-finite value \\(NaN or infinity\\) in {'AdamW v' if optimizer else 'weights'} of token_embedding.weight")
 
 
+def test_refuses_a_negative_adamw_v_even_with_valid_crcs(tmp_path):
+    """v is a mean of squares: a negative one would be square-rooted by the next AdamW step."""
+    header, state = split_file(valid_file(True))
+    floats = np.frombuffer(state[4:], dtype="<f4").copy()
+    floats[2 * MICRO.param_count() + 300] = -1e-6
+    refused(tmp_path, assemble(header, state[:4] + floats.tobytes(), state_crc=True),
+            "negative value in AdamW v of token_embedding.weight: v is a mean of squares")
+
+
 def test_refuses_negative_step_even_with_valid_crcs(tmp_path):
     header, state = split_file(valid_file(False))
     refused(tmp_path, assemble(header, struct.pack("<i", -4) + state[4:], state_crc=True), r"step is negative \(-4\)")

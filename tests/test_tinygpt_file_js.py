@@ -63,10 +63,10 @@ def with_header_text(raw: bytes, text: bytes, extra_spaces: int = 0) -> bytes:
     return PREFIX.pack(b"TGPT", 2, len(text)) + text + split_file(raw)[1]
 
 
-def nan_at(raw: bytes, at: int) -> bytes:
+def nan_at(raw: bytes, at: int, value=np.nan) -> bytes:
     header, state = split_file(raw)
     floats = np.frombuffer(state[4:], dtype="<f4").copy()
-    floats[at] = np.nan
+    floats[at] = value
     return assemble(header, state[:4] + floats.tobytes(), state_crc=True)
 
 
@@ -108,6 +108,7 @@ def corruption_cases() -> dict[str, bytes]:
         "dataState seed true": edited(raw, lambda h: h.update(dataState={"seed": True, "batchesDrawn": 0})),
         "NaN in weights": nan_at(plain, 300),
         "NaN in AdamW v": nan_at(raw, 2 * P + 300),
+        "negative AdamW v": nan_at(raw, 2 * P + 300, -1e-6),
         "negative step": assemble(split_file(plain)[0], struct.pack("<i", -4) + split_file(plain)[1][4:], state_crc=True),
         "float16 weightsDtype bfloat16": edited(f16, lambda h: h.update(weightsDtype="bfloat16")),
         "float16 weightsDtype null": edited(f16, lambda h: h.update(weightsDtype=None)),
@@ -134,7 +135,7 @@ PHRASE_ONLY = {
 # JSON.parse reads 256.0 as 256: a reader in JS cannot refuse what it cannot see (docs/format.md).
 JS_ACCEPTS = {"manifest shape 256.0"}
 # Found only with the state bytes: readHeader must accept these files.
-STATE_LEVEL = ("state CRC32 mismatch", "non-finite value", "step is negative", "float16 padding")
+STATE_LEVEL = ("state CRC32 mismatch", "non-finite value", "negative value in AdamW v", "step is negative", "float16 padding")
 
 
 @pytest.fixture(scope="module")

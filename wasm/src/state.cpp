@@ -28,6 +28,10 @@ std::string state_problem(const Model& model, const uint8_t* buf, int64_t n) {
         if (!std::isfinite(x))
           return std::string("non-finite value (NaN or infinity) in ") + kBlock[b] + " of " +
                  t.name + " at element " + std::to_string(i);
+        // v is a mean of squares: a resumed step would take the square root of a negative one
+        if (b == 2 && x < 0)
+          return std::string("negative value in AdamW v of ") + t.name + " at element " +
+                 std::to_string(i) + ": v is a mean of squares";
       }
     }
   return "";

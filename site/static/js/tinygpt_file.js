@@ -317,6 +317,8 @@ export function readTinyGPT(bytes) {
   const floats = new Float32Array(state.buffer, 4, (state.length - 4) / 4);
   const bad = firstNonFinite(floats, manifest, count);
   if (bad) throw fail(`non-finite value (NaN or infinity) in ${bad.block} of ${bad.name}`);
+  const negative = includesOptimizerState ? firstNegativeV(floats, manifest, count) : null;
+  if (negative) throw fail(`negative value in AdamW v of ${negative}: v is a mean of squares`);
   return { header, config, step, includesOptimizerState, weightsDtype, state };
 }
 
@@ -329,6 +331,15 @@ function widenFloat16State(stored, count) {
   const halves = new Uint16Array(stored.slice(4, 4 + 2 * count).buffer); // a copy: stored may be unaligned
   new Float32Array(state.buffer, 4, count).set(f16BitsToF32(halves));
   return state;
+}
+
+// The tensor name of the first negative AdamW v (the third block), or null: a resumed step would
+// take its square root.
+function firstNegativeV(floats, manifest, count) {
+  for (let at = 0; at < count; at++) {
+    if (floats[2 * count + at] < 0) return manifest.findLast((e) => e.offset <= at).name;
+  }
+  return null;
 }
 
 // {block, name} of the first NaN or infinity in blocks of count floats, or null.
