@@ -193,6 +193,8 @@ def _parse_header(raw: bytes) -> dict:
     for key, kind in (("config", dict), ("manifest", list), ("includesOptimizerState", bool), ("stateCrc32", str)):
         if not isinstance(header.get(key), kind):
             raise TinyGPTFileError(f"header key {key!r} is missing or not a {kind.__name__}")
+    if not re.fullmatch(r"[0-9a-f]{8}", header["stateCrc32"]):
+        raise TinyGPTFileError(f"header key 'stateCrc32' must be 8 lowercase hex digits, got {header['stateCrc32']!r}")
     dtype = header.get("weightsDtype", "float32")
     if dtype not in WEIGHTS_DTYPES:
         raise TinyGPTFileError(f"header key 'weightsDtype' must be 'float32' or 'float16', got {dtype!r}")
@@ -207,6 +209,19 @@ def _parse_header(raw: bytes) -> dict:
             f"header key 'dataState' must be {{seed, batchesDrawn}}, integers in [0, 2^53), got {data_state!r}"
         )
     return header
+
+
+# No checkpoint this format is used for comes near this (behemoth with moments: 5.7 GB); a config
+# implying more is wrong, and calling the file "truncated" would send the reader the wrong way.
+PLAUSIBLE_STATE_BYTES = 2**40
+
+
+def _shortfall(actual: int, expected: int) -> str:
+    if actual >= expected:
+        return ""
+    if expected > PLAUSIBLE_STATE_BYTES:
+        return " - the header's config is implausible (over 1 TiB of state), not the file truncated"
+    return " - the file is truncated"
 
 
 def _is_int(v) -> bool:
@@ -228,10 +243,11 @@ def _check_manifest(header: dict, expected: list[dict]) -> None:
         raise TinyGPTFileError(
             f"manifest/shape mismatch: {len(got)} tensors listed, the config implies {len(expected)}"
         )
-    for g, e in zip(got, expected):
-        if not isinstance(g, dict) or g.get("name") != e["name"]:
-            name = g.get("name") if isinstance(g, dict) else g
-            raise TinyGPTFileError(f"manifest/shape mismatch: found tensor {name!r} where {e['name']!r} belongs")
+    for i, (g, e) in enumerate(zip(got, expected)):
+        if not isinstance(g, dict):
+            raise TinyGPTFileError(f"manifest/shape mismatch: entry {i} is {g!r}, not an object {{name, shape, offset}}")
+        if g.get("name") != e["name"]:
+            raise TinyGPTFileError(f"manifest/shape mismatch: found tensor {g.get('name')!r} where {e['name']!r} belongs")
         shape, offset = g.get("shape"), g.get("offset")
         # 48.0 == 48 and True == 1 in Python: compare types too, so only the exact integers pass
         if not (isinstance(shape, list) and all(_is_int(d) for d in shape) and _is_int(offset)
@@ -276,10 +292,8 @@ def read_state(path: str | Path) -> CheckpointState:
         expected = 4 + np.dtype(stored_dtype).itemsize * stored_count
         actual = size - PREFIX.size - n
         if actual != expected:
-            raise TinyGPTFileError(
-                f"state length mismatch: {actual} bytes after the header, expected {expected} "
-                f"({layout}){' - the file is truncated' if actual < expected else ''}"
-            )
+            raise TinyGPTFileError(f"state length mismatch: {actual} bytes after the header, expected {expected} "
+                                   f"({layout}){_shortfall(actual, expected)}")
         entries = manifest_entries(config)
         _check_manifest(header, entries)
         step_bytes = f.read(4)

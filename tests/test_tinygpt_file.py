@@ -330,6 +330,10 @@ def test_refuses_state_length_mismatch(tmp_path):
     (lambda h: h.pop("config"), "header key 'config' is missing"),
     (lambda h: h.update(includesOptimizerState="yes"), "header key 'includesOptimizerState' is missing or not a bool"),
     (lambda h: h.update(stateCrc32="0" * 8), "state CRC32 mismatch"),
+    (lambda h: h.update(stateCrc32="ABCDEF01"), "header key 'stateCrc32' must be 8 lowercase hex digits"),
+    (lambda h: h["manifest"].__setitem__(0, "token_embedding.weight"),
+     "manifest/shape mismatch: entry 0 is 'token_embedding.weight', not an object"),
+    (lambda h: h["config"].update(nLayer=10**9), "the header's config is implausible \\(over 1 TiB of state\\), not the file truncated"),
     (lambda h: h.update(dataState={"seed": 1}), "header key 'dataState' must be"),
 ])
 def test_refuses_header_edits_even_with_a_valid_header_crc(tmp_path, edit, problem):
