@@ -11,38 +11,80 @@ import sys
 import torch
 
 from . import tinygpt_file
-from .bench import bench_preset
+from .bench import bench_preset, flops_per_token, peak_flops
 from .config import DEFAULT_CORPUS, ConfigError, preset_names, sampling_defaults
 from .data import Corpus, CorpusError
 from .evaluate import bits_per_byte, evaluate_file, evaluate_val, split_settings
 from .sample import Utf8Writer, generate
 from .tinygpt_file import TinyGPTFileError
-from .train import TrainingError, check_out_path, new_run, resolve_device, resume_run
+from .distributed import DEFAULT_TIMEOUT_S, DistributedError, init_from_env, launch_local, under_torchrun
+from .train import LR_SCHEDULES, TrainingError, check_out_path, new_run, resolve_device, resume_run
 
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
 def cmd_train(args) -> int:
+    if args.nproc is not None:
+        if under_torchrun():
+            raise ConfigError("--nproc launches torchrun; a process already under torchrun must not pass it")
+        return launch_local(args.nproc, _without_nproc(args.argv[1:]))
     check_out_path(args.out)
+    dist = init_from_env(resolve_device(args.device), args.dist_timeout)
+    try:
+        return _train(args, dist)
+    finally:
+        dist.close()
+
+
+def _train(args, dist) -> int:
     overrides = dict(lr=args.lr, batch=args.batch, steps=args.steps, seed=args.seed, evalEvery=args.eval_every)
+    options = dict(gradAccum=args.grad_accum, lrSchedule=args.lr_schedule, warmupSteps=args.warmup_steps,
+                   bf16=args.bf16 or None, compile=args.compile or None)
     corpus = Corpus.from_file(args.corpus)
     if args.resume:
-        run = resume_run(args.resume, corpus, args.device, args.preset, **overrides)
+        run = resume_run(args.resume, corpus, args.device, args.preset, dist, options, **overrides)
     else:
-        run = new_run(args.preset, corpus, args.device, **overrides)
+        run = new_run(args.preset, corpus, args.device, dist, options, **overrides)
+    say = print if dist.is_main else _silent  # one voice for the whole run: rank 0's
     auto = " (auto: cuda, then mps, else cpu)" if args.device == "auto" else ""
-    print(f"preset {run.preset}, {run.model.num_params():,} parameters, device {resolve_device(args.device)}{auto}, "
-          f"corpus {corpus.name} ({corpus.data.size:,} bytes), step {run.step} -> {run.cfg.steps}", file=sys.stderr)
+    ranks = f", {dist.world_size} ranks x {run.cfg.batch // dist.world_size} rows" if dist.world_size > 1 else ""
+    say(f"preset {run.preset}, {run.model.num_params():,} parameters, device {dist.device}{auto}{ranks}, "
+        f"corpus {corpus.name} ({corpus.data.size:,} bytes), step {run.step} -> {run.cfg.steps}", file=sys.stderr)
     if args.out is None:
-        print("no --out given: the trained model will not be saved", file=sys.stderr)
+        say("no --out given: the trained model will not be saved", file=sys.stderr)
     run.run(run.cfg.steps, args.out, args.save_every, progress=not args.quiet)
     best = run.best_val()
     summary = f"step {run.step}: final loss {_num(run.final_loss())}, best val loss {_num(best)}"
     if best is not None:
         summary += f" ({bits_per_byte(best):.4f} bits/byte)"
-    print(summary + (f"; saved {args.out}" if args.out else ""))
+    if run.tokens_per_s is not None:
+        achieved = run.tokens_per_s * flops_per_token(run.model.config)
+        summary += f", {run.tokens_per_s:,.0f} tokens/s, {achieved / 1e12:.2f} TFLOP/s"
+        peak = peak_flops(dist.device, run.options.bf16)
+        if peak:  # tokens/s counts every rank: the peak is every GPU's
+            gpus = f"{dist.world_size} x " if dist.world_size > 1 else ""
+            summary += f" (MFU {achieved / (peak * dist.world_size):.1%} of {gpus}{torch.cuda.get_device_name(dist.device)}'s " \
+                       f"{peak / 1e12:.0f} TFLOP/s {'bf16' if run.options.bf16 else 'fp32'})"
+    say(summary + (f"; saved {args.out}" if args.out else ""))
     return 0
+
+
+def _silent(*args, **kwargs) -> None:
+    pass
+
+
+def _without_nproc(train_argv: list[str]) -> list[str]:
+    """The train arguments minus --nproc N / --nproc=N: what each torchrun worker gets."""
+    out, skip = [], False
+    for a in train_argv:
+        if skip:
+            skip = False
+        elif a == "--nproc":
+            skip = True
+        elif not a.startswith("--nproc="):
+            out.append(a)
+    return out
 
 
 def cmd_sample(args) -> int:
@@ -122,6 +164,14 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--save-every", type=int, default=0, help="also save to --out every N steps")
     t.add_argument("--resume", help="continue exactly from this checkpoint (same corpus required)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
+    t.add_argument("--nproc", type=int, help="launch torchrun with N processes on this machine (one per GPU)")
+    t.add_argument("--dist-timeout", type=float, default=DEFAULT_TIMEOUT_S,
+                   help=f"seconds a rank waits for the others, joining and at each step (default {DEFAULT_TIMEOUT_S})")
+    t.add_argument("--grad-accum", type=int, help="micro-batches per step (the batch stays --batch; default 1)")
+    t.add_argument("--lr-schedule", choices=LR_SCHEDULES, help="lr multiplier per step (default none: constant)")
+    t.add_argument("--warmup-steps", type=int, help="linear lr warmup over the first W steps (default 0)")
+    t.add_argument("--bf16", action="store_true", help="bf16 autocast of the forward pass (CUDA only)")
+    t.add_argument("--compile", action="store_true", help="torch.compile the model")
     t.set_defaults(func=cmd_train)
 
     g = sub.add_parser("sample", help="generate text from a checkpoint")
@@ -159,10 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    args.argv = argv  # train --nproc passes the same arguments on to each torchrun worker
     try:
         return args.func(args)
-    except (ConfigError, CorpusError, TinyGPTFileError, TrainingError) as e:
+    except (ConfigError, CorpusError, TinyGPTFileError, TrainingError, DistributedError) as e:
         print(f"tinygpt {args.command}: error: {e}", file=sys.stderr)
     except OSError as e:
         print(f"tinygpt {args.command}: error: {e.strerror or e} ({e.filename})", file=sys.stderr)

@@ -2,15 +2,19 @@
 
 A run's whole state is the model, the AdamW moments, the step, and the data stream's
 {seed, batchesDrawn}; a .tinygpt checkpoint holds all of it, so resuming reproduces the
-uninterrupted run loss for loss.
+uninterrupted run loss for loss. Under torchrun each rank trains on its shard of the same global
+batch (python_ref/distributed.py), so the state stays global and resumes at any world size.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import math
 import signal
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +26,7 @@ from . import tinygpt_file
 from .config import DEFAULT_CORPUS, ConfigError, TrainConfig, model_config, presets_file, sampling_defaults, \
     train_config
 from .data import BatchStream, Corpus, CorpusError
+from .distributed import Distributed
 from .evaluate import val_windows_loss
 from .model import TinyGPT
 from .sample import generate
@@ -66,15 +71,84 @@ def make_optimizer(model: TinyGPT, cfg: TrainConfig) -> torch.optim.AdamW:
     )
 
 
-def train_step(model: TinyGPT, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               grad_clip: float) -> float:
-    """One step: forward, backward, global-norm clip, AdamW. x, y: (B,T). Returns the loss before the update."""
-    _, loss = model(x, y)
+LR_SCHEDULES = ("none", "cosine")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Trainer options beyond the portable recipe, all off by default: the browser engines have none of them.
+
+    gradAccum splits each process's rows into that many equal contiguous micro-batches (one backward
+    each, gradients summed to the mean over all rows); lrSchedule/warmupSteps scale the lr per step.
+    """
+    gradAccum: int = 1
+    lrSchedule: str = "none"
+    warmupSteps: int = 0
+    bf16: bool = False
+    compile: bool = False
+
+    def __post_init__(self):
+        if not (isinstance(self.gradAccum, int) and self.gradAccum >= 1):
+            raise ConfigError(f"--grad-accum must be a positive integer, got {self.gradAccum!r}")
+        if self.lrSchedule not in LR_SCHEDULES:
+            raise ConfigError(f"unknown --lr-schedule {self.lrSchedule!r}; choose {' or '.join(LR_SCHEDULES)}")
+        if not (isinstance(self.warmupSteps, int) and self.warmupSteps >= 0):
+            raise ConfigError(f"--warmup-steps must be a non-negative integer, got {self.warmupSteps!r}")
+
+    @classmethod
+    def given(cls, recorded: dict | None = None, **values) -> "RunOptions":
+        """Options from the command line (None: not given), over a resumed checkpoint's recorded schedule."""
+        base = {k: v for k, v in (recorded or {}).items() if k in ("lrSchedule", "warmupSteps")}
+        return cls(**{**base, **{k: v for k, v in values.items() if v is not None}})
+
+    def recorded(self) -> dict:
+        """The options that differ from the default: what a checkpoint's `training` header records."""
+        default = RunOptions()
+        return {k: v for k, v in dataclasses.asdict(self).items() if v != getattr(default, k)}
+
+    def lr_multiplier(self, step: int, total_steps: int) -> float:
+        """Factor on lr for the update from `step` to step + 1: linear warmup, then constant or cosine to 0."""
+        if step < self.warmupSteps:
+            return (step + 1) / self.warmupSteps
+        if self.lrSchedule == "cosine":
+            progress = (step - self.warmupSteps) / max(1, total_steps - self.warmupSteps)
+            return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+        return 1.0
+
+    def autocast(self, device: torch.device):
+        """bf16 autocast of the forward pass on CUDA; the fp32 path stays the parity oracle."""
+        if not self.bf16:
+            return contextlib.nullcontext()
+        if device.type != "cuda":
+            raise ConfigError(f"--bf16 is CUDA autocast only and this run is on {device.type}; leave it out")
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+
+
+def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+               grad_clip: float, micro_batches: int = 1, autocast=contextlib.nullcontext) -> float:
+    """One step: forward and backward, global-norm clip, AdamW. x, y: (B,T). Returns the loss before the update.
+
+    With micro_batches K the rows are split into K equal contiguous slices, each loss scaled by 1/K, so
+    the summed gradient is that of the mean over all rows; under DDP only the last backward all-reduces.
+    """
     optimizer.zero_grad(set_to_none=True)
-    loss.backward()
+    total = 0.0
+    for i, (xm, ym) in enumerate(zip(x.chunk(micro_batches), y.chunk(micro_batches))):
+        with _gradient_sync(model, i == micro_batches - 1):
+            with autocast():
+                _, loss = model(xm, ym)
+            (loss / micro_batches).backward()
+        total += loss.item()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     optimizer.step()
-    return loss.item()
+    return total / micro_batches
+
+
+def _gradient_sync(model: torch.nn.Module, last_micro_batch: bool):
+    """DDP's no_sync for all but the last micro-batch: one all-reduce per step, not per micro-batch."""
+    if isinstance(model, torch.nn.parallel.DistributedDataParallel) and not last_micro_batch:
+        return model.no_sync()
+    return contextlib.nullcontext()
 
 
 @dataclass
@@ -89,6 +163,9 @@ class TrainingRun:
     step: int = 0
     loss_history: list = field(default_factory=list)  # [[step, loss]]
     val_history: list = field(default_factory=list)   # [[step, val loss]]
+    dist: Distributed = field(default_factory=Distributed)
+    options: RunOptions = field(default_factory=RunOptions)
+    tokens_per_s: float | None = None  # training throughput of the last run(), all ranks together
 
     @property
     def device(self) -> torch.device:
@@ -103,87 +180,128 @@ class TrainingRun:
     def val_loss(self) -> float:
         return val_windows_loss(self.model, self.val, self.cfg.evalWindows)
 
+    def training_header(self) -> dict:
+        """The recipe, plus run metadata (world size, rows per rank) and the options that were used."""
+        run = {"worldSize": self.dist.world_size, "rankBatch": self.cfg.batch // self.dist.world_size}
+        return {**self.cfg.to_json(), **run, **self.options.recorded()}
+
     def save(self, path: str | Path) -> None:
         s = sampling_defaults()
         text = generate(self.model, SAVE_SAMPLE_PROMPT, SAVE_SAMPLE_BYTES, s["temperature"], s["topK"], s["seed"])
         tinygpt_file.save(
             path, self.model, self.optimizer, step=self.step,
-            preset=self.preset, training=self.cfg.to_json(), dataState=self.batches.state(),
+            preset=self.preset, training=self.training_header(), dataState=self.batches.state(),
             corpus=self.corpus.identity(), lossHistory=self.loss_history, valHistory=self.val_history,
             finalLoss=self.final_loss(), bestVal=self.best_val(),
             sample=text.decode("utf-8", errors="replace"),
         )
 
+    def save_on_rank0(self, path: str | Path) -> None:
+        """Rank 0 writes (atomically, through tinygpt_file); the other ranks wait until the file is there."""
+        if self.dist.is_main:
+            self.save(path)
+        self.dist.barrier()
+
     def run(self, until: int, out: str | Path | None = None, save_every: int = 0, progress: bool = True) -> None:
         """Train up to step `until`, evaluating every evalEvery steps and at the end, saving to `out`.
 
-        Ctrl-C stops at the next step boundary and saves (when `out` is set), then raises KeyboardInterrupt.
+        Ctrl-C or SIGTERM stops at the next step boundary (every rank at the same one) and saves (when
+        `out` is set), then raises KeyboardInterrupt.
         """
         if save_every < 0 or self.cfg.evalEvery < 0:
             raise ConfigError("--save-every and --eval-every must be >= 0 (0 = only at the end)")
         if save_every and out is None:
             raise ConfigError("--save-every needs --out: where should the checkpoints go?")
         check_out_path(out)
+        rows = self.dist.rank_rows(self.cfg.batch, self.options.gradAccum)
+        autocast = functools.partial(self.options.autocast, self.device)
+        autocast()  # refuses --bf16 off CUDA before any step
+        step_model = self.dist.wrap(torch.compile(self.model) if self.options.compile else self.model)
+        progress = progress and self.dist.is_main
+        tokens_per_step = self.cfg.batch * self.model.config.ctx
+        steps_timed, seconds = 0, 0.0
         bar = tqdm(total=until, initial=self.step, desc="train", unit="step", file=sys.stderr,
                    disable=not progress, dynamic_ncols=True)
-        with bar, _StopAtStepBoundary() as stop:
-            while self.step < until and not stop.requested:
-                x, y = (torch.from_numpy(a).to(self.device) for a in self.batches.next())
-                loss = train_step(self.model, self.optimizer, x, y, self.cfg.gradClip)
+        stopping = False
+        with bar, _StopAtStepBoundary(repeat_stops_now=not self.dist.active) as stop:
+            while self.step < until and not stopping:
+                started = time.perf_counter()
+                x, y = (torch.from_numpy(a[rows]).to(self.device) for a in self.batches.next())
+                for group in self.optimizer.param_groups:
+                    group["lr"] = self.cfg.lr * self.options.lr_multiplier(self.step, self.cfg.steps)
+                loss = train_step(step_model, self.optimizer, x, y, self.cfg.gradClip, self.options.gradAccum,
+                                  autocast)
+                loss, stopping = self.dist.agree(loss, stop.requested)
                 if not math.isfinite(loss):
                     raise TrainingError(f"the loss became {loss} at step {self.step + 1}; "
                                         f"try a lower --lr (now {self.cfg.lr})")
+                steps_timed, seconds = steps_timed + 1, seconds + time.perf_counter() - started
+                self.tokens_per_s = steps_timed * tokens_per_step / seconds
                 self.step += 1
                 self.loss_history.append([self.step, loss])
                 bar.update(1)
-                bar.set_postfix(loss=f"{loss:.4f}", refresh=False)
+                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{self.tokens_per_s:,.0f}", refresh=False)
                 every = self.cfg.evalEvery
                 if (every and self.step % every == 0) or self.step == until:
-                    val = self.val_loss()
+                    val = self.val_loss()  # every rank evaluates the same windows: the same number everywhere
                     self.val_history.append([self.step, val])
                     if progress:
-                        bar.write(f"step {self.step}: train loss {loss:.4f}, val loss {val:.4f}", file=sys.stderr)
+                        bar.write(f"step {self.step}: train loss {loss:.4f}, val loss {val:.4f}, "
+                                  f"{self.tokens_per_s:,.0f} tokens/s", file=sys.stderr)
                 if out is not None and save_every and self.step % save_every == 0 and self.step < until:
-                    self.save(out)
+                    self.save_on_rank0(out)
             if out is not None:
-                self.save(out)
-            if stop.requested:
+                self.save_on_rank0(out)
+            if stopping or stop.requested:
                 raise KeyboardInterrupt(f"stopped at step {self.step}" + (f"; saved {out}" if out else ""))
 
 
 class _StopAtStepBoundary:
-    """The first Ctrl-C asks the loop to stop after the current step (never half-way through AdamW)."""
+    """The first Ctrl-C or SIGTERM asks the loop to stop after the current step (never half-way through AdamW).
 
-    def __init__(self):
+    Alone, a second one stops at once. Under torchrun a worker may get the same Ctrl-C twice (from the
+    terminal and forwarded by torchrun), so repeats are ignored there: torchrun kills workers that overstay.
+    """
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, repeat_stops_now: bool = True):
         self.requested = False
-        self.previous = None
+        self.repeat_stops_now = repeat_stops_now
+        self.previous = {}
 
     def __enter__(self):
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, self._handle)
+            self.previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
         return self
 
     def _handle(self, signum, frame):
-        if self.requested:  # a second Ctrl-C: stop now
+        if self.requested and self.repeat_stops_now:
             raise KeyboardInterrupt
         self.requested = True
 
     def __exit__(self, *exc):
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for s, handler in self.previous.items():
+            signal.signal(s, handler)
         return False
 
 
-def new_run(preset: str | None = None, corpus: Corpus | None = None, device: str = "auto", **overrides) -> TrainingRun:
-    """A fresh run: weights from the portable init stream, batches from the portable data stream."""
+def new_run(preset: str | None = None, corpus: Corpus | None = None, device: str = "auto",
+            dist: Distributed | None = None, options: dict | None = None, **overrides) -> TrainingRun:
+    """A fresh run: weights from the portable init stream, batches from the portable data stream.
+
+    With `dist` (a torchrun rank) the model goes to that rank's device and `device` is ignored.
+    `options`: RunOptions fields (None = not given, the default).
+    """
     preset = preset or presets_file()["defaultPreset"]
     config = model_config(preset)
     cfg = train_config(preset, **overrides)
     corpus = corpus if corpus is not None else Corpus.from_file(DEFAULT_CORPUS)
     train, val = corpus.split(cfg.valFraction, config.ctx)
-    model = TinyGPT(config, cfg.seed).to(resolve_device(device))
+    dist = dist or Distributed(device=resolve_device(device))
+    model = TinyGPT(config, cfg.seed).to(dist.device)
     return TrainingRun(preset, cfg, corpus, model, make_optimizer(model, cfg),
-                       BatchStream(train, config.ctx, cfg.batch, cfg.seed), val)
+                       BatchStream(train, config.ctx, cfg.batch, cfg.seed), val,
+                       dist=dist, options=RunOptions.given(**(options or {})))
 
 
 # What a resumed run may change: how far to go, how fast, how often to evaluate. batch and seed
@@ -192,9 +310,15 @@ RESUME_MAY_CHANGE = ("steps", "lr", "evalEvery")
 
 
 def resume_run(path: str | Path, corpus: Corpus | None = None, device: str = "auto",
-               preset: str | None = None, **overrides) -> TrainingRun:
-    """Continue exactly where a checkpoint stopped (weights, AdamW moments, step, data stream, histories)."""
-    model, meta = tinygpt_file.load(path, resolve_device(device))
+               preset: str | None = None, dist: Distributed | None = None, options: dict | None = None,
+               **overrides) -> TrainingRun:
+    """Continue exactly where a checkpoint stopped (weights, AdamW moments, step, data stream, histories).
+
+    The data state is global, so any world size resumes it. `options` (RunOptions fields, None = not
+    given) override the lr schedule the checkpoint recorded; the other options are this run's choice.
+    """
+    dist = dist or Distributed(device=resolve_device(device))
+    model, meta = tinygpt_file.load(path, dist.device)
     state = meta["state"]
     if preset is not None and meta.get("preset") not in (None, preset):
         raise ConfigError(f"--preset {preset} but the checkpoint is a {meta['preset']!r} model")
@@ -221,7 +345,8 @@ def resume_run(path: str | Path, corpus: Corpus | None = None, device: str = "au
     tinygpt_file.restore_optimizer(model, optimizer, state)
     batches = BatchStream(train, model.config.ctx, cfg.batch, cfg.seed, data_state["batchesDrawn"])
     return TrainingRun(meta.get("preset"), cfg, corpus, model, optimizer, batches, val, state.step,
-                       _history(meta, "lossHistory"), _history(meta, "valHistory"))
+                       _history(meta, "lossHistory"), _history(meta, "valHistory"),
+                       dist=dist, options=RunOptions.given(meta.get("training"), **(options or {})))
 
 
 def _resumed_train_config(meta: dict, overrides: dict) -> TrainConfig:

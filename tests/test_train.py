@@ -137,7 +137,7 @@ def test_checkpoint_header(corpus, tmp_path):
     run.run(3, out=path, progress=False)
     _, meta = tinygpt_file.load(path)
     assert meta["preset"] == "tiny" and meta["step"] == 3
-    assert meta["training"] == run.cfg.to_json()
+    assert meta["training"] == {**run.cfg.to_json(), "worldSize": 1, "rankBatch": run.cfg.batch}
     assert meta["corpus"] == corpus.identity()
     assert meta["dataState"] == {"seed": run.cfg.seed, "batchesDrawn": 3}
     assert [s for s, _ in meta["lossHistory"]] == [1, 2, 3]
