@@ -112,7 +112,9 @@ const handlers = {
   },
   phase({ phase, text }) {
     playground.phase = phase;
-    if (text && (phase === "loading" || phase === "saving")) setStatus(phase === "saving" && status ? `${formatStatus()} · ${text}` : text);
+    if (text && phase === "loading") setStatus(text);
+    // an upload's first save is quick and its "Loaded …" line says more; a run's saves are shown
+    if (text && phase === "saving" && busy.training && status) setStatus(`${formatStatus()} · ${text}`);
   },
   loaded(m) {
     playground.loaded = m;
