@@ -1,9 +1,13 @@
 """`.tinygpt` in and out of the page: what the page downloads (full and compact fp16) loads in
-python_ref and gives the validation loss the page showed; a model python_ref trained uploads and
-samples in the page, token for token as python_ref's greedy sample."""
+python_ref and gives the validation loss the page showed, and resumes under torchrun as in one
+process; a model python_ref trained uploads and samples in the page, token for token as python_ref's
+greedy sample."""
 from __future__ import annotations
 
-from e2e.page_actions import open_playground, screenshot, train
+import subprocess
+import sys
+
+from e2e.page_actions import ROOT, open_playground, screenshot, train
 
 from python_ref import tinygpt_file
 from python_ref.config import DEFAULT_CORPUS
@@ -44,6 +48,18 @@ def test_downloads_load_in_python_ref_with_the_pages_validation_loss(server_url,
     assert compact.stat().st_size < full.stat().st_size / 5
     screenshot(page, "files_downloaded")
     assert page.errors == []
+
+    # the page's file resumes under torchrun (2 gloo ranks) exactly as in one process
+    resumed = {}
+    for name, extra in [("one process", []), ("2 ranks", ["--nproc", "2"])]:
+        out = tmp_path / f"resumed-{len(extra)}.tinygpt"
+        subprocess.run([sys.executable, "-m", "python_ref.cli", "train", "--resume", str(full), "--steps", "110",
+                        "--device", "cpu", "--quiet", "--out", str(out), *extra], cwd=ROOT, check=True,
+                       capture_output=True, timeout=300)
+        resumed[name] = tinygpt_file.read_state(out).header["lossHistory"][100:]
+    rel = max(abs(a[1] - b[1]) / b[1] for a, b in zip(resumed["2 ranks"], resumed["one process"]))
+    print(f"steps 101-110 from the page's file: under torchrun (2 ranks) vs one process, max relative difference {rel:.2e}")
+    assert [s for s, _ in resumed["2 ranks"]] == list(range(101, 111)) and rel < 1e-5
 
 
 def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, page, tmp_path):
