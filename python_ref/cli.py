@@ -44,6 +44,10 @@ def _train(args, dist) -> int:
     corpus = Corpus.from_file(args.corpus)
     if args.resume:
         run = resume_run(args.resume, corpus, args.device, args.preset, dist, options, **overrides)
+        if args.steps is not None and args.steps <= run.step:
+            # --steps is the total to reach: silently training nothing and saving a copy helps nobody
+            raise ConfigError(f"--steps {args.steps} is not past the checkpoint's step {run.step}: --steps is the "
+                              f"total step to reach (e.g. --steps {run.step + 100} for 100 more)")
     else:
         run = new_run(args.preset, corpus, args.device, dist, options, **overrides)
     say = print if dist.is_main else _silent  # one voice for the whole run: rank 0's

@@ -91,9 +91,11 @@ class TrainConfig:
         def is_number(v):  # finite int or float, not bool (NaN fails every comparison below)
             return (is_int(v) or isinstance(v, float)) and abs(v) < float("inf")
 
-        for name in ("batch", "evalEvery", "evalWindows"):
+        for name in ("batch", "evalWindows"):
             if not (is_int(getattr(self, name)) and getattr(self, name) > 0):
                 raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        if not (is_int(self.evalEvery) and self.evalEvery >= 0):  # 0: evaluate only at the end
+            raise ConfigError(f"evalEvery must be a non-negative integer (0: only at the end), got {self.evalEvery!r}")
         if not (is_int(self.steps) and self.steps >= 0):
             raise ConfigError(f"steps must be a non-negative integer, got {self.steps!r}")
         if not (is_number(self.lr) and self.lr > 0):

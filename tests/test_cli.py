@@ -118,3 +118,25 @@ def test_bad_input_in_a_real_process(files):
     print(f"exit {proc.returncode}: {proc.stderr.strip()}")
     assert proc.returncode == 2 and proc.stdout == ""
     assert len(proc.stderr.strip().splitlines()) == 1 and "CRC32 mismatch" in proc.stderr
+
+
+def test_eval_every_0_evaluates_only_at_the_end(files, capsys, tmp_path):
+    """Its help says "0: only at the end"; it used to be refused as not positive."""
+    _, corpus, _ = files
+    out = tmp_path / "end-only.tinygpt"
+    code, _, err = run_cli(capsys, "train", "--preset", "tiny", "--steps", 3, "--eval-every", 0, "--corpus", corpus,
+                           "--out", out, "--device", "cpu", "--quiet")
+    from python_ref.tinygpt_file import read_state
+    history = read_state(out).header["valHistory"]
+    print(f"--eval-every 0: valHistory {history}")
+    assert code == 0 and [s for s, _ in history] == [3]
+
+
+def test_resume_with_steps_not_past_the_checkpoint_is_refused(files, capsys, tmp_path):
+    """--steps is the total to reach: a step-4 checkpoint with --steps 3 used to train nothing and save a copy."""
+    _, corpus, ckpt = files
+    out = tmp_path / "copy.tinygpt"
+    code, _, err = run_cli(capsys, "train", "--resume", ckpt, "--steps", 3, "--corpus", corpus, "--out", out,
+                           "--device", "cpu", "--quiet")
+    print(err.strip())
+    assert code == 2 and "--steps 3 is not past the checkpoint's step 4" in err and not out.exists()
