@@ -127,7 +127,7 @@ const handlers = {
     const last = m.lossHistory[m.lossHistory.length - 1];
     const lastVal = m.valHistory[m.valHistory.length - 1];
     status = { step: m.step, steps: m.targetSteps, loss: last ? last[1] : NaN, valLoss: lastVal ? lastVal[1] : null,
-      msPerStep: 0, tokensPerStep: 0 };
+      msPerStep: 0, tokensPerStep: m.tokensPerStep };
     recentMs = [];
     $("build").textContent = `${m.description} ${m.paramCount.toLocaleString("en")} parameters.`;
     if (m.preset in presets.presets && $("preset").value !== m.preset) {
@@ -142,9 +142,7 @@ const handlers = {
   step(m) {
     recentMs.push(m.ms);
     if (recentMs.length > 20) recentMs.shift();
-    const p = playground.loaded;
-    Object.assign(status, { step: m.step, loss: m.loss, msPerStep: recentMs.reduce((a, b) => a + b) / recentMs.length,
-      tokensPerStep: tokensPerStep(p) });
+    Object.assign(status, { step: m.step, loss: m.loss, msPerStep: recentMs.reduce((a, b) => a + b) / recentMs.length });
     playground.losses[m.step] = m.loss;
     chart.addTrain(m.step, m.loss);
     setStatus(formatStatus());
@@ -222,11 +220,6 @@ function markCurrentRow() {
     tr.classList.toggle("current", tr.dataset.id === playground.loaded?.id);
   }
 }
-
-const tokensPerStep = (loaded) => {
-  const p = loaded?.preset && presets.presets[loaded.preset];
-  return p ? p.batch * p.ctx : 0;
-};
 
 // ---- training ----
 

@@ -100,6 +100,7 @@ function announce(notice = null) {
   const c = current;
   post({ type: "loaded", backend: c.backend, description: c.engine.description, paramCount: c.engine.paramCount,
     preset: c.preset, step: c.engine.step, targetSteps: c.targetSteps, source: c.source, id: c.runId, notice,
+    tokensPerStep: c.config.training.batch * c.config.model.ctx,
     lossHistory: c.lossHistory, valHistory: c.valHistory });
 }
 
@@ -264,9 +265,10 @@ async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
     const t0 = performance.now();
     let ttftMs = null, tokens = 0, chunk = [];
     let lastPost = t0;
-    const flush = () => {
+    // last: the decoder's pending bytes of an unfinished character come out too
+    const flush = (last = false) => {
       const elapsed = (performance.now() - t0) / 1000;
-      post({ type: "text", text: decoder.decode(Uint8Array.from(chunk), { stream: true }), tokens, ttftMs,
+      post({ type: "text", text: decoder.decode(Uint8Array.from(chunk), { stream: !last }), tokens, ttftMs,
         tokensPerSecond: tokens / Math.max(elapsed, 1e-6) });
       chunk = [];
       lastPost = performance.now();
@@ -279,8 +281,7 @@ async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
         chunk.push(t);
         if (performance.now() - lastPost > 30) flush();
       } });
-    flush();
-    post({ type: "text", text: decoder.decode(), tokens, ttftMs, tokensPerSecond: tokens / Math.max((performance.now() - t0) / 1000, 1e-6) });
+    flush(true);
     post({ type: "sampleDone", tokens: made, cancelled: controller.signal.aborted });
   });
   if (sampleAbort === controller) sampleAbort = null;
