@@ -2,16 +2,11 @@
 never a crash, a leak or undefined behaviour (wasm/tests/test_api.cpp)."""
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-from tinygpt_native import NATIVE, NativeError, NativeModel, ensure_built  # noqa: E402
-
-from python_ref.config import ModelConfig  # noqa: E402
+from python_ref.config import ModelConfig
+from support.tinygpt_native import NATIVE, NativeError, NativeModel, ensure_built
 
 
 def test_bad_input_under_asan_and_ubsan():

@@ -1,19 +1,17 @@
 """wasm/src/data.cpp: the corpus split, the batch stream and the eval windows against python_ref."""
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-from tinygpt_native import NativeError, NativeModel  # noqa: E402
+from python_ref.config import DEFAULT_CORPUS, ModelConfig, model_config, train_config
+from python_ref.data import BatchStream, Corpus
+from python_ref.evaluate import val_windows_loss
+from python_ref.model import TinyGPT
+from support.tinygpt_native import NativeError, NativeModel
 
-from python_ref.config import DEFAULT_CORPUS, ModelConfig, model_config, train_config  # noqa: E402
-from python_ref.data import BatchStream, Corpus  # noqa: E402
-from python_ref.evaluate import val_windows_loss  # noqa: E402
-from python_ref.model import TinyGPT  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 # The smallest model that carries a ctx: batches and windows do not depend on the other dims.
 def small_model(ctx: int, batch: int) -> NativeModel:

@@ -1,19 +1,13 @@
 """wasm/src/generate.cpp: KV-cache decoding equals full recompute token for token, and both equal
 python_ref/sample.py (same weights, same sample seed), across context restarts."""
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-from tinygpt_native import NativeModel, state_bytes_of_file  # noqa: E402
-
-from python_ref.config import model_config  # noqa: E402
-from python_ref.model import manifest  # noqa: E402
-from python_ref.sample import generate  # noqa: E402
-from python_ref.tinygpt_file import CheckpointState, model_from_state, read_state, write_state  # noqa: E402
+from python_ref.config import model_config
+from python_ref.model import manifest
+from python_ref.sample import generate
+from python_ref.tinygpt_file import CheckpointState, model_from_state, read_state, write_state
+from support.tinygpt_native import NativeModel, state_bytes_of_file
 
 PROMPT = b"ROMEO:\nBut soft, what light"
 NEW = 80  # tiny's ctx is 32: the window restarts several times

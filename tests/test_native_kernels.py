@@ -1,12 +1,9 @@
 """wasm/src kernels (layernorm, gelu, attention, embedding, cross_entropy, residual) and matmul through
-its contract: finite-difference checks of every hand-written backward (wasm/tests/test_kernels.cpp)."""
+its contract: finite-difference checks of every hand-written backward, and the attention forward's
+KV-cache form against its full form (wasm/tests/test_kernels.cpp)."""
 import subprocess
-import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-from tinygpt_native import NATIVE, ensure_built  # noqa: E402
+from support.tinygpt_native import NATIVE, ensure_built
 
 
 def test_every_backward_matches_finite_differences():

@@ -1,21 +1,15 @@
 """wasm/src/model.cpp against PyTorch: whole-model gradients, a 50-step AdamW trajectory, the overfit
 gate. Reference data is produced here, by python_ref, at test time."""
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-from tinygpt_native import NativeModel, state_bytes_of_file  # noqa: E402
-
-from python_ref.config import DEFAULT_CORPUS, model_config, train_config  # noqa: E402
-from python_ref.data import BatchStream, Corpus  # noqa: E402
-from python_ref.model import TinyGPT, manifest  # noqa: E402
-from python_ref.tinygpt_file import CheckpointState, model_from_state, read_state, write_state  # noqa: E402
-from python_ref.train import make_optimizer, train_step  # noqa: E402
+from python_ref.config import DEFAULT_CORPUS, model_config, train_config
+from python_ref.data import BatchStream, Corpus
+from python_ref.model import TinyGPT, manifest
+from python_ref.tinygpt_file import CheckpointState, model_from_state, read_state, write_state
+from python_ref.train import make_optimizer, train_step
+from support.tinygpt_native import NativeModel, state_bytes_of_file
 
 
 def random_state(config, seed: int) -> CheckpointState:

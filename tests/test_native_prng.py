@@ -3,18 +3,16 @@ weights bit-identical to python_ref's initial_tensor_values."""
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-from tinygpt_native import NATIVE, NativeModel, ensure_built  # noqa: E402
+from python_ref.config import model_config
+from python_ref.model import initial_tensor_values
+from support.tinygpt_native import NATIVE, NativeModel, ensure_built
 
-from python_ref.config import model_config  # noqa: E402
-from python_ref.model import initial_tensor_values  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def vectors() -> dict:

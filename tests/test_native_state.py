@@ -1,20 +1,15 @@
 """wasm/src/state.cpp: the .tinygpt state layout both ways between C++ and python_ref."""
 import struct
-import sys
-from pathlib import Path
 
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-from tinygpt_native import NativeModel, checkpoint_from_state, state_bytes_of_file  # noqa: E402
-
-from python_ref.config import DEFAULT_CORPUS, model_config, train_config  # noqa: E402
-from python_ref.data import BatchStream, Corpus  # noqa: E402
-from python_ref.evaluate import val_windows_loss  # noqa: E402
-from python_ref.tinygpt_file import model_from_state, read_state, save, write_state  # noqa: E402
-from python_ref.model import TinyGPT  # noqa: E402
+from python_ref.config import DEFAULT_CORPUS, model_config, train_config
+from python_ref.data import BatchStream, Corpus
+from python_ref.evaluate import val_windows_loss
+from python_ref.tinygpt_file import model_from_state, read_state, save, write_state
+from python_ref.model import TinyGPT
+from support.tinygpt_native import NativeModel, checkpoint_from_state, state_bytes_of_file
 
 PRESET = "tiny"
 

@@ -11,9 +11,9 @@ import pytest
 
 from python_ref.config import model_config
 from python_ref.tinygpt_file import read_state, write_state
-from wasm_support import (CORPUS, WASM_DIR, chromium_page, max_rel_diff, max_rel_state_diff, model_spec,
-                          native_trajectory, python_init_file, require_build, run_browser, run_node,
-                          static_server)
+from support.wasm_support import (CORPUS, WASM_DIR, chromium_page, max_rel_diff, max_rel_state_diff,
+                                  model_spec, native_trajectory, python_init_file, require_build, run_browser,
+                                  run_node, static_server)
 
 NODE_BUILDS = ["scalar", "simd", "threads", "relaxed"]  # relaxed: Node runs it with its flag (wasm_support.node_flags)
 PARITY_PRESET, PARITY_STEPS = "tiny", 50
@@ -91,10 +91,7 @@ def test_state_round_trips_with_python_ref(build, reference, tmp_path):
     trained = tmp_path / "trained.state"
     spec.update(corpus=str(CORPUS), steps=3, exportState=str(trained))
     run_node(spec, tmp_path)
-    import sys
-    from conftest import ROOT
-    sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-    from tinygpt_native import checkpoint_from_state
+    from support.tinygpt_native import checkpoint_from_state
     state = trained.read_bytes()
     path = tmp_path / "from-wasm.tinygpt"
     write_state(path, checkpoint_from_state(cfg, state))

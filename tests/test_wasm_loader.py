@@ -11,7 +11,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from wasm_support import chromium_page, model_spec, require_build, run_node, static_server
+from support.wasm_support import chromium_page, model_spec, require_build, run_node, static_server
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import os
-import sys
 import threading
 
 import pytest
@@ -17,8 +16,8 @@ import pytest
 from conftest import ROOT
 from python_ref.config import model_config
 from python_ref.tinygpt_file import read_state, write_state
-from wasm_support import (chromium_page, max_rel_diff, max_rel_state_diff, model_spec,
-                          native_trajectory, python_init_file, require_build, run_browser, static_server)
+from support.wasm_support import (chromium_page, max_rel_diff, max_rel_state_diff, model_spec,
+                                  native_trajectory, python_init_file, require_build, run_browser, static_server)
 
 GiB = 2**30
 STEPS = 50
@@ -53,8 +52,7 @@ def test_small_preset_trains_and_matches_native(browser):
     assert r["build"] == "memory64" and r["step"] == STEPS
     assert loss_diff <= 1e-5
     # The exported state is a valid python_ref file's state.
-    sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-    from tinygpt_native import checkpoint_from_state
+    from support.tinygpt_native import checkpoint_from_state
     path = browser.files_dir / "from-memory64.tinygpt"
     write_state(path, checkpoint_from_state(model_config(preset), state))
     assert read_state(path).step == STEPS
@@ -69,9 +67,8 @@ def over_4gib_config() -> dict:
 def native_fixed_batch_loss(spec) -> float:
     """The native build's first loss on scenario.mjs's deterministic batch (mode "fixed-batch")."""
     import numpy as np
-    sys.path.insert(0, str(ROOT / "wasm" / "tests"))
     from python_ref.config import ModelConfig
-    from tinygpt_native import NativeModel, ensure_built
+    from support.tinygpt_native import NativeModel, ensure_built
     ensure_built()
     c, t = spec["config"], spec["training"]
     i = np.arange(c["batch"] * c["ctx"], dtype=np.int64)

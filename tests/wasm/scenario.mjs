@@ -20,8 +20,7 @@ export function runScenario(tg, spec, io) {
   const { api, check } = tg;
   const c = spec.config;
   const create = (cfg, threads) => {
-    const m = api.tg_create(cfg.nLayer, cfg.nHead, cfg.dModel, cfg.ctx, cfg.vocabSize, cfg.layerNormEps,
-      cfg.initStd, cfg.batch, threads);
+    const m = tg.withStruct("tg_config", cfg, (ptr) => api.tg_create(ptr, cfg.batch, threads));
     if (!m) throw tg.failure("tg_create", api.tg_last_error_code());
     return m;
   };
@@ -39,7 +38,7 @@ export function runScenario(tg, spec, io) {
     Object.assign(out, {
       paramCount: api.tg_param_count(model),
       arenaBytes: api.tg_arena_bytes(model),
-      arenaBytesFor: api.tg_arena_bytes_for(c.nLayer, c.nHead, c.dModel, c.ctx, c.vocabSize, c.batch),
+      arenaBytesFor: tg.withStruct("tg_config", c, (ptr) => api.tg_arena_bytes_for(ptr, c.batch)),
       nThreads: api.tg_n_threads(model),
       memoryBytesAfterCreate: tg.memoryBytes(),
     });

@@ -33,6 +33,7 @@ import torch
 
 from python_ref.config import model_config, presets_file, train_config
 from wasm.bench.matmul_lib import MatmulLib
+from wasm.scripts.api_ctypes import Binding
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PRESETS = "tiny,small,medium,large,xl"
@@ -177,25 +178,15 @@ def bench_step_torch(preset: str, threads: int, seconds: float) -> float:
 
 
 class NativeModel:
-    """The C++ core through wasm/src/tinygpt_api.h (build/native/libtinygpt.so, built by `make`)."""
+    """The C++ core through wasm/src/tinygpt_api.h (build/native/libtinygpt.so, built by `make`), with
+    the ctypes signatures generated from the header (wasm/scripts/api_ctypes.py)."""
 
     def __init__(self, lib_path: Path, preset: str, threads: int, corpus: bytes):
-        lib = ctypes.CDLL(str(lib_path))
-        i32, f64 = ctypes.c_int32, ctypes.c_double
-        lib.tg_create.restype = ctypes.c_void_p
-        lib.tg_create.argtypes = [i32, i32, i32, i32, i32, f64, f64, i32, i32]
-        lib.tg_destroy.argtypes = [ctypes.c_void_p]
-        lib.tg_init.argtypes = [ctypes.c_void_p, ctypes.c_uint64]
-        lib.tg_set_hyper.argtypes = [ctypes.c_void_p] + [f64] * 6
-        lib.tg_set_corpus.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int64, f64]
-        lib.tg_train_step.argtypes = [ctypes.c_void_p]
-        lib.tg_train_step.restype = f64
-        lib.tg_n_threads.argtypes = [ctypes.c_void_p]
-        lib.tg_last_error.restype = ctypes.c_char_p
-        self.lib = lib
-        cfg, tc, model = model_config(preset), train_config(preset), presets_file()["model"]
-        self.handle = lib.tg_create(cfg.nLayer, cfg.nHead, cfg.dModel, cfg.ctx, cfg.vocabSize,
-                                    cfg.layerNormEps, model["initStd"], tc.batch, threads)
+        binding = Binding(lib_path)
+        lib = self.lib = binding.lib
+        cfg, tc = model_config(preset), train_config(preset)
+        config = binding.struct("tg_config", cfg.to_json() | {"initStd": presets_file()["model"]["initStd"]})
+        self.handle = lib.tg_create(ctypes.byref(config), tc.batch, threads)
         if not self.handle:
             raise RuntimeError(lib.tg_last_error().decode())
         self.threads = lib.tg_n_threads(self.handle)

@@ -6,7 +6,7 @@ native C++ core (1 and 2 threads) and PyTorch (2 threads) as references measured
 so that a slow spell of the machine shows in them too. Not a test: one run, one machine; prints a
 Markdown table. Run it alone, e.g.
     flock /tmp/tinygpt-bench.lock ~/.cache/tinygpt/venv/bin/python wasm/scripts/bench_wasm.py
-It reuses the test drivers (tests/wasm/*.mjs via tests/wasm_support.py) so it measures exactly
+It reuses the test drivers (tests/wasm/*.mjs via tests/support/wasm_support.py) so it measures exactly
 the code the tests check. One measurement: the median of the steps after the first (warm-up).
 With --rounds R every configuration is measured R times, round-robin (all presets and builds once,
 then again), so a slow spell of a shared machine hits every column alike; a cell is the median
@@ -25,7 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from wasm_support import NATIVE_LIB, chromium_page, model_spec, run_node, static_server  # noqa: E402
+from support.wasm_support import NATIVE_LIB, chromium_page, model_spec, run_node, static_server  # noqa: E402
 
 STEPS = {"tiny": 12, "small": 8, "medium": 5, "large": 4, "xl": 4}
 CONFIGS = [("scalar", 1), ("simd", 1), ("threads", 1), ("threads", 2), ("relaxed", 1), ("relaxed", 2)]

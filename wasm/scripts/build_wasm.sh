@@ -1,15 +1,12 @@
 #!/usr/bin/env bash
-# Builds the C++ core (wasm/src/*.cpp) into five ES-module WebAssembly builds:
-#   scalar    -O3, no SIMD                      (any WebAssembly engine)
-#   simd      + -msimd128                       (wasm_simd128.h paths in the hot loops)
-#   threads   + -pthread, pool from navigator.hardwareConcurrency / os.cpus()  (needs COOP/COEP)
-#   relaxed   threads + -mrelaxed-simd: simd::fma is f32x4.relaxed_madd (fused where the CPU has
-#             FMA); Chromium >= 114, Node 20 only with --experimental-wasm-relaxed-simd
-#   memory64  + -sMEMORY64=1, up to 16 GB       (web/worker only: Node 20 cannot run it)
-# Output: $BUILD/wasm/<variant>/{tinygpt.mjs,tinygpt.wasm,tinygpt_api.js}; each variant is then copied to
-# site/static/wasm/<variant>/ (git-ignored) so any static server of site/static serves the page
-# and its modules from one origin. tinygpt_api.js (generated from tinygpt_api.h) tells the JS wrapper which
-# arguments are pointers, so worker code is the same for all five builds.
+# Builds the C++ core (wasm/src/*.cpp) into the ES-module WebAssembly builds that wasm/builds.json
+# lists (scalar, simd, threads, relaxed, memory64), each -O3 with its compile flags, environment,
+# maximum memory and, when it needs threads, a pthread pool.
+# Output: $BUILD/wasm/<variant>/{tinygpt.mjs,tinygpt.wasm,tinygpt_api.js} and $BUILD/wasm/builds.js (the
+# list as a module, for the loader); each is then copied to site/static/wasm/ (git-ignored) so any static
+# server of site/static serves the page and its modules from one origin. tinygpt_api.js (generated from
+# tinygpt_api.h) tells the JS wrapper which arguments are pointers and how the structs are laid out, so
+# worker code is the same for every build.
 #
 # Incremental: an object is recompiled only when the hash of its inputs (its source, all headers,
 # flags, compiler) changes, a variant relinked only when an object or the link flags change; a warm
@@ -24,6 +21,19 @@ SRC="$REPO/wasm/src"
 API=""
 OUT="${TINYGPT_BUILD:-$REPO/build}/wasm"
 SITE="$REPO/site/static/wasm"
+BUILDS_JSON="$REPO/wasm/builds.json"
+# One line per build, fields split by "|" (a tab would collapse around the scalar build's empty flags):
+# name, compile flags, environment, maximum memory (GiB), thread pool (1/0).
+mapfile -t BUILD_LINES < <(python3 - "$BUILDS_JSON" <<'EOF'
+import json, sys
+for b in json.load(open(sys.argv[1]))["builds"]:
+    print("|".join([b["name"], " ".join(b["compileFlags"]), b["environment"], str(b["memoryGiB"]),
+                     "1" if b["needs"]["threads"] else "0"]))
+EOF
+)
+ALL_VARIANTS=()
+for line in "${BUILD_LINES[@]}"; do ALL_VARIANTS+=("${line%%|*}"); done
+is_variant() { local v; for v in "${ALL_VARIANTS[@]}"; do [ "$v" = "$1" ] && return 0; done; return 1; }
 VARIANTS=()
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -31,11 +41,11 @@ while [ $# -gt 0 ]; do
         --api) API="$(readlink -f "$2")"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --no-site-copy) SITE=""; shift ;;
-        scalar|simd|threads|relaxed|memory64) VARIANTS+=("$1"); shift ;;
-        *) echo "build_wasm.sh: unknown argument '$1'" >&2; exit 2 ;;
+        *) is_variant "$1" || { echo "build_wasm.sh: unknown argument '$1' (builds: ${ALL_VARIANTS[*]})" >&2; exit 2; }
+           VARIANTS+=("$1"); shift ;;
     esac
 done
-[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=(scalar simd threads relaxed memory64)
+[ ${#VARIANTS[@]} -gt 0 ] || VARIANTS=("${ALL_VARIANTS[@]}")
 API="${API:-$SRC/tinygpt_api.h}"
 mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd -P)"
 EMCC="$HERE/em++.sh"
@@ -49,13 +59,15 @@ mapfile -t SOURCES < <(find "$SRC" -maxdepth 1 -name '*.cpp' | sort)
 # successful run's and every output present: nothing to do.
 all_inputs_hash() {
     { printf '%s\n' "${VARIANTS[@]}" "$SRC" "$API" "$SITE"
-      cat "$HERE/build_wasm.sh" "$HERE/api_signatures.py" "$API"
+      cat "$HERE/build_wasm.sh" "$HERE/api_signatures.py" "$API" "$BUILDS_JSON"
       cat "${TINYGPT_CACHE:-$HOME/.cache/tinygpt}/emsdk-trixie/.tinygpt-emscripten-ready" 2>/dev/null || command -v emcc || true
       find "$SRC" -maxdepth 1 -type f \( -name '*.cpp' -o -name '*.h' \) -print0 | sort -z | xargs -0 cat
     } | sha256sum | cut -c1-32
 }
 outputs_present() {
     local v f
+    [ -f "$OUT/builds.js" ] || return 1
+    [ -z "$SITE" ] || cmp -s "$OUT/builds.js" "$SITE/builds.js" || return 1
     for v in "${VARIANTS[@]}"; do
         for f in tinygpt.mjs tinygpt.wasm tinygpt_api.js; do
             [ -f "$OUT/$v/$f" ] || return 1
@@ -91,18 +103,16 @@ POOL='(Module["tgThreads"]||(typeof navigator<"u"&&navigator.hardwareConcurrency
 THREADS_LD=(-sPTHREAD_POOL_SIZE="$POOL" -sPTHREAD_POOL_SIZE_STRICT=2)
 
 variant_flags() {  # sets VCFLAGS / VLDFLAGS for variant $1 (arrays: the pool expression holds spaces)
-    case "$1" in
-        scalar)   VCFLAGS=() ;;
-        simd)     VCFLAGS=(-msimd128) ;;
-        threads)  VCFLAGS=(-msimd128 -pthread) ;;
-        relaxed)  VCFLAGS=(-msimd128 -mrelaxed-simd -pthread) ;;
-        memory64) VCFLAGS=(-msimd128 -pthread -sMEMORY64=1 -Wno-experimental) ;;
-    esac
-    case "$1" in
-        memory64) VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker -sMAXIMUM_MEMORY=16GB "${THREADS_LD[@]}") ;;
-        threads|relaxed) VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB "${THREADS_LD[@]}") ;;
-        *)        VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT=web,worker,node -sMAXIMUM_MEMORY=4GB) ;;
-    esac
+    local line name flags environment memory pool
+    for line in "${BUILD_LINES[@]}"; do
+        IFS="|" read -r name flags environment memory pool <<<"$line"
+        [ "$name" = "$1" ] || continue
+        read -r -a VCFLAGS <<<"$flags"
+        VLDFLAGS=("${VCFLAGS[@]}" -sENVIRONMENT="$environment" -sMAXIMUM_MEMORY="${memory}GB")
+        [ "$pool" = 0 ] || VLDFLAGS+=("${THREADS_LD[@]}")
+        return 0
+    done
+    return 1
 }
 
 TOOLCHAIN_ID="$(cat "${TINYGPT_CACHE:-$HOME/.cache/tinygpt}/emsdk-trixie/.tinygpt-emscripten-ready" 2>/dev/null || command -v emcc || true)"
@@ -184,7 +194,10 @@ for v in "${VARIANTS[@]}"; do for src in "${SOURCES[@]}"; do compile_jobs+=("$v 
 run_jobs compile_object "${compile_jobs[@]}" || exit 1
 run_jobs link_variant "${VARIANTS[@]}" || exit 1
 
+printf "export default %s;\n" "$(cat "$BUILDS_JSON")" >"$OUT/builds.js"
 if [ -n "$SITE" ]; then
+    mkdir -p "$SITE"
+    cmp -s "$OUT/builds.js" "$SITE/builds.js" || cp "$OUT/builds.js" "$SITE/builds.js"
     for v in "${VARIANTS[@]}"; do
         mkdir -p "$SITE/$v"
         for f in tinygpt.mjs tinygpt.wasm tinygpt_api.js; do

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs the Emscripten toolchain that builds the four WebAssembly variants, once per machine.
+# Installs the Emscripten toolchain that builds the WebAssembly variants (wasm/builds.json lists them), once per machine.
 #
 # Why a Debian 13 (trixie) root: Debian 12's emscripten 3.1.6 cannot build a usable Memory64
 # module (clang-14 crashes on wasm64 + SIMD, no wasm64 + pthreads), trixie's 3.1.69 can, and the

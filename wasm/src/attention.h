@@ -6,7 +6,7 @@
 // Training works on blocks of up to kAttnRows query rows of one (batch, head), as small matrix
 // products (gemm_strided, matmul.h): S = Q K^T, then the masked softmax row by row, then Y = P V;
 // the backward likewise. Only one block's scores live at a time, in per-(b, h) scratch.
-// KV-cache decoding (one query) uses attend_row below, on keys kept transposed.
+// The forward also serves KV-cache decoding: `past` cached positions precede the T new queries.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -54,45 +54,34 @@ inline F scale_scores(F* s, int64_t n, F scale) {
   return max_score;
 }
 
-// One query against keys 0 .. n_keys-1 (decoding): y (D) = softmax(q.k_j * scale) . v_j; returns
-// the row's log-sum-exp. kT: keys transposed (D, kt_stride), so the scores are D vector updates
-// along the key axis; v rows are v_stride apart. p: scratch (n_keys).
-template <class F>
-inline F attend_row(F* y, F* p, const F* q, const F* kT, int64_t kt_stride, const F* v,
-                    int64_t v_stride, int64_t n_keys, int64_t D, F scale) {
-  for (int64_t j = 0; j < n_keys; j++) p[j] = 0;
-  for (int64_t d = 0; d < D; d++) vec_axpy(p, q[d], kT + d * kt_stride, n_keys);
-  const F max_score = scale_scores(p, n_keys, scale);
-  const F sum = vec_exp_shifted(p, max_score, n_keys);
-  const F inv = static_cast<F>(1) / sum;
-  for (int64_t d = 0; d < D; d++) y[d] = 0;
-  for (int64_t j = 0; j < n_keys; j++) vec_axpy(y, p[j] * inv, v + j * v_stride, D);
-  return max_score + std::log(sum);
-}
-
 // Floats of scratch attention_forward/backward need: two (kAttnRows, T) score blocks per (b, h).
 inline int64_t attention_scratch_size(int64_t B, int64_t T, int64_t C, int64_t H) {
   (void)C;
   return B * H * 2 * (T < kAttnRows ? T : kAttnRows) * T;
 }
 
-// q, k, v, y: (B,T,C); lse: (B,H,T); scratch: attention_scratch_size(B,T,C,H)
+// q, y: (B,T,C); lse: (B,H,T); k, v: (B,past+T,C), the keys and values of positions 0..past+T-1,
+// the last T of them the new queries' own; query t (position past + t) sees keys 0..past+t.
+// scratch: attention_scratch_size(B, T, C, H) for the training shapes; with past > 0 (decoding,
+// B = 1) 2 H min(T, kAttnRows) (past + T) floats, which a training arena (past + T <= ctx) holds.
 template <class F>
 void attention_forward(F* y, F* lse, F* scratch, const F* q, const F* k, const F* v, int64_t B,
-                       int64_t T, int64_t C, int64_t H, ThreadPool& pool) {
-  const int64_t D = C / H, R = T < kAttnRows ? T : kAttnRows;
+                       int64_t T, int64_t C, int64_t H, ThreadPool& pool, int64_t past = 0) {
+  const int64_t D = C / H, R = T < kAttnRows ? T : kAttnRows, Tk = past + T;
   const F scale = static_cast<F>(1) / std::sqrt(static_cast<F>(D));
   pool.parallel_for_scratch(B * H, 1, [&](int64_t i0, int64_t i1, float* gemm_scratch) {
     for (int64_t bh = i0; bh < i1; bh++) {
       const int64_t b = bh / H, h = bh % H;
-      const int64_t base = b * T * C + h * D;
-      F* S = scratch + bh * 2 * R * T;  // (R, T): scores, then probabilities
+      const int64_t q_base = b * T * C + h * D, k_base = b * Tk * C + h * D;
+      F* S = scratch + bh * 2 * R * Tk;  // (R, Tk): scores, then probabilities
       for (int64_t t0 = 0; t0 < T; t0 += R) {
-        const int64_t rows = T - t0 < R ? T - t0 : R, n = t0 + rows;  // queries t0.., keys 0..n-1
-        head_gemm(rows, n, D, q + base + t0 * C, C, 1, k + base, 1, C, S, T, false, gemm_scratch);
-        for (int64_t i = 0; i < rows; i++) {  // query t = t0 + i sees keys 0..t
-          F* s = S + i * T;
-          const int64_t keys = t0 + i + 1;
+        // queries t0.., keys 0..n-1
+        const int64_t rows = T - t0 < R ? T - t0 : R, n = past + t0 + rows;
+        head_gemm(rows, n, D, q + q_base + t0 * C, C, 1, k + k_base, 1, C, S, Tk, false,
+                  gemm_scratch);
+        for (int64_t i = 0; i < rows; i++) {  // query t = t0 + i sees keys 0..past+t
+          F* s = S + i * Tk;
+          const int64_t keys = past + t0 + i + 1;
           const F max_score = scale_scores(s, keys, scale);
           const F sum = vec_exp_shifted(s, max_score, keys);
           const F inv = static_cast<F>(1) / sum;
@@ -100,7 +89,8 @@ void attention_forward(F* y, F* lse, F* scratch, const F* q, const F* k, const F
           for (int64_t j = keys; j < n; j++) s[j] = 0;  // the causal mask
           lse[bh * T + t0 + i] = max_score + std::log(sum);
         }
-        head_gemm(rows, D, n, S, T, 1, v + base, C, 1, y + base + t0 * C, C, false, gemm_scratch);
+        head_gemm(rows, D, n, S, Tk, 1, v + k_base, C, 1, y + q_base + t0 * C, C, false,
+                  gemm_scratch);
       }
     }
   });

@@ -4,16 +4,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "attention.h"
-#include "gelu.h"
-#include "layernorm.h"
-#include "matmul.h"
 #include "prng.h"
 
 namespace tg {
 
 void advance_window(Model& model, GenSession& s, int32_t token) {
-  DecodeBuffers& d = model.decode();
+  GenBuffers& d = model.gen_buffers();
   const int64_t ctx = model.config().ctx;
   if (s.window_len >= ctx) {
     const int64_t keep = ctx / 2;
@@ -64,41 +60,6 @@ int32_t pick_token(const float* logits, int64_t V, double temperature, int64_t t
   return 0;
 }
 
-void decode_token(Model& model, int32_t token, int64_t pos, bool want_logits) {
-  const Config& c = model.config();
-  const int64_t C = c.d_model, H = c.n_head, D = C / H, V = c.vocab;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(D));
-  const ParamViews& w = model.weight_views();
-  DecodeBuffers& d = model.decode();
-  ThreadPool& pool = model.pool();
-  for (int64_t i = 0; i < C; i++)  // x: (C)
-    d.x[i] = w.wte[static_cast<int64_t>(token) * C + i] + w.wpe[pos * C + i];
-  for (int64_t l = 0; l < c.n_layer; l++) {
-    const LayerParams& p = w.layers[l];
-    const int64_t ctx = c.ctx;
-    float* kT = d.k_cache[l];  // (C, ctx)
-    float* v_row = d.v_cache[l] + pos * C;
-    layernorm_row(d.ln, &d.ln_mean, &d.ln_rstd, d.x, p.ln1w, p.ln1b, C, c.ln_eps);
-    matmul_forward(d.q, d.ln, p.qw, p.qb, 1, C, C, pool);
-    matmul_forward(d.k, d.ln, p.kw, p.kb, 1, C, C, pool);
-    for (int64_t i = 0; i < C; i++) kT[i * ctx + pos] = d.k[i];
-    matmul_forward(v_row, d.ln, p.vw, p.vb, 1, C, C, pool);
-    for (int64_t h = 0; h < H; h++)
-      attend_row(d.att + h * D, d.p, d.q + h * D, kT + h * D * ctx, ctx, d.v_cache[l] + h * D, C,
-                 pos + 1, D, scale);
-    matmul_forward(d.proj, d.att, p.ow, p.ob, 1, C, C, pool);
-    for (int64_t i = 0; i < C; i++) d.x[i] = d.x[i] + d.proj[i];
-    layernorm_row(d.ln, &d.ln_mean, &d.ln_rstd, d.x, p.ln2w, p.ln2b, C, c.ln_eps);
-    matmul_forward(d.h, d.ln, p.fcw, p.fcb, 1, C, 4 * C, pool);
-    gelu_forward(d.g, d.h, 4 * C, pool);
-    matmul_forward(d.proj, d.g, p.fcow, p.fcob, 1, 4 * C, C, pool);
-    for (int64_t i = 0; i < C; i++) d.x[i] = d.x[i] + d.proj[i];
-  }
-  if (!want_logits) return;
-  layernorm_row(d.ln, &d.ln_mean, &d.ln_rstd, d.x, w.lnfw, w.lnfb, C, c.ln_eps);
-  matmul_forward(d.logits, d.ln, w.wte, nullptr, 1, C, V, pool);
-}
-
 void gen_begin(Model& model, GenSession& s, const int32_t* prompt, int64_t n_prompt,
                double temperature, int64_t top_k, uint64_t sample_seed, bool use_cache) {
   s = GenSession{};
@@ -111,18 +72,13 @@ void gen_begin(Model& model, GenSession& s, const int32_t* prompt, int64_t n_pro
 }
 
 int32_t gen_next(Model& model, GenSession& s) {
-  DecodeBuffers& d = model.decode();
+  GenBuffers& d = model.gen_buffers();
   const int64_t V = model.config().vocab;
-  const float* logits;
-  if (s.use_cache) {
-    for (int64_t pos = s.cached_len; pos < s.window_len; pos++)
-      decode_token(model, d.window[pos], pos, pos == s.window_len - 1);
-    s.cached_len = s.window_len;
-    logits = d.logits;
-  } else {
-    model.forward(d.window, 1, s.window_len);  // the whole window, every time
-    logits = model.logits() + (s.window_len - 1) * V;
-  }
+  // With the cache, only the positions it lacks go through the forward; without, the whole window.
+  const int64_t past = s.use_cache ? s.cached_len : 0, fresh = s.window_len - past;
+  model.forward(d.window + past, 1, fresh, past);
+  if (s.use_cache) s.cached_len = s.window_len;
+  const float* logits = model.logits() + (fresh - 1) * V;  // the window's last position
   const int32_t token = pick_token(logits, V, s.temperature, s.top_k, s.sample_state, &s.drawn,
                                    d.order, d.scaled, d.prob);
   advance_window(model, s, token);

@@ -1,5 +1,6 @@
 // Text generation (docs/determinism.md "Sampling" and "Context policy"), with or without a KV cache.
-// Both decoders see the same windows, so they emit the same tokens.
+// Both run Model::forward on the same windows (with the cache, over the new positions only), so
+// they emit the same tokens.
 #pragma once
 #include <cstdint>
 
@@ -14,7 +15,7 @@ struct GenSession {
   uint64_t sample_state = 0;  // s0 of the sample stream
   uint64_t drawn = 0;         // sample-stream outputs used
   bool use_cache = true;
-  int64_t window_len = 0;  // tokens in model.decode().window
+  int64_t window_len = 0;  // tokens in model.gen_buffers().window
   int64_t cached_len = 0;  // of those, how many the KV cache holds (a prefix of the window)
 };
 
@@ -34,9 +35,5 @@ void gen_begin(Model& model, GenSession& s, const int32_t* prompt, int64_t n_pro
 
 // The next token (logits of the window's last position, then pick_token, then advance_window).
 int32_t gen_next(Model& model, GenSession& s);
-
-// KV-cache decoding of one token at position pos (the cache holds positions 0..pos-1 of this
-// sequence): appends its k, v; if want_logits, writes the logits (V) to model.decode().logits.
-void decode_token(Model& model, int32_t token, int64_t pos, bool want_logits);
 
 }  // namespace tg

@@ -178,22 +178,10 @@ void Model::carve(Layout& a) {
   dh_ = a.take<float>(BT * 4 * C);
   att_scratch_ = a.take<float>(attention_scratch_size(B, T, C, H));
   norm_partials_ = a.take<double>(norm_partials_count(P_));
-  dec_.k_cache.assign(static_cast<size_t>(c.n_layer), nullptr);
-  dec_.v_cache.assign(static_cast<size_t>(c.n_layer), nullptr);
-  for (int64_t l = 0; l < c.n_layer; l++) {
-    dec_.k_cache[l] = a.take<float>(C * T);
-    dec_.v_cache[l] = a.take<float>(T * C);
-  }
-  for (float** p : {&dec_.x, &dec_.ln, &dec_.q, &dec_.k, &dec_.att, &dec_.proj})
-    *p = a.take<float>(C);
-  dec_.h = a.take<float>(4 * C);
-  dec_.g = a.take<float>(4 * C);
-  dec_.logits = a.take<float>(V);
-  dec_.p = a.take<float>(T);
-  dec_.window = a.take<int32_t>(T);
-  dec_.order = a.take<int32_t>(V);
-  dec_.scaled = a.take<double>(V);
-  dec_.prob = a.take<double>(V);
+  gen_.window = a.take<int32_t>(T);
+  gen_.order = a.take<int32_t>(V);
+  gen_.scaled = a.take<double>(V);
+  gen_.prob = a.take<double>(V);
 }
 
 int64_t Model::arena_bytes_for(const Config& c) {
@@ -255,11 +243,11 @@ void Model::init_from_seed(uint64_t seed) {
   adam_steps = 0;
 }
 
-void Model::forward(const int32_t* x, int64_t B, int64_t T) {
+void Model::forward(const int32_t* x, int64_t B, int64_t T, int64_t past) {
   const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab, BT = B * T;
   ThreadPool& pool = *pool_;
   if (x != tokens_) std::memcpy(tokens_, x, static_cast<size_t>(BT) * 4);
-  embedding_forward(encoded_, tokens_, w_.wte, w_.wpe, B, T, C, pool);  // (B,T,C)
+  embedding_forward(encoded_, tokens_, w_.wte, w_.wpe, B, T, C, pool, past);  // (B,T,C)
   const float* residual = encoded_;
   for (int64_t l = 0; l < cfg_.n_layer; l++) {
     const LayerParams& p = w_.layers[l];
@@ -267,9 +255,9 @@ void Model::forward(const int32_t* x, int64_t B, int64_t T) {
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, BT, C, cfg_.ln_eps,
                       pool);
     matmul_forward(a.q, a.ln1, p.qw, p.qb, BT, C, C, pool);  // (B,T,C)
-    matmul_forward(a.k, a.ln1, p.kw, p.kb, BT, C, C, pool);
-    matmul_forward(a.v, a.ln1, p.vw, p.vb, BT, C, C, pool);
-    attention_forward(a.att, a.att_lse, att_scratch_, a.q, a.k, a.v, B, T, C, H, pool);
+    matmul_forward(a.k + past * C, a.ln1, p.kw, p.kb, BT, C, C, pool);  // after the cached keys
+    matmul_forward(a.v + past * C, a.ln1, p.vw, p.vb, BT, C, C, pool);
+    attention_forward(a.att, a.att_lse, att_scratch_, a.q, a.k, a.v, B, T, C, H, pool, past);
     matmul_forward(a.res2, a.att, p.ow, p.ob, BT, C, C, pool);  // o_proj output, then + residual
     residual_forward(a.res2, residual, a.res2, BT * C, pool);
     layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, BT, C, cfg_.ln_eps,

@@ -43,7 +43,8 @@ struct ParamViews {
   float *lnfw, *lnfb;  // (C)
 };
 
-// Saved forward activations of one layer, each (B,T,*) for the arena's B = batch, T = ctx.
+// Saved forward activations of one layer, each (B,T,*) for the arena's B = batch, T = ctx; packed
+// as (B,T,*) for the B, T of the last forward (k, v: (B,past+T,C)).
 struct LayerActs {
   float* ln1;                  // (B,T,C)
   float *ln1_mean, *ln1_rstd;  // (B,T)
@@ -58,18 +59,11 @@ struct LayerActs {
   float* res3;                 // (B,T,C) block output
 };
 
-// Buffers of token-at-a-time decoding with a KV cache (one sequence).
-struct DecodeBuffers {
-  // Per layer: keys transposed, (C, ctx), so head h's are a (D, ctx) block as attend_row wants;
-  // values as rows, (ctx, C).
-  std::vector<float*> k_cache, v_cache;
-  float *x, *ln, *q, *k, *att, *proj;  // (C)
-  float *h, *g;                            // (4C)
-  float* logits;                           // (V)
-  float* p;                                // (ctx) attention scratch
-  float ln_mean, ln_rstd;
-  int32_t* window;     // (ctx) the tokens the model currently sees
-  int32_t* order;      // (V) sampler scratch
+// Generation's buffers (one sequence). Its KV cache needs none: it is the k, v activations of
+// batch row 0, which forward() keeps between calls (see forward's `past`).
+struct GenBuffers {
+  int32_t* window;        // (ctx) the tokens the model currently sees
+  int32_t* order;         // (V) sampler scratch
   double *scaled, *prob;  // (V) sampler scratch
 };
 
@@ -90,12 +84,17 @@ class Model {
   int64_t param_count() const { return P_; }
   int64_t arena_bytes() const { return arena_bytes_; }
   ThreadPool& pool() { return *pool_; }
+  const ThreadPool& pool() const { return *pool_; }
 
   // Weights from the init stream of seed (docs/determinism.md); zero moments and step.
   void init_from_seed(uint64_t seed);
 
-  // Forward over tokens x (B,T), B <= batch, T <= ctx: logits (B,T,V) in logits().
-  void forward(const int32_t* x, int64_t B, int64_t T);
+  // Forward over tokens x (B,T) at positions past..past+T-1 (past + T <= ctx, B <= batch): logits
+  // (B,T,V) in logits(). The one forward of training, evaluation and generation. past > 0 (B = 1
+  // only) attends to the KV cache: the keys and values of positions 0..past-1 that the previous
+  // forwards of this sequence left in the layers' k, v activations (row 0, position-major), where
+  // this forward appends its own.
+  void forward(const int32_t* x, int64_t B, int64_t T, int64_t past = 0);
   // Forward + mean cross-entropy against y (B,T).
   double forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T);
   // forward_loss, then every parameter gradient into grads() (overwritten, unclipped).
@@ -105,6 +104,7 @@ class Model {
 
   float* weights() { return weights_; }
   float* grads() { return grads_; }
+  const float* grads() const { return grads_; }
   float* moment_m() { return m_; }
   float* moment_v() { return v_; }
   float* logits() { return logits_; }
@@ -115,12 +115,12 @@ class Model {
   // Little-endian hosts only (x86, ARM, WebAssembly), like the format itself.
   static constexpr int64_t kStepOffset = 60;  // so the weights start 64-byte aligned
   uint8_t* state_bytes() { return state_ + kStepOffset; }
+  const uint8_t* state_bytes() const { return state_ + kStepOffset; }
   int32_t step() const;
   void set_step(int32_t s);
   int64_t adam_steps = 0;  // steps since the moments were last zero: AdamW's bias-correction t
 
-  const ParamViews& weight_views() const { return w_; }
-  DecodeBuffers& decode() { return dec_; }
+  GenBuffers& gen_buffers() { return gen_; }
 
  private:
   struct Layout;
@@ -147,7 +147,7 @@ class Model {
   float* dh_ = nullptr;                                               // (B,T,4C)
   float* att_scratch_ = nullptr;  // attention_scratch_size(B, T, C, H)
   double* norm_partials_ = nullptr;
-  DecodeBuffers dec_;
+  GenBuffers gen_;
 };
 
 }  // namespace tg

@@ -17,6 +17,6 @@ std::string state_problem(const Model& model, const uint8_t* buf, int64_t n);
 void import_state(Model& model, const uint8_t* buf, int64_t n);
 
 // Writes state_size(P, with_moments) bytes to out.
-void export_state(Model& model, uint8_t* out, bool with_moments);
+void export_state(const Model& model, uint8_t* out, bool with_moments);
 
 }  // namespace tg

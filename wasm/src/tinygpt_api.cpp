@@ -1,5 +1,5 @@
-// The C API of tinygpt_api.h: argument checks, error codes and messages around tg::Model.
-// Every entry point catches everything, so no C++ exception crosses into C or JS.
+// The C shell of tinygpt_api.h: argument checks, error codes and messages around a tg::Run (run.h),
+// which does the work. Every entry point catches everything, so no C++ exception crosses into C or JS.
 #include "tinygpt_api.h"
 
 #include <cmath>
@@ -10,20 +10,13 @@
 #include <string>
 
 #include "data.h"
-#include "generate.h"
 #include "model.h"
+#include "run.h"
 #include "state.h"
 
 struct tg_model {
-  std::unique_ptr<tg::Model> model;
-  tg::Corpus corpus;
-  bool has_corpus = false;
-  uint64_t data_seed = 0;
-  int64_t batches_drawn = 0;
-  tg::AdamWSettings hyper{};
-  bool has_hyper = false;
-  double last_norm = 0;
-  tg::GenSession gen;
+  tg_model(const tg::Config& c, int n_threads) : run(c, n_threads) {}
+  tg::Run run;
 };
 
 namespace {
@@ -67,28 +60,27 @@ R guarded(const char* where, Fn&& body) {
   }
 }
 
-tg::Config make_config(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ctx,
-                       int32_t vocab_size, double eps, double init_std, int32_t batch) {
-  tg::Config c;
-  c.n_layer = n_layer;
-  c.n_head = n_head;
-  c.d_model = d_model;
-  c.ctx = ctx;
-  c.vocab = vocab_size;
-  c.batch = batch;
-  c.ln_eps = eps;
-  c.init_std = init_std;
-  return c;
+// Empty if the config (not null) can make a model of `batch` rows, else why not; *out holds it.
+std::string read_config(const tg_config* config, int32_t batch, tg::Config* out) {
+  out->n_layer = config->n_layer;
+  out->n_head = config->n_head;
+  out->d_model = config->d_model;
+  out->ctx = config->ctx;
+  out->vocab = config->vocab_size;
+  out->ln_eps = config->layer_norm_eps;
+  out->init_std = config->init_std;
+  out->batch = batch;
+  return tg::config_problem(*out);
 }
 
 int32_t check_handle(const tg_model* m, const char* where) {
-  if (m == nullptr || !m->model) return fail(TG_ERR_ARG, std::string(where) + ": null model handle");
+  if (m == nullptr) return fail(TG_ERR_ARG, std::string(where) + ": null model handle");
   return TG_OK;
 }
 
 int32_t check_tokens(const tg_model* m, const int32_t* t, int64_t n, const char* what) {
   if (t == nullptr) return fail(TG_ERR_ARG, std::string(what) + " is null");
-  const int64_t V = m->model->config().vocab;
+  const int64_t V = m->run.model.config().vocab;
   for (int64_t i = 0; i < n; i++)
     if (t[i] < 0 || t[i] >= V)
       return fail(TG_ERR_ARG, std::string(what) + "[" + std::to_string(i) + "] = " +
@@ -99,7 +91,7 @@ int32_t check_tokens(const tg_model* m, const int32_t* t, int64_t n, const char*
 
 int32_t check_batch(const tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t,
                     bool need_y) {
-  const tg::Config& c = m->model->config();
+  const tg::Config& c = m->run.model.config();
   if (rows < 1 || rows > c.batch || t < 1 || t > c.ctx)
     return fail(TG_ERR_ARG, "batch shape (" + std::to_string(rows) + ", " + std::to_string(t) +
                                 ") outside 1..batch (" + std::to_string(c.batch) + ") x 1..ctx (" +
@@ -111,16 +103,18 @@ int32_t check_batch(const tg_model* m, const int32_t* x, const int32_t* y, int32
   return TG_OK;
 }
 
-// Clip + AdamW after a forward_backward; the loss or a negative code.
-double finish_step(tg_model* m, double loss) {
-  if (!std::isfinite(loss))
-    return fail(TG_ERR_NONFINITE, "the loss is not finite (" + num(loss) +
-                                      "): no update was made; lower the learning rate");
-  const double norm = m->model->apply_update(m->hyper);
-  m->last_norm = norm;
-  if (!std::isfinite(norm))
-    return fail(TG_ERR_NONFINITE, "the gradient norm is not finite: no update was made");
-  return loss;
+// The loss of a step, or the code and message of why it made no update.
+double step_result(const tg::StepResult& r) {
+  switch (r.outcome) {
+    case tg::StepOutcome::kLossNotFinite:
+      return fail(TG_ERR_NONFINITE, "the loss is not finite (" + num(r.loss) +
+                                        "): no update was made; lower the learning rate");
+    case tg::StepOutcome::kNormNotFinite:
+      return fail(TG_ERR_NONFINITE, "the gradient norm is not finite: no update was made");
+    case tg::StepOutcome::kUpdated:
+      break;
+  }
+  return r.loss;
 }
 
 }  // namespace
@@ -130,23 +124,24 @@ extern "C" {
 const char* tg_last_error(void) { return g_error.c_str(); }
 int32_t tg_last_error_code(void) { return g_code; }
 
-int64_t tg_arena_bytes_for(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ctx,
-                           int32_t vocab_size, int32_t batch) {
+int64_t tg_arena_bytes_for(const tg_config* config, int32_t batch) {
+  if (config == nullptr) return fail(TG_ERR_ARG, "tg_arena_bytes_for: config is null");
   return guarded<int64_t>("tg_arena_bytes_for", [&]() -> int64_t {
-    // eps and init_std do not change sizes: plausible placeholders for the check only.
-    tg::Config c = make_config(n_layer, n_head, d_model, ctx, vocab_size, 1.0, 1.0, batch);
-    std::string problem = tg::config_problem(c);
+    tg::Config c;
+    std::string problem = read_config(config, batch, &c);
     if (!problem.empty()) return fail(TG_ERR_CONFIG, problem);
     return tg::Model::arena_bytes_for(c);
   });
 }
 
-tg_model* tg_create(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ctx, int32_t vocab_size,
-                    double layer_norm_eps, double init_std, int32_t batch, int32_t n_threads) {
+tg_model* tg_create(const tg_config* config, int32_t batch, int32_t n_threads) {
+  if (config == nullptr) {
+    fail(TG_ERR_ARG, "tg_create: config is null");
+    return nullptr;
+  }
   try {
-    tg::Config c = make_config(n_layer, n_head, d_model, ctx, vocab_size, layer_norm_eps, init_std,
-                               batch);
-    std::string problem = tg::config_problem(c);
+    tg::Config c;
+    std::string problem = read_config(config, batch, &c);
     if (!problem.empty()) {
       fail(TG_ERR_CONFIG, problem);
       return nullptr;
@@ -155,11 +150,10 @@ tg_model* tg_create(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ct
       fail(TG_ERR_CONFIG, "n_threads must be in 1..1024, got " + std::to_string(n_threads));
       return nullptr;
     }
-    auto h = std::make_unique<tg_model>();
-    h->model = std::make_unique<tg::Model>(c, n_threads);
-    if (!h->model->ok()) {
+    auto h = std::make_unique<tg_model>(c, n_threads);
+    if (!h->run.model.ok()) {
       fail(TG_ERR_ALLOC, "could not allocate the model's arena of " +
-                             std::to_string(h->model->arena_bytes()) + " bytes" +
+                             std::to_string(h->run.model.arena_bytes()) + " bytes" +
                              (sizeof(size_t) < 8 ? " (a 32-bit build addresses at most 4 GiB)" : ""));
       return nullptr;
     }
@@ -174,51 +168,48 @@ void tg_destroy(tg_model* m) { delete m; }
 
 int64_t tg_param_count(const tg_model* m) {
   if (int32_t e = check_handle(m, "tg_param_count")) return e;
-  return m->model->param_count();
+  return m->run.model.param_count();
 }
 
 int64_t tg_arena_bytes(const tg_model* m) {
   if (int32_t e = check_handle(m, "tg_arena_bytes")) return e;
-  return m->model->arena_bytes();
+  return m->run.model.arena_bytes();
 }
 
 int32_t tg_n_threads(const tg_model* m) {
   if (int32_t e = check_handle(m, "tg_n_threads")) return e;
-  return m->model->pool().size();
+  return m->run.model.pool().size();
 }
 
 int32_t tg_tensor_count(const tg_model* m) {
   if (int32_t e = check_handle(m, "tg_tensor_count")) return e;
-  return static_cast<int32_t>(m->model->manifest().size());
+  return static_cast<int32_t>(m->run.model.manifest().size());
 }
 
 const char* tg_tensor_name(const tg_model* m, int32_t i) {
   if (check_handle(m, "tg_tensor_name")) return nullptr;
-  if (i < 0 || i >= static_cast<int32_t>(m->model->manifest().size())) {
+  if (i < 0 || i >= static_cast<int32_t>(m->run.model.manifest().size())) {
     fail(TG_ERR_ARG, "tensor index " + std::to_string(i) + " out of range");
     return nullptr;
   }
-  return m->model->manifest()[i].name.c_str();
+  return m->run.model.manifest()[i].name.c_str();
 }
 
 int64_t tg_tensor_offset(const tg_model* m, int32_t i) {
   if (!tg_tensor_name(m, i)) return g_code;
-  return m->model->manifest()[i].offset;
+  return m->run.model.manifest()[i].offset;
 }
 
 int64_t tg_tensor_numel(const tg_model* m, int32_t i) {
   if (!tg_tensor_name(m, i)) return g_code;
-  return m->model->manifest()[i].numel;
+  return m->run.model.manifest()[i].numel;
 }
 
 int32_t tg_init(tg_model* m, uint64_t seed) {
   if (int32_t e = check_handle(m, "tg_init")) return e;
   if (seed >= kMaxSeed) return fail(TG_ERR_ARG, "seed must be an integer in [0, 2^53)");
   return guarded<int32_t>("tg_init", [&]() -> int32_t {
-    m->model->init_from_seed(seed);
-    m->data_seed = seed;
-    m->batches_drawn = 0;
-    m->gen.active = false;
+    m->run.init(seed);
     return TG_OK;
   });
 }
@@ -239,17 +230,17 @@ int32_t tg_set_hyper(tg_model* m, double lr, double beta1, double beta2, double 
   if (!(grad_clip > 0))
     return fail(TG_ERR_HYPER, "gradClip must be positive (+inf disables clipping), got " +
                                   num(grad_clip));
-  m->hyper = tg::AdamWSettings{lr, beta1, beta2, eps, weight_decay, grad_clip};
-  m->has_hyper = true;
+  m->run.hyper = tg::AdamWSettings{lr, beta1, beta2, eps, weight_decay, grad_clip};
+  m->run.has_hyper = true;
   return TG_OK;
 }
 
 int32_t tg_set_corpus(tg_model* m, const uint8_t* bytes, int64_t n, double val_fraction) {
   if (int32_t e = check_handle(m, "tg_set_corpus")) return e;
   if (bytes == nullptr && n > 0) return fail(TG_ERR_ARG, "corpus bytes are null");
-  std::string problem = tg::corpus_problem(n, val_fraction, m->model->config().ctx);
+  std::string problem = tg::corpus_problem(n, val_fraction, m->run.model.config().ctx);
   if (!problem.empty()) return fail(TG_ERR_CORPUS, problem);
-  const int64_t V = m->model->config().vocab;
+  const int64_t V = m->run.model.config().vocab;
   if (V < 256)
     for (int64_t i = 0; i < n; i++)
       if (bytes[i] >= V)
@@ -257,11 +248,7 @@ int32_t tg_set_corpus(tg_model* m, const uint8_t* bytes, int64_t n, double val_f
                                        std::to_string(bytes[i]) + ") is not below vocabSize " +
                                        std::to_string(V));
   return guarded<int32_t>("tg_set_corpus", [&]() -> int32_t {
-    tg::Corpus c;
-    c.bytes.assign(bytes, bytes + n);
-    tg::split_sizes(n, val_fraction, &c.n_train, &c.n_val);
-    m->corpus = std::move(c);
-    m->has_corpus = true;
+    m->run.set_corpus(bytes, n, val_fraction);
     return TG_OK;
   });
 }
@@ -271,109 +258,79 @@ int32_t tg_set_data_state(tg_model* m, uint64_t seed, int64_t batches_drawn) {
   if (seed >= kMaxSeed) return fail(TG_ERR_ARG, "data seed must be an integer in [0, 2^53)");
   if (batches_drawn < 0)
     return fail(TG_ERR_ARG, "batchesDrawn must be >= 0, got " + std::to_string(batches_drawn));
-  m->data_seed = seed;
-  m->batches_drawn = batches_drawn;
+  m->run.data_seed = seed;
+  m->run.batches_drawn = batches_drawn;
   return TG_OK;
 }
 
 int64_t tg_batches_drawn(const tg_model* m) {
   if (int32_t e = check_handle(m, "tg_batches_drawn")) return e;
-  return m->batches_drawn;
+  return m->run.batches_drawn;
 }
 
-uint64_t tg_data_seed(const tg_model* m) { return m ? m->data_seed : 0; }
+uint64_t tg_data_seed(const tg_model* m) { return m ? m->run.data_seed : 0; }
 
 int32_t tg_next_batch(tg_model* m, int32_t* x, int32_t* y) {
   if (int32_t e = check_handle(m, "tg_next_batch")) return e;
-  if (!m->has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
+  if (!m->run.has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
   if (!x || !y) return fail(TG_ERR_ARG, "tg_next_batch: x or y is null");
-  const tg::Config& c = m->model->config();
-  tg::draw_batch(x, y, m->corpus, c.ctx, c.batch, m->data_seed, m->batches_drawn++);
+  m->run.next_batch(x, y);
   return TG_OK;
 }
 
 double tg_train_step(tg_model* m) {
   if (int32_t e = check_handle(m, "tg_train_step")) return e;
-  if (!m->has_hyper) return fail(TG_ERR_HYPER, "no hyper-parameters: call tg_set_hyper first");
-  if (!m->has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
-  return guarded<double>("tg_train_step", [&]() -> double {
-    tg::Model& model = *m->model;
-    const tg::Config& c = model.config();
-    m->gen.active = false;
-    tg::draw_batch(model.tokens(), model.targets(), m->corpus, c.ctx, c.batch, m->data_seed,
-                   m->batches_drawn++);
-    return finish_step(m, model.forward_backward(model.tokens(), model.targets(), c.batch, c.ctx));
-  });
+  if (!m->run.has_hyper) return fail(TG_ERR_HYPER, "no hyper-parameters: call tg_set_hyper first");
+  if (!m->run.has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
+  return guarded<double>("tg_train_step",
+                         [&]() -> double { return step_result(m->run.train_step()); });
 }
 
 double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t) {
   if (int32_t e = check_handle(m, "tg_train_step_batch")) return e;
-  if (!m->has_hyper) return fail(TG_ERR_HYPER, "no hyper-parameters: call tg_set_hyper first");
+  if (!m->run.has_hyper) return fail(TG_ERR_HYPER, "no hyper-parameters: call tg_set_hyper first");
   if (int32_t e = check_batch(m, x, y, rows, t, true)) return e;
   return guarded<double>("tg_train_step_batch", [&]() -> double {
-    m->gen.active = false;
-    return finish_step(m, m->model->forward_backward(x, y, rows, t));
+    return step_result(m->run.train_step_batch(x, y, rows, t));
   });
 }
 
 double tg_forward_backward(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t) {
   if (int32_t e = check_handle(m, "tg_forward_backward")) return e;
   if (int32_t e = check_batch(m, x, y, rows, t, true)) return e;
-  return guarded<double>("tg_forward_backward", [&]() -> double {
-    m->gen.active = false;
-    return m->model->forward_backward(x, y, rows, t);
-  });
+  return guarded<double>("tg_forward_backward",
+                         [&]() -> double { return m->run.forward_backward(x, y, rows, t); });
 }
 
 double tg_forward_loss(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t) {
   if (int32_t e = check_handle(m, "tg_forward_loss")) return e;
   if (int32_t e = check_batch(m, x, y, rows, t, true)) return e;
-  return guarded<double>("tg_forward_loss", [&]() -> double {
-    m->gen.active = false;
-    return m->model->forward_loss(x, y, rows, t);
-  });
+  return guarded<double>("tg_forward_loss",
+                         [&]() -> double { return m->run.forward_loss(x, y, rows, t); });
 }
 
 double tg_eval(tg_model* m, int32_t eval_windows) {
   if (int32_t e = check_handle(m, "tg_eval")) return e;
-  if (!m->has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
+  if (!m->run.has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
   if (eval_windows < 1)
     return fail(TG_ERR_ARG, "evalWindows must be >= 1, got " + std::to_string(eval_windows));
-  return guarded<double>("tg_eval", [&]() -> double {
-    tg::Model& model = *m->model;
-    const int64_t ctx = model.config().ctx, B = model.config().batch;
-    const int64_t n_val = m->corpus.n_val;
-    const int64_t k = tg::eval_window_count(n_val, ctx, eval_windows);
-    m->gen.active = false;
-    double total = 0;  // summed cross-entropy over all k * ctx positions
-    for (int64_t i0 = 0; i0 < k; i0 += B) {
-      const int64_t rows = k - i0 < B ? k - i0 : B;
-      for (int64_t r = 0; r < rows; r++) {
-        const int64_t start = tg::eval_window_start(n_val, ctx, k, i0 + r);
-        tg::windows_at(model.tokens() + r * ctx, model.targets() + r * ctx, m->corpus.val(), &start,
-                       1, ctx);
-      }
-      total += model.forward_loss(model.tokens(), model.targets(), rows, ctx) *
-               static_cast<double>(rows * ctx);
-    }
-    return total / static_cast<double>(k * ctx);
-  });
+  return guarded<double>("tg_eval", [&]() -> double { return m->run.eval(eval_windows); });
 }
 
 double tg_last_grad_norm(const tg_model* m) {
   if (int32_t e = check_handle(m, "tg_last_grad_norm")) return e;
-  return m->last_norm;
+  return m->run.last_norm;
 }
 
 int64_t tg_step(const tg_model* m) {
   if (int32_t e = check_handle(m, "tg_step")) return e;
-  return m->model->step();
+  return m->run.model.step();
 }
 
-float* tg_weights(tg_model* m) { return check_handle(m, "tg_weights") ? nullptr : m->model->weights(); }
+float* tg_weights(tg_model* m) { return check_handle(m, "tg_weights") ? nullptr : m->run.model.weights(); }
 
 const float* tg_grads(const tg_model* m) {
-  return check_handle(m, "tg_grads") ? nullptr : m->model->grads();
+  return check_handle(m, "tg_grads") ? nullptr : m->run.model.grads();
 }
 
 int32_t tg_gen_begin(tg_model* m, const int32_t* prompt, int32_t n_prompt, double temperature,
@@ -388,17 +345,16 @@ int32_t tg_gen_begin(tg_model* m, const int32_t* prompt, int32_t n_prompt, doubl
   if (top_k < 0) return fail(TG_ERR_ARG, "top-k must be >= 0 (0 = all tokens), got " + std::to_string(top_k));
   if (sample_seed >= kMaxSeed) return fail(TG_ERR_ARG, "sample seed must be an integer in [0, 2^53)");
   return guarded<int32_t>("tg_gen_begin", [&]() -> int32_t {
-    tg::gen_begin(*m->model, m->gen, prompt, n_prompt, temperature, top_k, sample_seed,
-                  use_kv_cache != 0);
+    m->run.gen_begin(prompt, n_prompt, temperature, top_k, sample_seed, use_kv_cache != 0);
     return TG_OK;
   });
 }
 
 int32_t tg_gen_next(tg_model* m) {
   if (int32_t e = check_handle(m, "tg_gen_next")) return e;
-  if (!m->gen.active)
+  if (!m->run.gen.active)
     return fail(TG_ERR_ARG, "no generation in progress: call tg_gen_begin first (training ends it)");
-  return guarded<int32_t>("tg_gen_next", [&]() -> int32_t { return tg::gen_next(*m->model, m->gen); });
+  return guarded<int32_t>("tg_gen_next", [&]() -> int32_t { return m->run.gen_next(); });
 }
 
 int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_t max_new,
@@ -414,38 +370,37 @@ int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_
     if (token < 0) return token;
     out[i] = token;
   }
-  m->gen.active = false;
+  m->run.gen.active = false;
   return max_new;
 }
 
 int64_t tg_state_bytes(const tg_model* m, int32_t with_moments) {
   if (int32_t e = check_handle(m, "tg_state_bytes")) return e;
-  return tg::state_size(m->model->param_count(), with_moments != 0);
+  return tg::state_size(m->run.model.param_count(), with_moments != 0);
 }
 
 int64_t tg_export_state(const tg_model* m, uint8_t* buf, int64_t cap, int32_t with_moments) {
   if (int32_t e = check_handle(m, "tg_export_state")) return e;
-  const int64_t need = tg::state_size(m->model->param_count(), with_moments != 0);
+  const int64_t need = tg::state_size(m->run.model.param_count(), with_moments != 0);
   if (buf == nullptr || cap < need)
     return fail(TG_ERR_ARG, "export buffer of " + std::to_string(cap) + " bytes is too small: the state needs " +
                                 std::to_string(need));
-  tg::export_state(*m->model, buf, with_moments != 0);
+  tg::export_state(m->run.model, buf, with_moments != 0);
   return need;
 }
 
 int32_t tg_import_state(tg_model* m, const uint8_t* buf, int64_t n) {
   if (int32_t e = check_handle(m, "tg_import_state")) return e;
   return guarded<int32_t>("tg_import_state", [&]() -> int32_t {
-    std::string problem = tg::state_problem(*m->model, buf, n);
+    std::string problem = tg::state_problem(m->run.model, buf, n);
     if (!problem.empty()) return fail(TG_ERR_STATE, problem);
-    tg::import_state(*m->model, buf, n);
-    m->gen.active = false;
+    m->run.import_state(buf, n);
     return TG_OK;
   });
 }
 
 const uint8_t* tg_state_ptr(const tg_model* m) {
-  return check_handle(m, "tg_state_ptr") ? nullptr : m->model->state_bytes();
+  return check_handle(m, "tg_state_ptr") ? nullptr : m->run.model.state_bytes();
 }
 
 }  // extern "C"

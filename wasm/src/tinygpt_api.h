@@ -2,9 +2,10 @@
  *
  * Ownership and lifetime
  *   - tg_create() returns an opaque handle that owns ONE arena, allocated at creation from a size
- *     computed up front (weights, grads, AdamW m and v, activations, activation grads, KV cache,
- *     scratch). Nothing is allocated or grown inside a training step, an eval or a generation step,
- *     so a WASM memory never grows while pool threads are running. tg_destroy() frees everything.
+ *     computed up front (weights, grads, AdamW m and v, activations, which hold generation's KV
+ *     cache, activation grads, scratch). Nothing is allocated or grown inside a training step, an
+ *     eval or a generation step, so a WASM memory never grows while pool threads are running.
+ *     tg_destroy() frees everything.
  *   - The corpus given to tg_set_corpus() is COPIED (the one allocation outside the arena, made only
  *     by that call); the caller may free its buffer afterwards.
  *   - Pointers returned by tg_weights/tg_grads/tg_state_ptr point into the arena: valid until
@@ -56,15 +57,28 @@ int32_t tg_last_error_code(void);
 
 /* ---- creation ---------------------------------------------------------------------------------- */
 
+/* A model's configuration: a preset's dims and the "model" values of site/static/presets.json.
+ * Each field is named after its presets.json key in snake_case (nLayer: n_layer). Callers fill it by
+ * name from the layout wasm/scripts/api_signatures.py reads here, so a field added here (and in the
+ * model) needs no change in any caller. Fields: int32_t or double only, so the layout is the same
+ * in every build (Memory64 included). */
+typedef struct tg_config {
+  int32_t n_layer;
+  int32_t n_head;
+  int32_t d_model;
+  int32_t ctx;
+  int32_t vocab_size;
+  double layer_norm_eps;
+  double init_std;
+} tg_config;
+
 /* Bytes of the arena a model of this config needs (so a loader can choose a build before creating),
  * or a negative TG_ERR_CONFIG. batch = the largest training batch (rows) the model will run. */
-int64_t tg_arena_bytes_for(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ctx,
-                           int32_t vocab_size, int32_t batch);
+int64_t tg_arena_bytes_for(const tg_config* config, int32_t batch);
 
 /* A model with all weights zero and step 0 (call tg_init or tg_import_state next). n_threads counts
- * the calling thread (1 = everything inline). layer_norm_eps and init_std come from presets.json. */
-tg_model* tg_create(int32_t n_layer, int32_t n_head, int32_t d_model, int32_t ctx, int32_t vocab_size,
-                    double layer_norm_eps, double init_std, int32_t batch, int32_t n_threads);
+ * the calling thread (1 = everything inline). The config is read, not kept. */
+tg_model* tg_create(const tg_config* config, int32_t batch, int32_t n_threads);
 void tg_destroy(tg_model* m);
 
 int64_t tg_param_count(const tg_model* m);

@@ -1,6 +1,7 @@
-// The few vector primitives the templated kernels share: dot product, y += a*x, and the GELU of a
-// span. Any type gets the plain loop (the double twins the finite-difference test runs); float, the
-// model's type, gets simd.h's portable vectors. The kernels are one code path over these.
+// The few vector primitives the templated kernels share: the shifted exponential of a span (the
+// softmax) and the GELU of a span. Any type gets the plain loop (the double twins the
+// finite-difference test runs); float, the model's type, gets simd.h's portable vectors. The
+// kernels are one code path over these.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -8,37 +9,6 @@
 #include "simd.h"
 
 namespace tg {
-
-template <class F>
-inline F vec_dot(const F* a, const F* b, int64_t n) {
-  F s = 0;
-  for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-inline float vec_dot(const float* a, const float* b, int64_t n) {
-  using namespace simd;
-  vf acc = zero();
-  int64_t i = 0;
-  for (; i + kWidth <= n; i += kWidth) acc = fma(load(a + i), load(b + i), acc);
-  float s = reduce_add(acc);
-  for (; i < n; i++) s += a[i] * b[i];
-  return s;
-}
-
-// y += a * x
-template <class F>
-inline void vec_axpy(F* y, F a, const F* x, int64_t n) {
-  for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
-}
-
-inline void vec_axpy(float* y, float a, const float* x, int64_t n) {
-  using namespace simd;
-  const vf va = set1(a);
-  int64_t i = 0;
-  for (; i + kWidth <= n; i += kWidth) store(y + i, fma(va, load(x + i), load(y + i)));
-  for (; i < n; i++) y[i] += a * x[i];
-}
 
 // x[i] = exp(x[i] - shift); returns the sum of the results.
 template <class F>

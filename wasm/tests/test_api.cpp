@@ -31,28 +31,36 @@ void expect_null(const char* what, tg_model* m, int32_t want_code) {
   tg_destroy(m);
 }
 
+tg_model* create(tg_config config, int32_t batch, int32_t n_threads) {
+  return tg_create(&config, batch, n_threads);
+}
+
 // Small dims on purpose: the test is about the checks, not the arithmetic.
-tg_model* small_model() { return tg_create(1, 2, 8, 8, 256, 1e-5, 0.02, 2, 1); }
+tg_model* small_model() { return create({1, 2, 8, 8, 256, 1e-5, 0.02}, 2, 1); }
 
 }  // namespace
 
 int main() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  expect_null("create: nLayer = 0", tg_create(0, 2, 8, 8, 256, 1e-5, 0.02, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: dModel = -8", tg_create(1, 2, -8, 8, 256, 1e-5, 0.02, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: ctx = 0", tg_create(1, 2, 8, 0, 256, 1e-5, 0.02, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: nHead = 0", tg_create(1, 0, 8, 8, 256, 1e-5, 0.02, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: nHead 3 does not divide dModel 8", tg_create(1, 3, 8, 8, 256, 1e-5, 0.02, 2, 1),
-              TG_ERR_CONFIG);
-  expect_null("create: batch = -1", tg_create(1, 2, 8, 8, 256, 1e-5, 0.02, -1, 1), TG_ERR_CONFIG);
-  expect_null("create: vocab = 0", tg_create(1, 2, 8, 8, 0, 1e-5, 0.02, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: layerNormEps = NaN", tg_create(1, 2, 8, 8, 256, nan, 0.02, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: n_threads = 0", tg_create(1, 2, 8, 8, 256, 1e-5, 0.02, 2, 0), TG_ERR_CONFIG);
-  expect("arena_bytes_for: nHead 5, dModel 8", tg_arena_bytes_for(1, 5, 8, 8, 256, 2), TG_ERR_CONFIG);
+  expect_null("create: nLayer = 0", create({0, 2, 8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: dModel = -8", create({1, 2, -8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: ctx = 0", create({1, 2, 8, 0, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: nHead = 0", create({1, 0, 8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: nHead 3 does not divide dModel 8",
+              create({1, 3, 8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: batch = -1", create({1, 2, 8, 8, 256, 1e-5, 0.02}, -1, 1), TG_ERR_CONFIG);
+  expect_null("create: vocab = 0", create({1, 2, 8, 8, 0, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: layerNormEps = NaN", create({1, 2, 8, 8, 256, nan, 0.02}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: n_threads = 0", create({1, 2, 8, 8, 256, 1e-5, 0.02}, 2, 0), TG_ERR_CONFIG);
+  expect_null("create: config = NULL", tg_create(nullptr, 2, 1), TG_ERR_ARG);
+  expect("arena_bytes_for: config = NULL", tg_arena_bytes_for(nullptr, 2), TG_ERR_ARG);
+  const tg_config five_heads{1, 5, 8, 8, 256, 1e-5, 0.02};
+  expect("arena_bytes_for: nHead 5, dModel 8", tg_arena_bytes_for(&five_heads, 2), TG_ERR_CONFIG);
+  const tg_config at_bounds{4096, 1, 65536, 1 << 20, 256, 1e-5, 0.02};
   expect("arena_bytes_for: dims at their bounds (overflow)",
-         tg_arena_bytes_for(4096, 1, 65536, 1 << 20, 256, 1 << 20), TG_ERR_CONFIG);
+         tg_arena_bytes_for(&at_bounds, 1 << 20), TG_ERR_CONFIG);
   expect_null("create: an arena of ~3 TB cannot be allocated",
-              tg_create(64, 16, 16384, 64, 256, 1e-5, 0.02, 1, 1), TG_ERR_ALLOC);
+              create({64, 16, 16384, 64, 256, 1e-5, 0.02}, 1, 1), TG_ERR_ALLOC);
 
   tg_model* m = small_model();
   if (!m) {

@@ -3,6 +3,8 @@
 // step since float rounding dominates); matmul goes through its float contract (matmul.h).
 // For each kernel: L = sum(out * R) with fixed random R; the backward with dout = R must match
 // central differences of L. Prints max|analytic - numeric| / max|numeric| per gradient tensor.
+// The attention forward's KV-cache form (queries after `past` cached positions) is checked against
+// the full forward the same way: max|cached - full| / max|full| per output.
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -135,6 +137,26 @@ void check_attention(tg::ThreadPool& pool, int64_t B, int64_t T, int64_t C, int6
   report(name.c_str(), "dv", dv, numeric_grad(v, loss), Fd<F>::tol);
 }
 
+// The last T - past queries against all T keys, the first past of them cached, are the last rows of
+// the full forward over T.
+template <class F>
+void check_attention_past(tg::ThreadPool& pool, int64_t T, int64_t past, int64_t C, int64_t H) {
+  using Buf = std::vector<F>;
+  const int64_t fresh = T - past;
+  Buf q = random_vec<F>(T * C), k = random_vec<F>(T * C), v = random_vec<F>(T * C);
+  Buf y(T * C), lse(H * T), scratch(tg::attention_scratch_size(1, T, C, H));
+  tg::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), 1, T, C, H, pool);
+  Buf y_new(fresh * C), lse_new(H * fresh);
+  tg::attention_forward(y_new.data(), lse_new.data(), scratch.data(), q.data() + past * C, k.data(),
+                        v.data(), 1, fresh, C, H, pool, past);
+  Vec y_tail(y.begin() + past * C, y.end()), lse_tail;
+  for (int64_t h = 0; h < H; h++)
+    lse_tail.insert(lse_tail.end(), lse.begin() + h * T + past, lse.begin() + (h + 1) * T);
+  const std::string name = "attention past=" + std::to_string(past) + " T=" + std::to_string(T);
+  report(name.c_str(), "y", y_new, y_tail, Fd<F>::tol);
+  report(name.c_str(), "lse", lse_new, lse_tail, Fd<F>::tol);
+}
+
 template <class F>
 void check_embedding(tg::ThreadPool& pool) {
   using Buf = std::vector<F>;
@@ -234,6 +256,8 @@ int main() {
     check_gelu<double>(*pool);
     check_attention<double>(*pool, 2, 5, 6, 2);
     check_attention<double>(*pool, 1, 66, 4, 2);  // T > kAttnRows: several blocks of query rows, a partial last one
+    check_attention_past<double>(*pool, 5, 3, 6, 2);
+    check_attention_past<double>(*pool, 70, 37, 4, 2);  // 33 new queries: two blocks
     check_embedding<double>(*pool);
     check_cross_entropy<double>(*pool);
     check_residual<double>(*pool);
@@ -244,6 +268,8 @@ int main() {
     check_attention<float>(*pool, 2, 6, 38, 2);
     check_attention<float>(*pool, 1, 7, 64, 2);
     check_attention<float>(*pool, 1, 66, 4, 2);
+    check_attention_past<float>(*pool, 40, 39, 38, 2);  // one new query: a decoding step
+    check_attention_past<float>(*pool, 70, 32, 19, 1);  // the cache ends on a block boundary
     check_embedding<float>(*pool);
     check_cross_entropy<float>(*pool);
     check_residual<float>(*pool);

@@ -66,7 +66,8 @@ int main() {
   };
   // Two threads so the pool's workers run the kernels too.
   const long at_start = g_allocations.load();
-  tg_model* m = tg_create(2, 2, 32, 16, 256, 1e-5, 0.02, 4, 2);
+  const tg_config config{2, 2, 32, 16, 256, 1e-5, 0.02};
+  tg_model* m = tg_create(&config, 4, 2);
   const long by_create = g_allocations.load() - at_start;
   std::printf("%-40s %ld allocation(s) %s\n", "control: tg_create (must count some)", by_create,
               by_create > 0 ? "ok" : "FAIL: the counting hooks are not active");

@@ -1,10 +1,12 @@
-// One calling convention for all four WebAssembly builds.
+// One calling convention for all five WebAssembly builds.
 //
 // In the Memory64 build every pointer and size_t is an i64 and crosses into JS as a BigInt; in the
-// other three it is an i32 and crosses as a Number. int64_t is a BigInt in all of them
+// other four it is an i32 and crosses as a Number. int64_t is a BigInt in all of them
 // (-sWASM_BIGINT). This wrapper converts both ways, driven by tinygpt_api.js (generated from
 // tinygpt_api.h by the build), so worker code passes and receives plain Numbers everywhere and is
-// identical for all four builds. Numbers are exact up to 2^53 bytes, far beyond the 16 GB maximum.
+// identical for all five builds. Numbers are exact up to 2^53 bytes, far beyond the 16 GB maximum.
+// The structs the API takes by pointer (tg_config) are written from the same file's layout, each
+// field from a JS object by its key: a field added to the header needs no change here or in a caller.
 
 const toBigInt = (x, what) => {
   if (typeof x === "bigint") return x;
@@ -12,6 +14,14 @@ const toBigInt = (x, what) => {
   return BigInt(x);
 };
 const toNumber = (x) => (typeof x === "bigint" ? Number(x) : x);
+// Little-endian, as WebAssembly memory is.
+const FIELD_WRITERS = {
+  int32_t: (view, offset, x) => view.setInt32(offset, x, true),
+  int64_t: (view, offset, x) => view.setBigInt64(offset, x, true),
+  uint64_t: (view, offset, x) => view.setBigUint64(offset, x, true),
+  float: (view, offset, x) => view.setFloat32(offset, x, true),
+  double: (view, offset, x) => view.setFloat64(offset, x, true),
+};
 
 // Wraps an instantiated Emscripten module. signatures = the default export of tinygpt_api.js.
 export function wrapTinyGPT(module, signatures, { memory64 }) {
@@ -75,5 +85,28 @@ export function wrapTinyGPT(module, signatures, { memory64 }) {
   };
   const copyOut = (ptr, length) => u8(ptr, length).slice();
 
-  return { api, malloc, free, f32, i32, u8, string, failure, check, copyIn, copyOut, memoryBytes: () => buffer().byteLength, memory64 };
+  // Struct `name` of the header in a malloc'd block for the duration of fn(ptr): each field from
+  // values by its key (n_layer from values.nLayer). Fixed-size fields only (api_signatures.py), so
+  // one layout serves every build.
+  const withStruct = (name, values, fn) => {
+    const layout = signatures.structs[name];
+    if (!layout) throw new Error(`the C API has no struct ${name}`);
+    const missing = layout.fields.filter((f) => !(f.key in values)).map((f) => f.key);
+    if (missing.length) throw new TypeError(`${name} needs ${missing.join(", ")}`);
+    const ptr = malloc(layout.size);
+    if (!ptr) throw new Error(`out of WebAssembly memory for a ${name}`);
+    try {
+      const view = new DataView(buffer(), ptr, layout.size);
+      for (const f of layout.fields) {
+        const where = `${name}.${f.name}`;
+        FIELD_WRITERS[f.type](view, f.offset, f.type.endsWith("64_t") ? toBigInt(values[f.key], where) : values[f.key]);
+      }
+      return fn(ptr);
+    } finally {
+      free(ptr);
+    }
+  };
+
+  return { api, malloc, free, f32, i32, u8, string, failure, check, copyIn, copyOut, withStruct,
+    memoryBytes: () => buffer().byteLength, memory64 };
 }

@@ -1,17 +1,16 @@
-// Picks and loads one of the five WebAssembly builds of the C++ core (wasm/scripts/build_wasm.sh):
-//   relaxed   threads + relaxed-SIMD   fused multiply-add in the GEMMs: needs threads and relaxed SIMD
-//                                      (Chromium >= 114; Node 20 only with --experimental-wasm-relaxed-simd)
-//   threads   SIMD + a thread pool     needs cross-origin isolation (COOP/COEP) for SharedArrayBuffer
-//   simd      SIMD, one thread
-//   scalar    no SIMD, one thread      runs on any WebAssembly engine
-//   memory64  SIMD + threads, 16 GB    only for a model too big for a 32-bit build's 4 GiB
+// Picks and loads one of the WebAssembly builds of the C++ core: relaxed (threads + relaxed SIMD),
+// threads, simd, scalar (any engine) and memory64 (only for a model too big for 4 GiB). Their names,
+// memory limits and the features each needs come from wasm/builds.json, the list the build compiles
+// (as ../wasm/builds.js, which build_wasm.sh writes beside the builds).
 // The choice is the fastest build that this engine can run AND that can hold the model, and it
 // always comes with a sentence saying why, which the page shows: a fallback is never silent.
+import BUILD_LIST from "../wasm/builds.js";
 import { wrapTinyGPT } from "./wasm_api.js";
 
 const GiB = 1024 ** 3;
+const BUILDS = Object.fromEntries(BUILD_LIST.builds.map((b) => [b.name, b]));
 // What each build can address (their -sMAXIMUM_MEMORY) ...
-export const BUILD_MEMORY_LIMIT = { scalar: 4 * GiB, simd: 4 * GiB, threads: 4 * GiB, relaxed: 4 * GiB, memory64: 16 * GiB };
+export const BUILD_MEMORY_LIMIT = Object.fromEntries(BUILD_LIST.builds.map((b) => [b.name, b.memoryGiB * GiB]));
 // ... less what lives beside the model's arena: static data, the 1 MB stacks of the main thread
 // and of every pool thread, and malloc's own overhead.
 export const RUNTIME_OVERHEAD_BYTES = 64 * 1024 * 1024;
@@ -56,21 +55,24 @@ export async function detectFeatures() {
 const fmtGiB = (bytes) => `${(bytes / GiB).toFixed(bytes < GiB ? 3 : 2)} GiB`;
 const fits = (build, needBytes) => needBytes + RUNTIME_OVERHEAD_BYTES <= BUILD_MEMORY_LIMIT[build];
 
+// Why this engine cannot run a build with these needs, or null. The most basic missing feature is
+// named first (a build that needs relaxed SIMD also needs SIMD).
+const FEATURE_CHECKS = [
+  ["memory64", (f) => (f.memory64 ? null : "this engine has no WebAssembly Memory64")],
+  ["simd", (f) => (f.simd ? null : "this engine has no WebAssembly SIMD")],
+  ["relaxedSimd", (f) => (f.relaxedSimd ? null : "this engine has no WebAssembly relaxed SIMD")],
+  ["threads", (f) => f.threadsMissing],
+];
+const missingFeature = (needs, features) =>
+  FEATURE_CHECKS.map(([need, check]) => (needs[need] ? check(features) : null)).find((why) => why) ?? null;
+
 // Pure decision (testable without any engine): { build, reason } or throws an Error whose message
 // says why no build can run the model. prefer: a build the user asked for explicitly.
 export function chooseBuild(features, needBytes, prefer = null) {
   const need = `model needs ${fmtGiB(needBytes)}`;
   if (prefer) {
-    const missing = {
-      scalar: null,
-      simd: features.simd ? null : "this engine has no WebAssembly SIMD",
-      threads: !features.simd ? "this engine has no WebAssembly SIMD" : features.threadsMissing,
-      relaxed: !features.simd ? "this engine has no WebAssembly SIMD"
-        : !features.relaxedSimd ? "this engine has no WebAssembly relaxed SIMD" : features.threadsMissing,
-      memory64: !features.memory64 ? "this engine has no WebAssembly Memory64"
-        : !features.simd ? "this engine has no WebAssembly SIMD" : features.threadsMissing,
-    }[prefer];
-    if (missing === undefined) throw new Error(`unknown build '${prefer}'`);
+    if (!BUILDS[prefer]) throw new Error(`unknown build '${prefer}'`);
+    const missing = missingFeature(BUILDS[prefer].needs, features);
     if (missing) throw new Error(`the ${prefer} build was requested but ${missing}`);
     if (!fits(prefer, needBytes)) {
       throw new Error(`the ${prefer} build was requested but the ${need}, more than its ${fmtGiB(BUILD_MEMORY_LIMIT[prefer])}`);
@@ -79,8 +81,8 @@ export function chooseBuild(features, needBytes, prefer = null) {
   }
   if (!fits("threads", needBytes)) {
     // Only a 64-bit build can hold it.
-    const why = `${need}, more than the 4 GiB a 32-bit WebAssembly build can address`;
-    if (!fits("memory64", needBytes)) throw new Error(`${need}, more than the 16 GiB of the Memory64 build`);
+    const why = `${need}, more than the ${BUILD_MEMORY_LIMIT.threads / GiB} GiB a 32-bit WebAssembly build can address`;
+    if (!fits("memory64", needBytes)) throw new Error(`${need}, more than the ${BUILD_MEMORY_LIMIT.memory64 / GiB} GiB of the Memory64 build`);
     if (!features.memory64) throw new Error(`${why}, and this engine has no WebAssembly Memory64`);
     if (!features.simd) throw new Error(`${why}, and this engine has no WebAssembly SIMD (the Memory64 build needs it)`);
     if (!features.threads) throw new Error(`${why}, and the Memory64 build needs threads: ${features.threadsMissing}`);
@@ -122,13 +124,13 @@ let sizer = null;
 export async function memoryNeedBytes(config, corpusBytes = 0, { baseUrl = defaultBaseUrl() } = {}) {
   sizer ??= instantiateBuild("scalar", { baseUrl });
   const tg = await sizer;
-  const arena = tg.api.tg_arena_bytes_for(config.nLayer, config.nHead, config.dModel, config.ctx,
-    config.vocabSize, config.batch);
+  const arena = tg.withStruct("tg_config", config, (ptr) => tg.api.tg_arena_bytes_for(ptr, config.batch));
   if (arena < 0) throw new Error(`invalid model config: ${tg.string(tg.api.tg_last_error())}`);
   return arena + corpusBytes;
 }
 
-// The whole decision + load. config: {nLayer, nHead, dModel, ctx, vocabSize, batch}.
+// The whole decision + load. config: the model's config with initStd (tg_config's fields, by their
+// presets.json keys) and batch.
 // Returns { build, reason, threads, needBytes, features, tg } where tg is the wrapped module.
 // instances: an optional Map that keeps instantiated builds for the next call (a page that trains
 // one model after another reuses a module and its threads instead of starting new ones each time).
@@ -137,7 +139,7 @@ export async function loadTinyGPT(config, { corpusBytes = 0, prefer = null, thre
   const features = await detectFeatures();
   const needBytes = await memoryNeedBytes(config, corpusBytes, { baseUrl });
   const { build, reason } = chooseBuild(features, needBytes, prefer);
-  const threaded = build === "threads" || build === "relaxed" || build === "memory64";
+  const threaded = BUILDS[build].needs.threads;
   const nThreads = threaded ? Math.max(1, threads ?? features.cores) : 1;
   const key = `${build}:${nThreads}`;
   let tg = instances?.get(key);

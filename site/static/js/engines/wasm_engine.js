@@ -14,11 +14,12 @@ export const yieldToMessages = () => new Promise((resolve) => {
   port2.postMessage(null);
 });
 
-const loaderConfig = ({ model, training }) => ({ ...model, batch: training.batch });
+// tg_config's fields by their presets.json keys, and the batch.
+const loaderConfig = ({ model, training, initStd }) => ({ ...model, initStd, batch: training.batch });
 
 /** Bytes this model needs in WebAssembly memory, and whether a build here can hold it (and why not). */
-export async function requirements({ model, training }, corpusBytes = 0) {
-  const bytes = await memoryNeedBytes(loaderConfig({ model, training }), corpusBytes);
+export async function requirements({ model, training, initStd }, corpusBytes = 0) {
+  const bytes = await memoryNeedBytes(loaderConfig({ model, training, initStd }), corpusBytes);
   const f = await detectFeatures();
   const wide = f.memory64 && f.simd && f.threads;
   const limit = wide ? BUILD_MEMORY_LIMIT.memory64 : BUILD_MEMORY_LIMIT.threads;
@@ -31,11 +32,11 @@ export async function requirements({ model, training }, corpusBytes = 0) {
 }
 
 export async function createEngine({ model, training, initStd, corpus, seed, state = null, dataState = null }) {
-  const loaded = await loadTinyGPT(loaderConfig({ model, training }), { corpusBytes: corpus.length, instances });
+  const config = loaderConfig({ model, training, initStd });
+  const loaded = await loadTinyGPT(config, { corpusBytes: corpus.length, instances });
   const { tg } = loaded;
   const { api } = tg;
-  const handle = api.tg_create(model.nLayer, model.nHead, model.dModel, model.ctx, model.vocabSize,
-    model.layerNormEps, initStd, training.batch, loaded.threads);
+  const handle = tg.withStruct("tg_config", config, (ptr) => api.tg_create(ptr, training.batch, loaded.threads));
   if (!handle) throw tg.failure("creating the model", api.tg_last_error_code());
   const withBytes = (bytes, fn) => {
     const ptr = tg.copyIn(bytes);

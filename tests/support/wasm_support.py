@@ -158,9 +158,7 @@ def python_init_file(path: Path, preset: str, seed: int) -> bytes:
 
 def native_trajectory(preset: str, init_state: bytes, steps: int, threads: int = 1) -> tuple[list[float], bytes]:
     """The native build's losses for `steps` corpus steps from init_state, and its exported state."""
-    import sys
-    sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-    from tinygpt_native import NativeModel, ensure_built
+    from support.tinygpt_native import NativeModel, ensure_built
     from python_ref.config import model_config, train_config
     ensure_built()
     tc = train_config(preset)

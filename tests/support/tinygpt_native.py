@@ -1,4 +1,5 @@
-"""ctypes binding of the native libtinygpt.so (wasm/src/tinygpt_api.h) for the Python tests.
+"""The native libtinygpt.so (wasm/src/tinygpt_api.h) for the Python tests, through the ctypes
+binding generated from the header (wasm/scripts/api_ctypes.py).
 
 `NativeModel` wraps one tg_model handle; every negative result becomes a NativeError carrying the
 code and tg_last_error()'s message. ensure_built() runs the native part of the Makefile (a no-op
@@ -14,52 +15,13 @@ from pathlib import Path
 import numpy as np
 
 from python_ref.config import ModelConfig, init_std
+from wasm.scripts.api_ctypes import Binding
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("TINYGPT_BUILD", ROOT / "build"))
 NATIVE = BUILD / "native"
 
-_i32, _i64, _u64, _f64 = C.c_int32, C.c_int64, C.c_uint64, C.c_double
-_p = C.c_void_p
-_SIGNATURES = {
-    "tg_last_error": (C.c_char_p, []),
-    "tg_last_error_code": (_i32, []),
-    "tg_arena_bytes_for": (_i64, [_i32] * 6),
-    "tg_create": (_p, [_i32] * 5 + [_f64, _f64, _i32, _i32]),
-    "tg_destroy": (None, [_p]),
-    "tg_param_count": (_i64, [_p]),
-    "tg_arena_bytes": (_i64, [_p]),
-    "tg_n_threads": (_i32, [_p]),
-    "tg_tensor_count": (_i32, [_p]),
-    "tg_tensor_name": (C.c_char_p, [_p, _i32]),
-    "tg_tensor_offset": (_i64, [_p, _i32]),
-    "tg_tensor_numel": (_i64, [_p, _i32]),
-    "tg_init": (_i32, [_p, _u64]),
-    "tg_set_hyper": (_i32, [_p] + [_f64] * 6),
-    "tg_set_corpus": (_i32, [_p, _p, _i64, _f64]),
-    "tg_set_data_state": (_i32, [_p, _u64, _i64]),
-    "tg_batches_drawn": (_i64, [_p]),
-    "tg_data_seed": (_u64, [_p]),
-    "tg_next_batch": (_i32, [_p, _p, _p]),
-    "tg_train_step": (_f64, [_p]),
-    "tg_train_step_batch": (_f64, [_p, _p, _p, _i32, _i32]),
-    "tg_forward_backward": (_f64, [_p, _p, _p, _i32, _i32]),
-    "tg_forward_loss": (_f64, [_p, _p, _p, _i32, _i32]),
-    "tg_eval": (_f64, [_p, _i32]),
-    "tg_last_grad_norm": (_f64, [_p]),
-    "tg_step": (_i64, [_p]),
-    "tg_weights": (C.POINTER(C.c_float), [_p]),
-    "tg_grads": (C.POINTER(C.c_float), [_p]),
-    "tg_generate": (_i32, [_p, _p, _i32, _i32, _f64, _i32, _u64, _i32, _p]),
-    "tg_gen_begin": (_i32, [_p, _p, _i32, _f64, _i32, _u64, _i32]),
-    "tg_gen_next": (_i32, [_p]),
-    "tg_state_bytes": (_i64, [_p, _i32]),
-    "tg_export_state": (_i64, [_p, _p, _i64, _i32]),
-    "tg_import_state": (_i32, [_p, _p, _i64]),
-    "tg_state_ptr": (C.POINTER(C.c_uint8), [_p]),
-}
-
-_lib = None
+_binding = None
 _built = False
 
 
@@ -78,15 +40,16 @@ def ensure_built() -> None:
         _built = True
 
 
-def lib():
-    global _lib
-    if _lib is None:
+def binding() -> Binding:
+    global _binding
+    if _binding is None:
         ensure_built()
-        _lib = C.CDLL(str(NATIVE / "libtinygpt.so"))
-        for name, (res, args) in _SIGNATURES.items():
-            fn = getattr(_lib, name)
-            fn.restype, fn.argtypes = res, args
-    return _lib
+        _binding = Binding(NATIVE / "libtinygpt.so")
+    return _binding
+
+
+def lib():
+    return binding().lib
 
 
 def _check(result):
@@ -109,8 +72,8 @@ class NativeModel:
     def __init__(self, config: ModelConfig, batch: int, n_threads: int = 1):
         L = lib()
         self.config, self.batch = config, batch
-        self.h = L.tg_create(config.nLayer, config.nHead, config.dModel, config.ctx, config.vocabSize,
-                             config.layerNormEps, init_std(), batch, n_threads)
+        tg_config = binding().struct("tg_config", config.to_json() | {"initStd": init_std()})
+        self.h = L.tg_create(C.byref(tg_config), batch, n_threads)
         if not self.h:
             raise NativeError(L.tg_last_error_code(), L.tg_last_error().decode())
         self.P = L.tg_param_count(self.h)
