@@ -30,6 +30,7 @@ from .distributed import Distributed
 from .evaluate import val_windows_loss
 from .model import TinyGPT
 from .sample import generate
+from .sharding import gather_state, is_sharded, restore_sharded_optimizer, shard_model
 
 # The text sample stored in each checkpoint: this many bytes after a newline, presets.json's sampling settings.
 SAVE_SAMPLE_BYTES = 120
@@ -86,6 +87,7 @@ class RunOptions:
     warmupSteps: int = 0
     bf16: bool = False
     compile: bool = False
+    fsdp: bool = False
 
     def __post_init__(self):
         if not (isinstance(self.gradAccum, int) and self.gradAccum >= 1):
@@ -129,7 +131,8 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
     """One step: forward and backward, global-norm clip, AdamW. x, y: (B,T). Returns the loss before the update.
 
     With micro_batches K the rows are split into K equal contiguous slices, each loss scaled by 1/K, so
-    the summed gradient is that of the mean over all rows; under DDP only the last backward all-reduces.
+    the summed gradient is that of the mean over all rows; under DDP or FSDP only the last backward
+    reduces over ranks.
     """
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
@@ -145,9 +148,13 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
 
 
 def _gradient_sync(model: torch.nn.Module, last_micro_batch: bool):
-    """DDP's no_sync for all but the last micro-batch: one all-reduce per step, not per micro-batch."""
+    """No gradient reduction for all but the last micro-batch: one all-reduce (DDP) or reduce-scatter
+    (FSDP) per step, not per micro-batch."""
     if isinstance(model, torch.nn.parallel.DistributedDataParallel) and not last_micro_batch:
         return model.no_sync()
+    sharded = getattr(model, "_orig_mod", model)  # under torch.compile, the FSDP module is inside
+    if is_sharded(sharded):
+        sharded.set_requires_gradient_sync(last_micro_batch)
     return contextlib.nullcontext()
 
 
@@ -166,6 +173,7 @@ class TrainingRun:
     dist: Distributed = field(default_factory=Distributed)
     options: RunOptions = field(default_factory=RunOptions)
     tokens_per_s: float | None = None  # training throughput of the last run(), all ranks together
+    saved_step: int | None = None  # the step of the last checkpoint this run wrote
 
     @property
     def device(self) -> torch.device:
@@ -186,21 +194,41 @@ class TrainingRun:
         return {**self.cfg.to_json(), **run, **self.options.recorded()}
 
     def save(self, path: str | Path) -> None:
+        """Write the checkpoint. Under FSDP every rank must call it (the tensors are gathered
+        collectively) and rank 0 alone writes the same full file as an unsharded run."""
+        model, optimizer = self.model, self.optimizer
+        if is_sharded(model):
+            model, optimizer = self._gathered_copy()
+            if model is None:
+                return
         s = sampling_defaults()
-        text = generate(self.model, SAVE_SAMPLE_PROMPT, SAVE_SAMPLE_BYTES, s["temperature"], s["topK"], s["seed"])
+        text = generate(model, SAVE_SAMPLE_PROMPT, SAVE_SAMPLE_BYTES, s["temperature"], s["topK"], s["seed"])
         tinygpt_file.save(
-            path, self.model, self.optimizer, step=self.step,
+            path, model, optimizer, step=self.step,
             preset=self.preset, training=self.training_header(), dataState=self.batches.state(),
             corpus=self.corpus.identity(), lossHistory=self.loss_history, valHistory=self.val_history,
             finalLoss=self.final_loss(), bestVal=self.best_val(),
             sample=text.decode("utf-8", errors="replace"),
         )
 
+    def _gathered_copy(self) -> tuple[TinyGPT | None, torch.optim.AdamW | None]:
+        """An unsharded CPU model and AdamW with the run's full state, on rank 0 (None elsewhere)."""
+        weights, m, v, step = gather_state(self.model, self.optimizer)
+        if not self.dist.is_main:
+            return None, None
+        numpy = lambda tensors: None if tensors is None else {n: t.numpy() for n, t in tensors.items()}
+        state = tinygpt_file.CheckpointState(self.model.config, step, numpy(weights), numpy(m), numpy(v))
+        model = tinygpt_file.model_from_state(state)
+        optimizer = make_optimizer(model, self.cfg)
+        tinygpt_file.restore_optimizer(model, optimizer, state)
+        return model, optimizer
+
     def save_on_rank0(self, path: str | Path) -> None:
         """Rank 0 writes (atomically, through tinygpt_file); the other ranks wait until the file is there."""
-        if self.dist.is_main:
+        if self.dist.is_main or is_sharded(self.model):
             self.save(path)
         self.dist.barrier()
+        self.saved_step = self.step
 
     def run(self, until: int, out: str | Path | None = None, save_every: int = 0, progress: bool = True) -> None:
         """Train up to step `until`, evaluating every evalEvery steps and at the end, saving to `out`.
@@ -216,7 +244,8 @@ class TrainingRun:
         rows = self.dist.rank_rows(self.cfg.batch, self.options.gradAccum)
         autocast = functools.partial(self.options.autocast, self.device)
         autocast()  # refuses --bf16 off CUDA before any step
-        step_model = self.dist.wrap(torch.compile(self.model) if self.options.compile else self.model)
+        model = torch.compile(self.model) if self.options.compile else self.model
+        step_model = model if is_sharded(self.model) else self.dist.wrap(model)
         progress = progress and self.dist.is_main
         tokens_per_step = self.cfg.batch * self.model.config.ctx
         steps_timed, seconds = 0, 0.0
@@ -298,10 +327,20 @@ def new_run(preset: str | None = None, corpus: Corpus | None = None, device: str
     corpus = corpus if corpus is not None else Corpus.from_file(DEFAULT_CORPUS)
     train, val = corpus.split(cfg.valFraction, config.ctx)
     dist = dist or Distributed(device=resolve_device(device))
-    model = TinyGPT(config, cfg.seed).to(dist.device)
+    run_options = RunOptions.given(**(options or {}))
+    model = _placed(TinyGPT(config, cfg.seed), dist, run_options)
     return TrainingRun(preset, cfg, corpus, model, make_optimizer(model, cfg),
                        BatchStream(train, config.ctx, cfg.batch, cfg.seed), val,
-                       dist=dist, options=RunOptions.given(**(options or {})))
+                       dist=dist, options=run_options)
+
+
+def _placed(model: TinyGPT, dist: Distributed, options: RunOptions) -> TinyGPT:
+    """The CPU-built model on this rank's device: whole, or (FSDP) only this rank's shard of it."""
+    if not options.fsdp:
+        return model.to(dist.device)
+    if not dist.active:
+        raise ConfigError("--fsdp shards the model over torchrun's ranks: run it under torchrun or with --nproc N")
+    return shard_model(model, dist.device, dist.world_size)
 
 
 # What a resumed run may change: how far to go, how fast, how often to evaluate. batch and seed
@@ -318,8 +357,9 @@ def resume_run(path: str | Path, corpus: Corpus | None = None, device: str = "au
     given) override the lr schedule the checkpoint recorded; the other options are this run's choice.
     """
     dist = dist or Distributed(device=resolve_device(device))
-    model, meta = tinygpt_file.load(path, dist.device)
+    model, meta = tinygpt_file.load(path)
     state = meta["state"]
+    run_options = RunOptions.given(meta.get("training"), **(options or {}))
     if preset is not None and meta.get("preset") not in (None, preset):
         raise ConfigError(f"--preset {preset} but the checkpoint is a {meta['preset']!r} model")
     cfg = _resumed_train_config(meta, overrides)
@@ -341,12 +381,13 @@ def resume_run(path: str | Path, corpus: Corpus | None = None, device: str = "au
             f"{recorded['sha256'][:16]}...); pass that file with --corpus"
         )
     train, val = corpus.split(cfg.valFraction, model.config.ctx)
+    model = _placed(model, dist, run_options)
     optimizer = make_optimizer(model, cfg)
-    tinygpt_file.restore_optimizer(model, optimizer, state)
+    (restore_sharded_optimizer if is_sharded(model) else tinygpt_file.restore_optimizer)(model, optimizer, state)
     batches = BatchStream(train, model.config.ctx, cfg.batch, cfg.seed, data_state["batchesDrawn"])
     return TrainingRun(meta.get("preset"), cfg, corpus, model, optimizer, batches, val, state.step,
                        _history(meta, "lossHistory"), _history(meta, "valHistory"),
-                       dist=dist, options=RunOptions.given(meta.get("training"), **(options or {})))
+                       dist=dist, options=run_options)
 
 
 def _resumed_train_config(meta: dict, overrides: dict) -> TrainConfig:

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -97,7 +98,8 @@ def compare(path, reference, label):
     la, lb = np.array(a.header["lossHistory"]), np.array(b.header["lossHistory"])
     assert np.array_equal(la[:, 0], lb[:, 0])
     loss_rel = float(np.max(np.abs(la[:, 1] - lb[:, 1]) / np.abs(lb[:, 1])))
-    val_rel = max(abs(x - y) / abs(y) for (_, x), (_, y) in zip(a.header["valHistory"], b.header["valHistory"]))
+    val = dict(map(tuple, a.header["valHistory"]))  # a run that stopped half-way also evaluated there
+    val_rel = max(abs(val[step] - y) / abs(y) for step, y in b.header["valHistory"])
     weights = max(float(np.max(np.abs(a.weights[n] - b.weights[n]))) for n in b.weights)
     moments = max(float(np.max(np.abs(x[n] - y[n]))) for x, y in ((a.m, b.m), (a.v, b.v)) for n in b.m)
     print(f"\n{label}: {len(la)} losses, max rel diff {loss_rel:.2e}; val max rel diff {val_rel:.2e}; "
@@ -114,28 +116,104 @@ def reference(corpus_path, tmp_path_factory):
     return {steps: train_here(corpus_path, steps, d / f"ref{steps}.tinygpt") for steps in (5, 20)}
 
 
+def same_file_but_run_metadata(path, reference) -> None:
+    """Same header keys and values apart from `training`'s run metadata, same state layout and length."""
+    a, b = tinygpt_file.read_state(path), tinygpt_file.read_state(reference)
+    run_keys = ("worldSize", "rankBatch", "gradAccum", "fsdp")
+    strip = lambda h: {**h, "training": {k: v for k, v in h["training"].items() if k not in run_keys},
+                       "finalLoss": None, "bestVal": None, "lossHistory": None, "valHistory": None,
+                       "sample": None, "stateCrc32": None, "savedAt": None, "headerCrc32": None}
+    assert strip(a.header) == strip(b.header)
+    assert os.path.getsize(path) - len(tinygpt_file.encode_header(a.header)) == \
+        os.path.getsize(reference) - len(tinygpt_file.encode_header(b.header))
+
+
 def test_two_ranks_follow_one_process_and_only_rank0_writes(corpus_path, reference, tmp_path):
     out = tmp_path / "two.tinygpt"
     result = ok(run_all(torchrun("--standalone", "--nproc_per_node", 2)
                         + train_args(corpus_path, 20, out, "--save-every", 5))[0])
     state = compare(out, reference[20], "2 ranks vs 1 process, 20 steps")
     assert state.header["training"]["worldSize"] == 2 and state.header["training"]["rankBatch"] == 8
+    same_file_but_run_metadata(out, reference[20])
     assert sorted(os.listdir(tmp_path)) == ["two.tinygpt"]  # no second writer, no temp file left
     assert result.stdout.count("step 20: final loss") == 1  # rank 0 alone reports
     assert "tokens/s" in result.stdout
 
 
+def test_one_rank_under_torchrun_writes_the_same_bytes(corpus_path, reference, tmp_path):
+    """Bit-equal files need the same sums in the same order: one rank. With N ranks the gradient is
+    averaged over shards (another rounding), so the weights agree to ~1e-7, not bit for bit."""
+    out = tmp_path / "one.tinygpt"
+    ok(run_all(torchrun("--standalone", "--nproc_per_node", 1) + train_args(corpus_path, 5, out))[0])
+    (header, state), (ref_header, ref_state) = split_file(out), split_file(reference[5])
+    when = lambda h: {k: v for k, v in h.items() if k not in ("savedAt", "headerCrc32")}
+    print(f"\ntorchrun, 1 rank vs 1 process, 5 steps: {len(state):,} state bytes identical: {state == ref_state}; "
+          f"headers identical apart from savedAt: {when(header) == when(ref_header)}")
+    assert state == ref_state and when(header) == when(ref_header)
+
+
+def split_file(path) -> tuple[dict, bytes]:
+    """(header, the raw state bytes after it)."""
+    raw = path.read_bytes()
+    _, _, n = tinygpt_file.PREFIX.unpack_from(raw)
+    return tinygpt_file.decode_header(raw[tinygpt_file.PREFIX.size:tinygpt_file.PREFIX.size + n]), \
+        raw[tinygpt_file.PREFIX.size + n:]
+
+
+def test_fsdp_shards_follow_one_process_and_save_the_full_file(corpus_path, reference, tmp_path):
+    out = tmp_path / "fsdp.tinygpt"
+    ok(run_all(torchrun("--standalone", "--nproc_per_node", 2)
+               + train_args(corpus_path, 20, out, "--fsdp", "--grad-accum", 2, "--save-every", 10))[0])
+    state = compare(out, reference[20], "FSDP2, 2 ranks x 2 micro-batches vs 1 process, 20 steps")
+    assert state.header["training"]["fsdp"] is True and state.header["training"]["gradAccum"] == 2
+    same_file_but_run_metadata(out, reference[20])
+    assert os.listdir(tmp_path) == ["fsdp.tinygpt"]
+
+
 def test_resume_across_world_sizes(corpus_path, reference, tmp_path):
-    # 2 ranks to step 10, then 1 process to 20.
-    ok(run_all(torchrun("--standalone", "--nproc_per_node", 2) + train_args(corpus_path, 10, tmp_path / "a10.tinygpt"))[0])
+    # 4 ranks to step 10, then 1 process to 20.
+    ok(run_all(torchrun("--standalone", "--nproc_per_node", 4) + train_args(corpus_path, 10, tmp_path / "a10.tinygpt"))[0])
+    assert tinygpt_file.read_state(tmp_path / "a10.tinygpt").header["training"]["rankBatch"] == 4
     train_here(corpus_path, 20, tmp_path / "a20.tinygpt", "--resume", tmp_path / "a10.tinygpt")
-    compare(tmp_path / "a20.tinygpt", reference[20], "2 ranks to 10, 1 process to 20")
-    # 1 process to step 10, then 2 ranks (launched by tinygpt train --nproc) to 20.
+    compare(tmp_path / "a20.tinygpt", reference[20], "4 ranks to 10, 1 process to 20")
+    # 1 process to step 10, 2 ranks (launched by tinygpt train --nproc) to 15, 4 FSDP ranks to 20.
     train_here(corpus_path, 10, tmp_path / "b10.tinygpt")
-    cli = [sys.executable, "-m", "python_ref.cli", "train", "--nproc", "2"]
-    ok(run_all(cli + train_args(corpus_path, 20, tmp_path / "b20.tinygpt", "--resume", tmp_path / "b10.tinygpt"))[0])
-    state = compare(tmp_path / "b20.tinygpt", reference[20], "1 process to 10, 2 ranks (--nproc) to 20")
-    assert state.header["training"]["worldSize"] == 2
+    cli = lambda n: [sys.executable, "-m", "python_ref.cli", "train", "--nproc", str(n)]
+    ok(run_all(cli(2) + train_args(corpus_path, 15, tmp_path / "b15.tinygpt", "--resume", tmp_path / "b10.tinygpt"))[0])
+    ok(run_all(cli(4) + train_args(corpus_path, 20, tmp_path / "b20.tinygpt", "--resume", tmp_path / "b15.tinygpt",
+                                   "--fsdp"))[0])
+    state = compare(tmp_path / "b20.tinygpt", reference[20], "1 process to 10, 2 ranks to 15, 4 FSDP ranks to 20")
+    assert state.header["training"]["worldSize"] == 4 and state.header["training"]["fsdp"] is True
+
+
+def test_a_dead_rank_stops_the_run_and_keeps_the_checkpoint(corpus_path, tmp_path):
+    """SIGKILL one worker mid-run: the other reports it in one line, torchrun ends, nothing hangs."""
+    out = tmp_path / "dead.tinygpt"
+    cmd = torchrun("--standalone", "--nproc_per_node", 2) + train_args(corpus_path, 100_000, out, "--save-every", 5)
+    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert out.exists(), "no checkpoint"
+        workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
+        assert len(workers) == 2
+        os.kill(int(workers[-1]), signal.SIGKILL)
+        killed = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        waited = time.monotonic() - killed
+    finally:
+        _stop_session(proc)
+    line = next(l for l in err.splitlines() if "lost the other ranks" in l)
+    print(f"\none of 2 workers SIGKILLed: torchrun exited {proc.returncode} after {waited:.1f} s; the survivor said:\n{line}")
+    assert proc.returncode != 0 and waited < 35
+    assert "is intact: continue it with --resume" in line
+    assert all(not Path(f"/proc/{w}").exists() for w in workers)  # no worker left behind
+    state = tinygpt_file.read_state(out)  # the last complete checkpoint, never a half-written one
+    assert state.step % 5 == 0 and state.header["dataState"]["batchesDrawn"] == state.step
+    assert os.listdir(tmp_path) == ["dead.tinygpt"]
 
 
 def test_world_size_not_dividing_the_batch_is_refused(corpus_path, tmp_path):
@@ -146,6 +224,20 @@ def test_world_size_not_dividing_the_batch_is_refused(corpus_path, tmp_path):
     assert result.returncode != 0
     assert "--batch 15 is not divisible by world size 2" in result.stderr
     assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_a_corrupt_resume_file_is_refused_by_every_rank(corpus_path, reference, tmp_path):
+    bad = tmp_path / "bad.tinygpt"
+    bad.write_bytes(reference[5].read_bytes()[:-100])
+    out = tmp_path / "never.tinygpt"
+    cli = [sys.executable, "-m", "python_ref.cli", "train", "--nproc", "2"]
+    result = run_all(cli + train_args(corpus_path, 10, out, "--resume", bad))[0]
+    refusals = [line for line in result.stderr.splitlines() if line.startswith("tinygpt train: error: state length mismatch")
+                and "the file is truncated" in line]
+    print("\n" + "\n".join(refusals))
+    # every rank that got as far as reading the file says why (torchrun may stop a slower one first)
+    assert result.returncode != 0 and refusals
+    assert sorted(os.listdir(tmp_path)) == ["bad.tinygpt"]
 
 
 def test_two_nodes_on_loopback_follow_one_process(corpus_path, reference, tmp_path):
