@@ -3,15 +3,11 @@ playwright-downloaded browser), with WebGPU exposed (SwiftShader: correctness on
 from __future__ import annotations
 
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-from server_process import require_site_builds, running_server  # noqa: E402
-from wasm_support import CHROMIUM_ARGS  # noqa: E402
+from server_process import require_site_builds, running_server
+from support.wasm_support import CHROMIUM_ARGS
 
 
 @pytest.fixture(scope="session")

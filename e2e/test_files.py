@@ -62,6 +62,21 @@ def test_downloads_load_in_python_ref_with_the_pages_validation_loss(server_url,
     assert [s for s, _ in resumed["2 ranks"]] == list(range(101, 111)) and rel < 1e-5
 
 
+def greedy_in_page(page, backend: str, path, step: int, prompt: bytes, n: int) -> str:
+    """Upload `path` on `backend` and sample n greedy bytes after `prompt`: the text the page shows."""
+    page.select_option("#backend", backend)
+    page.set_input_files("#upload", str(path))
+    page.wait_for_function(f"window.playground.loaded?.source === 'upload' && window.playground.loaded.backend === '{backend}'")
+    assert page.evaluate("[window.playground.loaded.step, window.playground.loaded.backend]") == [step, backend]
+    page.fill("#prompt", prompt.decode())
+    page.fill("#temperature", "0")
+    page.fill("#top-k", "0")
+    page.fill("#max-new", str(n))
+    page.click("#sample-button")
+    page.wait_for_function("!document.getElementById('sample-button').disabled")
+    return page.locator("#sample-output").inner_text()
+
+
 def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, page, tmp_path):
     run = new_run("tiny", device="cpu", seed=21)
     run.run(600, progress=False)
@@ -70,21 +85,29 @@ def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, pa
     prompt, n = b"ROMEO:", 120
     expected = generate(run.model, prompt, n, temperature=0.0, top_k=0, seed=0)
     open_playground(page, server_url)
-    page.select_option("#backend", "wasm")
-    page.set_input_files("#upload", str(path))
-    page.wait_for_function("window.playground.loaded?.source === 'upload'")
-    assert page.evaluate("window.playground.loaded.step") == 600
-    page.fill("#prompt", prompt.decode())
-    page.fill("#temperature", "0")
-    page.fill("#top-k", "0")
-    page.fill("#max-new", str(n))
-    page.click("#sample-button")
-    page.wait_for_function("!document.getElementById('sample-button').disabled")
-    out = page.locator("#sample-output").inner_text()
+    out = greedy_in_page(page, "wasm", path, 600, prompt, n)
     print(f"\npython_ref: {expected!r}\npage:       {out[len(prompt):]!r}")
     assert out == (prompt + expected).decode("utf-8", errors="replace")
     page.wait_for_function("document.querySelectorAll('#checkpoints tbody tr').length >= 1")  # kept in OPFS too
     screenshot(page, "files_uploaded_and_sampled")
+    assert page.errors == []
+
+
+def test_a_torchrun_fsdp_checkpoint_samples_the_same_on_both_engines(server_url, page, tmp_path):
+    """2 gloo ranks with FSDP2 train and write the file; the page loads it on WebAssembly and on WebGPU."""
+    path = tmp_path / "fsdp.tinygpt"
+    subprocess.run([sys.executable, "-m", "python_ref.cli", "train", "--nproc", "2", "--fsdp", "--preset", "tiny",
+                    "--steps", "300", "--seed", "5", "--device", "cpu", "--quiet", "--out", str(path)],
+                   cwd=ROOT, check=True, capture_output=True, timeout=300)
+    assert tinygpt_file.read_state(path).header["training"]["fsdp"] is True
+    prompt, n = b"KING:", 24  # short: WebGPU runs on SwiftShader here
+    expected = (prompt + generate(tinygpt_file.load(path)[0], prompt, n, temperature=0.0, top_k=0, seed=0)) \
+        .decode("utf-8", errors="replace")
+    open_playground(page, server_url)
+    shown = {backend: greedy_in_page(page, backend, path, 300, prompt, n) for backend in ("wasm", "webgpu")}
+    print(f"\npython_ref: {expected!r}\n" + "\n".join(f"{b + ':':11} {t!r}" for b, t in shown.items()))
+    assert shown == {"wasm": expected, "webgpu": expected}
+    screenshot(page, "files_torchrun_fsdp_on_webgpu")
     assert page.errors == []
 
 

@@ -10,7 +10,7 @@ import pytest
 
 from e2e.page_actions import open_playground, screenshot, train
 from python_ref import tinygpt_file
-from wasm_support import CHROMIUM_ARGS
+from support.wasm_support import CHROMIUM_ARGS
 
 NAME = "playground.test"
 

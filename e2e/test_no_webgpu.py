@@ -8,7 +8,7 @@ import shutil
 import pytest
 
 from e2e.page_actions import open_playground, screenshot
-from wasm_support import CHROMIUM_ARGS
+from support.wasm_support import CHROMIUM_ARGS
 
 
 @pytest.fixture

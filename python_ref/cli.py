@@ -1,4 +1,5 @@
-"""The `tinygpt` command: train, sample, eval, export, bench (also `python -m python_ref.cli`).
+"""The `tinygpt` command: train, sample, eval, export, bench, and the playground's serve and build
+(also `python -m python_ref.cli` from the repository root).
 
 Bad input (a config, corpus or checkpoint that cannot work) prints one line to stderr and exits 2.
 """
@@ -18,6 +19,7 @@ from .evaluate import bits_per_byte, evaluate_file, evaluate_val, split_settings
 from .sample import Utf8Writer, generate
 from .tinygpt_file import TinyGPTFileError
 from .distributed import DEFAULT_TIMEOUT_S, DistributedError, init_from_env, launch_local, under_torchrun
+from .resources import default_dist
 from .train import LR_SCHEDULES, TrainingError, check_out_path, new_run, resolve_device, resume_run
 
 EXIT_BAD_INPUT = 2
@@ -40,7 +42,8 @@ def cmd_train(args) -> int:
 def _train(args, dist) -> int:
     overrides = dict(lr=args.lr, batch=args.batch, steps=args.steps, seed=args.seed, evalEvery=args.eval_every)
     options = dict(gradAccum=args.grad_accum, lrSchedule=args.lr_schedule, warmupSteps=args.warmup_steps,
-                   bf16=args.bf16 or None, compile=args.compile or None)
+                   bf16=args.bf16 or None, compile=args.compile or None,
+                   fsdp=args.fsdp or None)
     corpus = Corpus.from_file(args.corpus)
     if args.resume:
         run = resume_run(args.resume, corpus, args.device, args.preset, dist, options, **overrides)
@@ -57,7 +60,12 @@ def _train(args, dist) -> int:
         f"corpus {corpus.name} ({corpus.data.size:,} bytes), step {run.step} -> {run.cfg.steps}", file=sys.stderr)
     if args.out is None:
         say("no --out given: the trained model will not be saved", file=sys.stderr)
-    run.run(run.cfg.steps, args.out, args.save_every, progress=not args.quiet)
+    try:
+        run.run(run.cfg.steps, args.out, args.save_every, progress=not args.quiet)
+    except RuntimeError as e:
+        if not dist.active or isinstance(e, (TrainingError, DistributedError)):
+            raise
+        raise _lost_peers(e, dist, run.step, run.saved_step, args.out) from None
     best = run.best_val()
     summary = f"step {run.step}: final loss {_num(run.final_loss())}, best val loss {_num(best)}"
     if best is not None:
@@ -72,6 +80,15 @@ def _train(args, dist) -> int:
                        f"{peak / 1e12:.0f} TFLOP/s {'bf16' if run.options.bf16 else 'fp32'})"
     say(summary + (f"; saved {args.out}" if args.out else ""))
     return 0
+
+
+def _lost_peers(e: RuntimeError, dist, step: int, saved: int | None, out: str | None) -> DistributedError:
+    """A collective failed mid-run: a rank died (torchrun then stops the others) or the network failed."""
+    kept = f"the last checkpoint, {out} (step {saved}), is intact: continue it with --resume {out}" \
+        if saved is not None else "this run saved no checkpoint yet (--save-every N keeps one)"
+    first = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+    return DistributedError(f"rank {dist.rank} of {dist.world_size} lost the other ranks during step {step + 1} "
+                            f"({first}); a rank died or the network failed, so the run stops; {kept}")
 
 
 def _silent(*args, **kwargs) -> None:
@@ -146,6 +163,18 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_serve(args) -> int:
+    from server.cli import serve  # the server's imports (starlette, uvicorn, jinja2) only when asked for
+
+    return serve(args)
+
+
+def cmd_build(args) -> int:
+    from server.cli import build
+
+    return build(args)
+
+
 def _num(x) -> str:
     return "n/a" if x is None else f"{x:.4f}"
 
@@ -176,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--warmup-steps", type=int, help="linear lr warmup over the first W steps (default 0)")
     t.add_argument("--bf16", action="store_true", help="bf16 autocast of the forward pass (CUDA only)")
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
+    t.add_argument("--fsdp", action="store_true",
+                   help="shard weights and AdamW moments over the ranks (FSDP2), for models one device cannot hold")
     t.set_defaults(func=cmd_train)
 
     g = sub.add_parser("sample", help="generate text from a checkpoint")
@@ -209,6 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     b.add_argument("--threads", type=int, help="torch.set_num_threads for CPU runs")
     b.set_defaults(func=cmd_bench)
+
+    v = sub.add_parser("serve", help="run the playground (the page, its WebAssembly builds, the WebGPU trainer)")
+    v.add_argument("--host", default="127.0.0.1")
+    v.add_argument("--port", type=int, default=8000)
+    v.set_defaults(func=cmd_serve)
+
+    d = sub.add_parser("build", help="write the playground as static files for any static host")
+    d.add_argument("--out", default=str(default_dist()), help="the folder to (re)write (default: %(default)s)")
+    d.set_defaults(func=cmd_build)
     return p
 
 

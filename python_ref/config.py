@@ -9,9 +9,12 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from .resources import ROOT
+
+# The folder holding python_ref/ (the checkout, or site-packages): torchrun workers import from it.
 REPO_ROOT = Path(__file__).resolve().parent.parent
-PRESETS_PATH = REPO_ROOT / "site" / "static" / "presets.json"
-DEFAULT_CORPUS = REPO_ROOT / "site" / "static" / "data" / "tinyshakespeare.txt"
+PRESETS_PATH = ROOT / "site" / "static" / "presets.json"
+DEFAULT_CORPUS = ROOT / "site" / "static" / "data" / "tinyshakespeare.txt"
 
 
 class ConfigError(ValueError):

@@ -1,18 +1,23 @@
-"""The Starlette app: `/` renders site/templates/index.html, `/static` serves site/static, `/webgpu`
-serves the WebGPU trainer's runtime files (and nothing else of webgpu/), and every response carries
-the headers of `_headers` (cross-origin isolation for WebAssembly threads)."""
+"""The Starlette app: `/` renders site/templates/index.html, `/learn`, `/format`, … render docs/*.md
+(server/docs_pages.py), `/static` serves site/static, `/webgpu` serves the WebGPU trainer's runtime
+files (and nothing else of webgpu/), a missing path gets the styled 404 page, text is gzipped, and
+every response carries the headers of `_headers` (cross-origin isolation for WebAssembly threads,
+Cache-Control)."""
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.responses import HTMLResponse
+from starlette.middleware.gzip import GZipMiddleware
+from starlette.responses import FileResponse, HTMLResponse
 from starlette.routing import Mount, Route
-from starlette.staticfiles import StaticFiles
 
+from server.compressed_files import CompressedStaticFiles
+from server.docs_pages import PAGES, render_doc
 from server.headers import ROOT, global_headers
 
 SITE = ROOT / "site"
@@ -33,7 +38,7 @@ def webgpu_runtime_files(webgpu: Path = WEBGPU) -> list[str]:
     return files
 
 
-class RuntimeFiles(StaticFiles):
+class RuntimeFiles(CompressedStaticFiles):
     """StaticFiles limited to a list of files; anything else is a 404 (listed per request, so a
     new kernel file shows without a restart)."""
 
@@ -47,6 +52,9 @@ class RuntimeFiles(StaticFiles):
         return await super().get_response(path, scope)
 
 
+# One environment per site: it compiles each template once and recompiles it when its file changes
+# (jinja2's auto_reload), so edits still show without a restart.
+@functools.lru_cache(maxsize=None)
 def template_env(site: Path = SITE) -> Environment:
     return Environment(loader=FileSystemLoader(site / "templates"), autoescape=select_autoescape())
 
@@ -55,6 +63,12 @@ def render_index(site: Path = SITE) -> str:
     """The page, rendered with the presets that every level reads (site/static/presets.json)."""
     presets = json.loads((site / "static" / "presets.json").read_text())
     return template_env(site).get_template("index.html").render(presets=presets)
+
+
+def render_not_found(site: Path = SITE, path: str | None = None) -> str:
+    """The 404 page; `path` is None in the static build, where the host serves it for any missing path."""
+    return template_env(site).get_template("404.html").render(title="Not found", pages=PAGES, current=None,
+                                                             root="/", path=path)
 
 
 class WithHeaders:
@@ -79,13 +93,29 @@ class WithHeaders:
 
 
 def create_app(site: Path = SITE) -> WithHeaders:
-    # Rendered per request: a dev server should show template edits without a restart.
+    # Rendered per request (a docs page's Markdown kept until its file changes): a dev server should
+    # show template and docs edits without a restart.
     async def index(request):
         return HTMLResponse(render_index(site))
 
+    async def doc(request):
+        return HTMLResponse(render_doc(template_env(site), request.url.path.strip("/")))
+
+    # Browsers and tools still ask for /favicon.ico when a page has no icon link (or before reading it).
+    async def favicon(request):
+        return FileResponse(site / "static" / "favicon.svg", media_type="image/svg+xml")
+
+    async def not_found(request, exc):
+        return HTMLResponse(render_not_found(site, request.url.path), status_code=404)
+
     app = Starlette(routes=[
         Route("/", index),
-        Mount("/static", StaticFiles(directory=site / "static"), name="static"),
+        *(Route(f"/{name}", doc) for name in PAGES),
+        Route("/favicon.ico", favicon),
+        Mount("/static", CompressedStaticFiles(directory=site / "static"), name="static"),
         Mount("/webgpu", RuntimeFiles(WEBGPU, webgpu_runtime_files), name="webgpu"),
-    ])
-    return WithHeaders(app, global_headers())
+    ], exception_handlers={404: not_found})
+    # Files come gzipped from CompressedStaticFiles (compressed once per version); this gzips the
+    # rendered pages, 404s included, and passes those files through. Outside it, WithHeaders adds
+    # the `_headers` headers to every response, gzipped or 304.
+    return WithHeaders(GZipMiddleware(app, minimum_size=1024, compresslevel=6), global_headers())

@@ -1,15 +1,19 @@
 """`python -m server serve [--host H] [--port P]` runs the playground; `python -m server build
-[--out DIR]` writes it as static files (index.html, static/, webgpu/, _headers) for any static host."""
+[--out DIR]` writes it as static files (index.html, the docs pages, 404.html, static/, webgpu/,
+_headers) for any static host."""
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import sys
 from pathlib import Path
 
+from python_ref.resources import default_dist
 from server.headers import HEADERS_FILE, ROOT
 
-REQUIRED_BUILDS = ("scalar", "simd", "threads", "relaxed", "memory64")
+# wasm/builds.json: the one list of WebAssembly builds (build_wasm.sh makes them, the page loads them).
+REQUIRED_BUILDS = tuple(b["name"] for b in json.loads((ROOT / "wasm" / "builds.json").read_text())["builds"])
 
 
 def missing_builds(site: Path) -> list[str]:
@@ -26,6 +30,17 @@ def unsafe_target(out: Path, site: Path) -> str | None:
     if out.exists() and any(out.iterdir()) and not (out / "_headers").exists():
         return "it is not empty and is not an earlier build (no _headers file in it)"
     return None
+
+
+def write_docs_pages(out: Path) -> None:
+    """The docs pages as <name>.html, which Netlify and Cloudflare Pages serve at /<name> (so the pages'
+    relative links resolve as on the dev server), and 404.html, which they serve for a missing path."""
+    from server.app import SITE, render_not_found, template_env
+    from server.docs_pages import PAGES, render_doc
+
+    for name in PAGES:
+        (out / f"{name}.html").write_text(render_doc(template_env(SITE), name))
+    (out / "404.html").write_text(render_not_found(SITE))
 
 
 def serve(args) -> int:
@@ -60,6 +75,7 @@ def build(args) -> int:
         (tmp / "webgpu" / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(WEBGPU / rel, tmp / "webgpu" / rel)
     (tmp / "index.html").write_text(render_index(SITE))
+    write_docs_pages(tmp)
     shutil.copyfile(HEADERS_FILE, tmp / "_headers")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
@@ -75,7 +91,7 @@ def main(argv=None) -> int:
     s.add_argument("--port", type=int, default=8000)
     s.set_defaults(run=serve)
     b = sub.add_parser("build", help="write the playground as static files")
-    b.add_argument("--out", default=str(ROOT / "dist"))
+    b.add_argument("--out", default=str(default_dist()))
     b.set_defaults(run=build)
     args = ap.parse_args(argv)
     return args.run(args)

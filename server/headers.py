@@ -5,7 +5,8 @@ from __future__ import annotations
 import mimetypes
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from python_ref.resources import ROOT  # the checkout, or the installed copy of its shared files
+
 HEADERS_FILE = ROOT / "_headers"
 
 # Some systems' mime tables lack these, and a browser refuses a module or a streamed WebAssembly

@@ -32,13 +32,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(args: list[str] | None = None, ready_path: str = "/"):
+def running_server(args: list[str] | None = None, ready_path: str = "/", cwd: Path = ROOT, env: dict | None = None):
     """Yields the base URL of a fresh `python -m server serve` (or of `args`, a command that serves
-    on the port it is given as {port}); stops it afterwards."""
+    on the port it is given as {port}, run in `cwd` with `env`); stops it afterwards."""
     port = free_port()
     cmd = [a.format(port=port) for a in args] if args else [
         sys.executable, "-m", "server", "serve", "--host", "127.0.0.1", "--port", str(port)]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env or dict(os.environ, PYTHONPATH=str(ROOT)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     try:

@@ -1,0 +1,106 @@
+"""A benchmark file of docs/bench/ (shape in docs/bench/README.md) drawn as an inline SVG line chart:
+ms/step on a log scale against the presets, one labelled line per backend, the device in the title.
+Drawn on the server at render time, so the page needs no chart script and the figures live in one
+JSON file that a benchmark command can rewrite."""
+from __future__ import annotations
+
+import json
+import math
+from html import escape
+from pathlib import Path
+
+# Okabe–Ito: eight colours that stay distinct for the common colour-vision deficiencies.
+COLOURS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442")
+WIDTH, HEIGHT = 760, 380
+LEFT, RIGHT, TOP, BOTTOM = 64, 210, 48, 44  # the right margin holds the line labels
+LABEL_GAP = 14  # px between two line labels, so labels of lines that end close together stay legible
+
+
+def load_bench(path: Path) -> dict:
+    """Reads and checks one benchmark file; the errors name the file and what is wrong."""
+    data = json.loads(path.read_text())
+    for key in ("title", "device", "date", "command", "presets", "series"):
+        if key not in data:
+            raise ValueError(f"{path}: no {key!r} key")
+    if not data["series"]:
+        raise ValueError(f"{path}: 'series' is empty")
+    if len(data["series"]) > len(COLOURS):
+        raise ValueError(f"{path}: {len(data['series'])} series, at most {len(COLOURS)} can be told apart")
+    for s in data["series"]:
+        unknown = set(s["ms_per_step"]) - set(data["presets"])
+        if unknown:
+            raise ValueError(f"{path}: series {s['backend']!r} has presets {sorted(unknown)} not in 'presets'")
+        if any(not (isinstance(v, (int, float)) and v > 0) for v in s["ms_per_step"].values()):
+            raise ValueError(f"{path}: series {s['backend']!r} has a ms/step that is not a positive number")
+    return data
+
+
+def log_ticks(lo: float, hi: float) -> list[float]:
+    """1, 2, 5 × 10^k between lo and hi (inclusive of the decades around them)."""
+    ticks = []
+    for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1):
+        ticks += [m * 10.0 ** k for m in (1, 2, 5) if lo <= m * 10.0 ** k <= hi]
+    return ticks
+
+
+def spread_labels(ys: list[float], gap: float, top: float, bottom: float) -> list[float]:
+    """Label positions near `ys`, in the same order, at least `gap` apart and within [top, bottom]."""
+    order = sorted(range(len(ys)), key=lambda i: ys[i])
+    placed = [0.0] * len(ys)
+    last = top - gap
+    for i in order:
+        placed[i] = last = max(ys[i], last + gap)
+    overflow = last - bottom
+    if overflow > 0:  # pushed past the bottom: shift the whole stack up, as far as the top allows
+        for i in order:
+            placed[i] = max(top, placed[i] - overflow)
+    return placed
+
+
+def fmt_ms(v: float) -> str:
+    return f"{v:g}" if v < 1000 else f"{v / 1000:g} s"
+
+
+def bench_svg(data: dict) -> str:
+    presets, series = data["presets"], data["series"]
+    values = [v for s in series for v in s["ms_per_step"].values()]
+    lo, hi = 10 ** math.floor(math.log10(min(values))), 10 ** math.ceil(math.log10(max(values)))
+    hi = max(hi, lo * 10)  # every value one power of ten: still a decade tall
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
+
+    def x(preset: str) -> float:
+        return LEFT + plot_w * (presets.index(preset) + 0.5) / len(presets)
+
+    def y(ms: float) -> float:
+        return TOP + plot_h * (1 - (math.log10(ms) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)))
+
+    title = f"{data['title']} — {data['device']}"
+    out = [f'<svg class="bench-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {HEIGHT}" '
+           f'role="img" aria-labelledby="chart-title">',
+           f'<title id="chart-title">{escape(title)}</title>',
+           f'<text class="chart-title" x="{LEFT}" y="18">{escape(data["title"])}</text>',
+           f'<text class="chart-device" x="{LEFT}" y="34">{escape(data["device"])} · {escape(data["date"])}</text>']
+    for t in log_ticks(lo, hi):
+        out.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(t):.1f}" y2="{y(t):.1f}"/>'
+                   f'<text class="tick" x="{LEFT - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{fmt_ms(t)}</text>')
+    for p in presets:
+        out.append(f'<text class="tick" x="{x(p):.1f}" y="{TOP + plot_h + 18}" text-anchor="middle">{escape(p)}</text>')
+    out.append(f'<text class="axis" transform="translate(14 {TOP + plot_h / 2}) rotate(-90)" '
+               f'text-anchor="middle">ms/step (log scale)</text>')
+    out.append(f'<text class="axis" x="{LEFT + plot_w / 2}" y="{HEIGHT - 6}" text-anchor="middle">preset</text>')
+
+    ends = []
+    for s, colour in zip(series, COLOURS):
+        points = [(x(p), y(s["ms_per_step"][p])) for p in presets if p in s["ms_per_step"]]
+        name = escape(s["backend"])
+        out.append(f'<polyline class="series" data-series="{name}" fill="none" stroke="{colour}" stroke-width="2" '
+                   f'points="{" ".join(f"{px:.1f},{py:.1f}" for px, py in points)}"/>')
+        for (px, py), p in zip(points, [p for p in presets if p in s["ms_per_step"]]):
+            out.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}">'
+                       f'<title>{name}, {escape(p)}: {s["ms_per_step"][p]:g} ms/step</title></circle>')
+        ends.append((points[-1][1], name, colour))
+    label_ys = spread_labels([e[0] for e in ends], LABEL_GAP, TOP, TOP + plot_h)
+    for (_, name, colour), ly in zip(ends, label_ys):
+        out.append(f'<text class="series-label" x="{LEFT + plot_w + 8}" y="{ly + 4:.1f}" fill="{colour}">{name}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
