@@ -177,6 +177,29 @@ class NativeModel:
                                      int(use_cache), _ptr(out)))
         return bytes(out[:n].astype(np.uint8))
 
+    def generate_with_probs(self, prompt: bytes, max_new: int, temperature: float, top_k: int,
+                            seed: int) -> list[tuple[int, np.ndarray]]:
+        """Token-at-a-time generation (tg_gen_next), each byte with tg_gen_last_probs (V,)."""
+        L = lib()
+        p = _tokens(np.frombuffer(prompt, dtype=np.uint8))
+        _check(L.tg_gen_begin(self.h, _ptr(p), p.size, temperature, top_k, seed, 1))
+        out = []
+        for _ in range(max_new):
+            token = _check(L.tg_gen_next(self.h))
+            probs = np.empty(self.config.vocabSize, np.float32)
+            _check(L.tg_gen_last_probs(self.h, _ptr(probs)))
+            out.append((token, probs))
+        return out
+
+    # --- a look inside
+    def attention(self, tokens) -> np.ndarray:
+        """tg_attention: (L,H,T,T) attention probabilities of one sequence."""
+        t = _tokens(np.frombuffer(bytes(tokens), dtype=np.uint8))
+        c = self.config
+        out = np.empty((c.nLayer, c.nHead, t.size, t.size), np.float32)
+        _check(lib().tg_attention(self.h, _ptr(t), t.size, _ptr(out)))
+        return out
+
     # --- state
     def state_size(self, with_moments: bool) -> int:
         return _check(lib().tg_state_bytes(self.h, int(with_moments)))

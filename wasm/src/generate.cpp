@@ -78,7 +78,8 @@ int32_t gen_next(Model& model, GenSession& s) {
   const int64_t past = s.use_cache ? s.cached_len : 0, fresh = s.window_len - past;
   model.forward(d.window + past, 1, fresh, past);
   if (s.use_cache) s.cached_len = s.window_len;
-  const float* logits = model.logits() + (fresh - 1) * V;  // the window's last position
+  s.last_row = fresh - 1;  // the window's last position
+  const float* logits = model.logits() + s.last_row * V;
   const int32_t token = pick_token(logits, V, s.temperature, s.top_k, s.sample_state, &s.drawn,
                                    d.order, d.scaled, d.prob);
   advance_window(model, s, token);

@@ -108,6 +108,7 @@ class Model {
   float* moment_m() { return m_; }
   float* moment_v() { return v_; }
   float* logits() { return logits_; }
+  const float* logits() const { return logits_; }
   // The (batch, ctx) token buffers a forward reads: drawing a batch straight into them saves a copy.
   int32_t* tokens() { return tokens_; }
   int32_t* targets() { return targets_; }
@@ -121,6 +122,8 @@ class Model {
   int64_t adam_steps = 0;  // steps since the moments were last zero: AdamW's bias-correction t
 
   GenBuffers& gen_buffers() { return gen_; }
+  // Layer l's saved activations of the last forward (inspect.cpp reads its q, k).
+  const LayerActs& layer_acts(int64_t l) const { return acts_[static_cast<size_t>(l)]; }
 
  private:
   struct Layout;

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "inspect.h"
 #include "state.h"
 
 namespace tg {
@@ -77,6 +78,16 @@ void Run::gen_begin(const int32_t* prompt, int64_t n_prompt, double temperature,
 }
 
 int32_t Run::gen_next() { return tg::gen_next(model, gen); }
+
+void Run::gen_last_probs(float* out) const {
+  const int64_t V = model.config().vocab;
+  softmax_probs(model.logits() + gen.last_row * V, V, out);
+}
+
+void Run::attention(const int32_t* tokens, int64_t T, float* out) {
+  gen.active = false;
+  attention_probs(model, tokens, T, out);
+}
 
 void Run::import_state(const uint8_t* buf, int64_t n) {
   tg::import_state(model, buf, n);

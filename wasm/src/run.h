@@ -51,6 +51,12 @@ struct Run {
   void gen_begin(const int32_t* prompt, int64_t n_prompt, double temperature, int64_t top_k,
                  uint64_t sample_seed, bool use_cache);
   int32_t gen_next();
+  // The next-byte probabilities (V) the last gen_next picked from (gen.last_row >= 0).
+  void gen_last_probs(float* out) const;
+
+  // Attention probabilities of tokens (1,T) into out (L,H,T,T) (inspect.h). Its forward overwrites
+  // the KV cache, so it ends a generation session.
+  void attention(const int32_t* tokens, int64_t T, float* out);
 
   // A validated .tinygpt state (state_problem found nothing) into the model.
   void import_state(const uint8_t* buf, int64_t n);

@@ -357,6 +357,29 @@ int32_t tg_gen_next(tg_model* m) {
   return guarded<int32_t>("tg_gen_next", [&]() -> int32_t { return m->run.gen_next(); });
 }
 
+int32_t tg_gen_last_probs(const tg_model* m, float* out) {
+  if (int32_t e = check_handle(m, "tg_gen_last_probs")) return e;
+  if (!m->run.gen.active || m->run.gen.last_row < 0)
+    return fail(TG_ERR_ARG, "no token generated in this session: call tg_gen_begin and tg_gen_next first");
+  if (out == nullptr) return fail(TG_ERR_ARG, "tg_gen_last_probs: out is null");
+  m->run.gen_last_probs(out);
+  return TG_OK;
+}
+
+int32_t tg_attention(tg_model* m, const int32_t* tokens, int32_t t, float* out) {
+  if (int32_t e = check_handle(m, "tg_attention")) return e;
+  const int64_t ctx = m->run.model.config().ctx;
+  if (t < 1 || t > ctx)
+    return fail(TG_ERR_ARG, "tg_attention: " + std::to_string(t) + " tokens, outside 1..ctx (" +
+                                std::to_string(ctx) + ")");
+  if (int32_t e = check_tokens(m, tokens, t, "tokens")) return e;
+  if (out == nullptr) return fail(TG_ERR_ARG, "tg_attention: out is null");
+  return guarded<int32_t>("tg_attention", [&]() -> int32_t {
+    m->run.attention(tokens, t, out);
+    return TG_OK;
+  });
+}
+
 int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_t max_new,
                     double temperature, int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache,
                     int32_t* out) {

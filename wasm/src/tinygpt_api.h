@@ -4,7 +4,7 @@
  *   - tg_create() returns an opaque handle that owns ONE arena, allocated at creation from a size
  *     computed up front (weights, grads, AdamW m and v, activations, which hold generation's KV
  *     cache, activation grads, scratch). Nothing is allocated or grown inside a training step, an
- *     eval or a generation step, so a WASM memory never grows while pool threads are running.
+ *     eval, a generation step or a look inside (tg_attention, tg_gen_last_probs), so a WASM memory never grows while pool threads are running.
  *     tg_destroy() frees everything.
  *   - The corpus given to tg_set_corpus() is COPIED (the one allocation outside the arena, made only
  *     by that call); the caller may free its buffer afterwards.
@@ -158,6 +158,21 @@ int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_
 int32_t tg_gen_begin(tg_model* m, const int32_t* prompt, int32_t n_prompt, double temperature,
                      int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache);
 int32_t tg_gen_next(tg_model* m);
+
+/* The next-byte probabilities the last tg_gen_next picked its token from: the softmax of the
+ * model's logits at temperature 1 over all tokens (what the model predicts, before temperature and
+ * top-k shape the draw), vocab_size floats into out (caller memory). TG_ERR_ARG unless a token has
+ * been generated in the current session. Allocates nothing. */
+int32_t tg_gen_last_probs(const tg_model* m, float* out);
+
+/* ---- a look inside ------------------------------------------------------------------------------ */
+
+/* The attention probabilities of one sequence: runs the forward over tokens (1 <= t <= ctx of them)
+ * and writes, for every layer and head, softmax(q k^T / sqrt(d_model / n_head)) with the causal
+ * mask into out: n_layer x n_head x t x t floats, row-major, out[((l * n_head + h) * t + i) * t + j]
+ * = how much query i attends to key j (0 for j > i; each row sums to 1). out is caller memory and
+ * nothing is allocated. The forward reuses generation's KV cache, so this ends a generation session. */
+int32_t tg_attention(tg_model* m, const int32_t* tokens, int32_t t, float* out);
 
 /* ---- state (.tinygpt state layout) -------------------------------------------------------------- */
 

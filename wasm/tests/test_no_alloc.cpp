@@ -101,6 +101,13 @@ int main() {
   tg_generate(m, prompt.data(), 2, 40, 0.8, 10, 1, 1, out.data());
   tg_generate(m, prompt.data(), 2, 40, 0.0, 0, 0, 0, out.data());
   check("tg_generate (KV cache, recompute)", before);
+  std::vector<float> attention(2 * 2 * 16 * 16), probs(256);
+  before = g_allocations.load();
+  tg_gen_begin(m, prompt.data(), 2, 0.8, 10, 1, 1);
+  tg_gen_next(m);
+  tg_gen_last_probs(m, probs.data());
+  tg_attention(m, x.data(), 16, attention.data());
+  check("tg_gen_last_probs, tg_attention", before);
   before = g_allocations.load();
   tg_export_state(m, state.data(), static_cast<int64_t>(state.size()), 1);
   tg_import_state(m, state.data(), static_cast<int64_t>(state.size()));

@@ -8,17 +8,37 @@ import { configFromPresets } from "./model_config.js";
 import { paramCount } from "./tinygpt_file.js";
 import * as wasmEngine from "./engines/wasm_engine.js";
 import * as webgpuEngine from "./engines/webgpu_engine.js";
+import { CorpusPicker } from "./corpus_picker.js";
+import { SampleView } from "./sample_text.js";
+import { startPressureChip } from "./pressure_chip.js";
+import { throttledText } from "./throttled_text.js";
+import { AttentionView } from "./attention_view.js";
+import { LogitView } from "./logit_view.js";
 
 const $ = (id) => document.getElementById(id);
 const presets = await (await fetch(new URL("../presets.json", import.meta.url))).json();
 const limits = presets.page;
-const chart = new LossChart($("chart"));
+const chart = new LossChart($("chart"), $("chart-summary"));
+const sampleView = new SampleView($("sample-output"));
+const logitView = new LogitView({ strip: $("logit-tokens"), panel: $("logit-panel") });
+const attentionView = new AttentionView({ canvas: $("attention-canvas"), layer: $("attention-layer"), head: $("attention-head"), cell: $("attention-cell") });
+const sayStatus = throttledText($("status-live"));  // the visible line changes every step; a screen reader hears it once a second
+const DEMO_URL = new URL("../models/demo-large.tinygpt", import.meta.url);
+const DEMO_PRESET = "large";
+const SOURCE_WORDS = { new: "trained here", saved: "saved checkpoint", upload: "uploaded", demo: "the demo model" };
+/** {preset, ctx, valFraction} of a preset: what a corpus is checked against. */
+const splitModel = (preset) => {
+  const { model, training } = configFromPresets(presets, preset);
+  return { preset, ctx: model.ctx, valFraction: training.valFraction };
+};
+const corpus = new CorpusPicker(() => splitModel($("preset").value));
 const MB = 1024 * 1024;
 const mb = (bytes) => (bytes >= 1024 * MB ? `${(bytes / 1024 / MB).toFixed(2)} GB` : `${(bytes / MB).toFixed(1)} MB`);
 const backendName = (b) => (b === "webgpu" ? "WebGPU" : "WebAssembly");
 
 // What the page shows, also readable by tests and devtools: every loss by step, exactly as computed.
-const playground = (window.playground = { losses: [], valLosses: [], loaded: null, phase: "idle", saved: [], opfs: null, runsEnded: 0 });
+const playground = (window.playground = { losses: [], valLosses: [], loaded: null, phase: "idle", saved: [], opfs: null, runsEnded: 0,
+  corpus: null, evaluated: null });
 let support = null;
 let worker = null;
 let busy = { training: false, sampling: false };
@@ -28,6 +48,7 @@ let status = null;
 function setStatus(text, error = false) {
   $("status").textContent = text;
   $("status").classList.toggle("error", error);
+  sayStatus(text);
 }
 function notice(text) {
   $("notice").hidden = !text;
@@ -38,9 +59,11 @@ function refreshControls() {
   const t = busy.training;
   $("start").disabled = t;
   $("stop").disabled = !t;
-  for (const id of ["preset", "backend", "steps", "seed", "checkpoint-seconds", "upload", "measure"]) $(id).disabled = t;
+  for (const id of ["preset", "backend", "steps", "seed", "checkpoint-seconds", "upload", "measure", "load-demo"]) $(id).disabled = t;
+  $("evaluate").disabled = !playground.loaded || t;
   $("sample-button").disabled = !playground.loaded || busy.sampling;
   $("sample-stop").disabled = !busy.sampling;
+  $("attention-button").disabled = !playground.loaded;
   $("download").disabled = !playground.loaded || t;
   $("download-fp16").disabled = !playground.loaded || t;
   for (const b of document.querySelectorAll("#checkpoints button")) b.disabled = t;
@@ -64,10 +87,10 @@ function eta(ms) {
 
 /** The browser's features, and OPFS as the worker found it (the worker is where checkpoints are written). */
 function renderFeatures() {
-  if (!support || playground.opfs === null) return;
+  if (!support || playground.opfs === null || !playground.pressure) return;
   const opfs = item(playground.opfs, playground.opfs ? "Origin private file system (OPFS): checkpoints survive a refresh"
     : `No OPFS: ${playground.opfsReason}`);
-  $("features").replaceChildren(...support.items, opfs);
+  $("features").replaceChildren(...support.items, opfs, item(playground.pressure.ok, playground.pressure.text));
 }
 
 // ---- the backend worker ----
@@ -136,7 +159,8 @@ const handlers = {
     }
     markCurrentRow();
     notice(m.notice);
-    setStatus(`Loaded ${m.preset ?? "a model"} at step ${m.step} (${m.source === "upload" ? "uploaded" : m.source === "saved" ? "saved checkpoint" : "new"}).`);
+    $("evaluation").textContent = "";
+    setStatus(`Loaded ${m.preset ?? "a model"} at step ${m.step} (${m.source === "new" ? "new" : SOURCE_WORDS[m.source]}).`);
     refreshControls();
   },
   step(m) {
@@ -162,13 +186,15 @@ const handlers = {
     if (!playground.fatal) setStatus(`${m.stopped ? "Stopped" : "Finished"}: ${formatStatus()}`);
   },
   text(m) {
-    $("sample-output").textContent += m.text;
+    sampleView.append(m.bytes);
+    logitView.append(m.bytes, m.top);
     if (m.tokens) {
       $("sample-stats").textContent = `time to first token ${m.ttftMs.toFixed(0)} ms · ${m.tokens} tokens · ` +
         `${m.tokensPerSecond.toFixed(0)} tokens/s`;
     }
   },
   sampleDone(m) {
+    sampleView.append([], true);  // an unfinished character at the end is shown as its bytes
     busy.sampling = false;
     if (m.cancelled) $("sample-stats").textContent += " · stopped";
     refreshControls();
@@ -186,8 +212,21 @@ const handlers = {
     $("eta").textContent = `Measured on ${backendName(m.backend)}: ${m.msPerStep.toFixed(1)} ms/step, so ` +
       `${m.steps.toLocaleString("en")} steps of ${m.preset} take about ${eta(m.steps * m.msPerStep)}.`;
   },
+  evaluated(m) {
+    playground.evaluated = m;
+    $("evaluate").disabled = busy.training;
+    $("evaluation").textContent = `Validation loss ${m.valLoss.toFixed(4)} at step ${m.step} on ${m.corpus} ` +
+      `(${m.windows} windows of ${m.ctx} bytes from its validation split), computed by ${backendName(m.backend)}.`;
+  },
+  attention(m) {
+    // what the page drew, for tests and devtools: {tokens, nLayer, nHead, T, weights (nLayer, nHead, T, T)}
+    playground.attention = m;
+    attentionView.show(m);
+    $("attention-info").textContent = `${m.T} bytes through the model at step ${m.step}, computed by ${backendName(m.backend)}.`;
+  },
   notice(m) { notice(m.message); },
   error(m) {
+    if (m.during === "evaluate") $("evaluate").disabled = busy.training || !playground.loaded;
     if (m.during === "probe") {
       $("measure").disabled = busy.training;
       $("eta").textContent = `Could not measure: ${m.message}`;
@@ -235,23 +274,25 @@ function chosenBackend() {
   return resolveBackend($("backend").value, support.gpu);
 }
 
-async function presetNeeds(name, backend) {
+async function presetNeeds(name, backend, corpusBytes = 0) {
   const config = configFromPresets(presets, name);
   const engine = backend === "webgpu" ? webgpuEngine : wasmEngine;
-  return engine.requirements(config);
+  return engine.requirements(config, corpusBytes);
 }
 
 async function startNew(values, backend) {
   const name = $("preset").value;
-  const need = await presetNeeds(name, backend);
+  const chosen = await corpus.chosen(splitModel(name));  // a corpus that cannot train this preset: nothing starts
+  const need = await presetNeeds(name, backend, chosen.bytes.length);
   if (!need.fits) throw new Error(`${name} does not fit here: ${need.reason}`);
   if (need.bytes > limits.confirmAboveBytes && !confirm(`${name} needs ${mb(need.bytes)} of memory on ${backendName(backend)} ` +
     "and a step may take minutes. Start it?")) return;
   busy.training = true;
   refreshControls();
-  $("sample-output").textContent = "";
+  sampleView.clear();
+  playground.corpus = chosen.identity;
   worker.postMessage({ type: "train", backend, preset: name, steps: values.steps, seed: values.seed,
-    checkpointSeconds: values.checkpointSeconds });
+    checkpointSeconds: values.checkpointSeconds, corpus: chosen });
 }
 
 /** Continue this model or start a new one: asked whenever a model is loaded. */
@@ -290,15 +331,16 @@ async function onTrain(e) {
   }
 }
 
-function onMeasure() {
+async function onMeasure() {
   const { values, errors } = trainingFields();
   $("train-errors").textContent = errors.join(" ");
   if (errors.length) return;
   try {
     const { backend } = chosenBackend();
+    const chosen = await corpus.chosen();
     $("measure").disabled = true;
     $("eta").textContent = `Timing a few steps of ${$("preset").value} on ${backendName(backend)}…`;
-    worker.postMessage({ type: "probe", backend, preset: $("preset").value, steps: values.steps });
+    worker.postMessage({ type: "probe", backend, preset: $("preset").value, steps: values.steps, corpus: chosen });
   } catch (err) {
     $("train-errors").textContent = err.message;
   }
@@ -314,16 +356,18 @@ function onStop() {
 
 // ---- saved models, upload, download ----
 
-function resume(id) {
+async function resume(id) {
   const { values, errors } = trainingFields();
   if (errors.length) { $("train-errors").textContent = errors.join(" "); return; }
-  let backend;
+  const saved = playground.saved.find((s) => s.id === id);
+  let backend, chosen;
   try {
     ({ backend } = chosenBackend());
+    chosen = await corpus.chosen(splitModel(saved?.preset in presets.presets ? saved.preset : $("preset").value));
   } catch (err) { $("train-errors").textContent = err.message; return; }
   busy.training = true;
   refreshControls();
-  worker.postMessage({ type: "resume", backend, id, checkpointSeconds: values.checkpointSeconds });
+  worker.postMessage({ type: "resume", backend, id, checkpointSeconds: values.checkpointSeconds, corpus: chosen });
 }
 
 function download(id, compact) {
@@ -346,12 +390,34 @@ async function upload(file) {
     setStatus(`That file was not loaded: ${file.name} (${mb(file.size)}) cannot be read in this tab (${e.message}).`, true);
     return;
   }
-  let backend;
+  await loadModel(bytes, file.name, "upload");
+}
+
+/** An uploaded file and the demo model take this one path to the worker. */
+async function loadModel(bytes, name, source, preset = $("preset").value) {
+  let backend, chosen;
   try {
     ({ backend } = chosenBackend());
-  } catch (err) { setStatus(err.message, true); return; }
-  setStatus(`Reading ${file.name}…`);
-  worker.postMessage({ type: "load", backend, bytes, name: file.name }, [bytes]);
+    chosen = await corpus.chosen(splitModel(preset));
+  } catch (err) { setStatus(`That file was not loaded: ${err.message}`, true); return; }
+  setStatus(`Reading ${name}…`);
+  worker.postMessage({ type: "load", backend, bytes, name, source, corpus: chosen }, [bytes]);
+}
+
+async function loadDemo() {
+  if (busy.training) { setStatus("Stop training before loading another model.", true); return; }
+  if (playground.loaded && !playground.opfs && !confirm("The model in memory is not saved anywhere (no OPFS here). Replace it?")) return;
+  setStatus("Fetching the demo model…");
+  let bytes;
+  try {
+    const r = await fetch(DEMO_URL);
+    if (!r.ok) throw new Error(`HTTP ${r.status}`);
+    bytes = await r.arrayBuffer();
+  } catch (e) {
+    setStatus(`That file was not loaded: the demo model ${DEMO_URL.pathname} could not be fetched (${e.message}).`, true);
+    return;
+  }
+  await loadModel(bytes, "demo-large.tinygpt", "demo", DEMO_PRESET);
 }
 
 // ---- sampling ----
@@ -367,8 +433,14 @@ function onSample(e) {
   if (errors.length) return;
   busy.sampling = true;
   refreshControls();
-  $("sample-output").textContent = $("prompt").value;
+  sampleView.clear();
+  logitView.clear();
+  playground.logits = logitView.steps;  // each sampled byte with its top-5 [{byte, p}], for tests and devtools
+  sampleView.append(new TextEncoder().encode($("prompt").value));
   $("sample-stats").textContent = "";
+  const l = playground.loaded;
+  $("sample-model").textContent = `From ${l.preset ?? "a model"} at step ${status.step} (${SOURCE_WORDS[l.source]}), ` +
+    `on ${backendName(l.backend)}.`;
   worker.postMessage({ type: "sample", prompt: $("prompt").value, ...values, seed: presets.sampling.seed });
 }
 
@@ -417,6 +489,7 @@ $("preset").addEventListener("change", () => {
   $("steps").value = presets.presets[$("preset").value].steps;
   $("eta").textContent = "";
   showPresetInfo();
+  corpus.refresh();
 });
 $("backend").addEventListener("change", () => {
   try { $("backend-choice").textContent = chosenBackend().why; } catch (e) { $("backend-choice").textContent = e.message; }
@@ -428,13 +501,16 @@ $("sample-form").addEventListener("submit", onSample);
 $("sample-stop").addEventListener("click", () => worker.postMessage({ type: "stopSample" }));
 $("download").addEventListener("click", () => download(null, false));
 $("download-fp16").addEventListener("click", () => download(null, true));
+$("load-demo").addEventListener("click", loadDemo);
+$("evaluate").addEventListener("click", () => { $("evaluate").disabled = true; worker.postMessage({ type: "evaluate" }); });
+$("attention-form").addEventListener("submit", (e) => { e.preventDefault(); worker.postMessage({ type: "attention", prompt: $("prompt").value }); });
 $("upload").addEventListener("change", (e) => { upload(e.target.files[0]); e.target.value = ""; });
 document.addEventListener("dragover", (e) => e.preventDefault());
 document.addEventListener("drop", (e) => { e.preventDefault(); upload(e.dataTransfer.files[0]); });
 
 startWorker();
 refreshControls();
-support = await browserSupport();
+[support, playground.pressure] = await Promise.all([browserSupport(), startPressureChip($("pressure"))]);
 renderFeatures();
 $("backend-choice").textContent = chosenBackend().why;
 await showPresetInfo();

@@ -1,17 +1,15 @@
 // The playground's backend: one module Worker that holds at most one model on one engine
-// (engines/wasm_engine.js or engines/webgpu_engine.js), trains it on the shipped corpus, keeps it
-// in OPFS (checkpoint_store.js) and streams samples. The messages are in backend_protocol.md.
+// (engines/wasm_engine.js or engines/webgpu_engine.js), trains it on the corpus the page sends
+// (bytes + identity, checked there: corpus_checks.js), keeps it in OPFS (checkpoint_store.js) and
+// streams samples as raw bytes (the page renders them: sample_text.js). The messages are in backend_protocol.md.
 // Training runs here in bursts and yields to the message queue between them, so Stop and Sample
 // are heard within a burst; generation yields between tokens, so its Stop is heard within one.
 import { openStore } from "./checkpoint_store.js";
 import { readTinyGPT, writeTinyGPT, writeCompactF16, paramCount } from "./tinygpt_file.js";
 import { configFromPresets, configFromHeader } from "./model_config.js";
 import { yieldToMessages } from "./engines/wasm_engine.js";
-import { sha256Hex } from "./sha256.js";
 
 const PRESETS_URL = new URL("../presets.json", import.meta.url);
-const CORPUS_URL = new URL("../data/tinyshakespeare.txt", import.meta.url);
-const CORPUS_NAME = "tinyshakespeare.txt";
 const BURST_MS = 50;  // steps run back to back for this long before the worker looks at its messages
 const IN_FLIGHT = { wasm: 1, webgpu: 4 };  // steps queued before the oldest loss is awaited
 const PROBE_STEPS = 3;
@@ -22,9 +20,8 @@ const engineModules = {
 };
 
 let presets = null;
-let corpus = null;        // {bytes, identity: {name, bytes, sha256}}
 let storeOpened = null;   // Promise of {store, reason}
-let current = null;       // {engine, backend, runId, preset, config, targetSteps, lossHistory, valHistory, lastSaved, source}
+let current = null;       // {engine, backend, runId, preset, config, corpus, targetSteps, lossHistory, valHistory, lastSaved, source}
 let stopRequested = false;
 let stopHeard = () => {};  // wakes a training loop that waits for the model while a sample holds it
 let fatal = null;         // the engine's death sentence (device lost): training stops at the next step
@@ -46,13 +43,11 @@ async function loadPresets() {
   return (presets ??= await (await fetch(PRESETS_URL)).json());
 }
 
-async function loadCorpus() {
-  if (corpus) return corpus;
-  const r = await fetch(CORPUS_URL);
-  if (!r.ok) throw new Error(`could not fetch the corpus ${CORPUS_URL.pathname}: HTTP ${r.status}`);
-  const bytes = new Uint8Array(await r.arrayBuffer());
-  if (bytes.length === 0) throw new Error(`the corpus ${CORPUS_URL.pathname} is empty: nothing to train on`);
-  return (corpus = { bytes, identity: { name: CORPUS_NAME, bytes: bytes.length, sha256: await sha256Hex(bytes) } });
+/** The corpus of a message: {bytes: Uint8Array, identity: {name, bytes, sha256}}. */
+function corpusOf(msg) {
+  const c = msg.corpus;
+  if (!c?.bytes || !c.identity?.sha256) throw new Error("no corpus came with the request: choose one in the Train section");
+  return { bytes: c.bytes instanceof Uint8Array ? c.bytes : new Uint8Array(c.bytes), identity: c.identity };
 }
 
 const newRunId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
@@ -84,12 +79,11 @@ function release() {
   current = null;
 }
 
-/** A new engine for `config` (state and dataState from a checkpoint, or fresh from seed). */
-async function makeEngine(backend, config, { seed, state = null, dataState = null }) {
+/** A new engine for `config` on `corpus` bytes (state and dataState from a checkpoint, or fresh from seed). */
+async function makeEngine(backend, config, { corpus, seed, state = null, dataState = null }) {
   const module = await engineModules[backend]();
-  const { bytes } = await loadCorpus();
   fatal = null;
-  return module.createEngine({ ...config, corpus: bytes, seed, state, dataState,
+  return module.createEngine({ ...config, corpus, seed, state, dataState,
     onFatal: (message) => {
       fatal = message;
       post({ type: "error", message, fatal: true });
@@ -108,12 +102,11 @@ function announce(notice = null) {
 async function checkpointBytes() {
   const c = current;
   const state = await c.engine.exportState();
-  const { identity } = await loadCorpus();
   const last = c.lossHistory[c.lossHistory.length - 1];
   const vals = c.valHistory.map(([, v]) => v);
   const header = {
     name: c.name, preset: c.preset, training: { ...c.config.training, steps: c.targetSteps },
-    dataState: c.engine.dataState(), corpus: identity, lossHistory: c.lossHistory, valHistory: c.valHistory,
+    dataState: c.engine.dataState(), corpus: c.corpus, lossHistory: c.lossHistory, valHistory: c.valHistory,
     finalLoss: last ? last[1] : null, bestVal: vals.length ? Math.min(...vals) : null,
     run: { id: c.runId, backend: c.backend, engine: c.engine.description },
   };
@@ -195,14 +188,15 @@ async function trainLoop(checkpointSeconds) {
   post({ type: "done", step: c.engine.step, targetSteps: c.targetSteps, stopped: c.engine.step < c.targetSteps });
 }
 
-async function train({ backend, preset, steps, seed, checkpointSeconds }) {
+async function train({ backend, preset, steps, seed, checkpointSeconds, ...msg }) {
+  const corpus = corpusOf(msg);
   await cancelSample();
   const p = await loadPresets();
   const config = configFromPresets(p, preset, { training: { seed, steps } });
   phase("loading", `Creating the ${preset} model on ${backend === "webgpu" ? "WebGPU" : "WebAssembly"}…`);
   await exclusive(release);
-  const engine = await makeEngine(backend, config, { seed });
-  current = { engine, backend, runId: newRunId(), name: `${preset}, seed ${seed}`, preset, config, targetSteps: steps,
+  const engine = await makeEngine(backend, config, { corpus: corpus.bytes, seed });
+  current = { engine, backend, runId: newRunId(), name: `${preset}, seed ${seed}`, preset, config, corpus: corpus.identity, targetSteps: steps,
     lossHistory: [], valHistory: [], lastSaved: null, source: "new" };
   announce();
   await trainLoop(checkpointSeconds);
@@ -217,40 +211,44 @@ async function continueTraining({ steps, checkpointSeconds }) {
 }
 
 /** Builds the engine for a parsed .tinygpt; the model in memory is replaced only once that worked. */
-async function adopt(backend, parsed, { runId, source, name }) {
+async function adopt(backend, parsed, { runId, source, name, corpus }) {
   const { header } = parsed;
-  const { identity } = await loadCorpus();
+  const { identity } = corpus;
   let notice = null;
   if (header.corpus?.sha256 && header.corpus.sha256 !== identity.sha256) {
     notice = `This model was trained on ${header.corpus.name ?? "another corpus"} (${header.corpus.bytes ?? "?"} bytes, ` +
-      `sha256 ${String(header.corpus.sha256).slice(0, 12)}…), not on this page's ${identity.name}: training on here continues on ${identity.name}.`;
+      `sha256 ${String(header.corpus.sha256).slice(0, 12)}…), not on the chosen corpus ${identity.name}: ` +
+      `training continues on ${identity.name}, and its validation loss is measured there.`;
   }
   const config = configFromHeader(header, await loadPresets());
   phase("loading", `Loading ${name} on ${backend === "webgpu" ? "WebGPU" : "WebAssembly"}…`);
   const dataState = header.dataState ?? { seed: config.training.seed, batchesDrawn: 0 };
-  const engine = await makeEngine(backend, config, { seed: dataState.seed, state: parsed.state, dataState });
+  const engine = await makeEngine(backend, config, { corpus: corpus.bytes, seed: dataState.seed, state: parsed.state, dataState });
   await exclusive(release);
-  current = { engine, backend, runId, name, preset: header.preset ?? null, config,
+  current = { engine, backend, runId, name, preset: header.preset ?? null, config, corpus: identity,
     targetSteps: Math.max(header.training?.steps ?? 0, parsed.step), lossHistory: header.lossHistory ?? [],
     valHistory: header.valHistory ?? [], lastSaved: source === "saved" ? parsed.step : null, source };
   announce(notice);
 }
 
-async function resume({ backend, id, checkpointSeconds }) {
+async function resume({ backend, id, checkpointSeconds, ...msg }) {
+  const corpus = corpusOf(msg);
   await cancelSample();
   const { store: s, reason } = await store();
   if (!s) throw new Error(`there are no saved checkpoints: ${reason}`);
   const { parsed } = await s.read(id);
-  await adopt(backend, parsed, { runId: id, source: "saved", name: parsed.header.name ?? parsed.header.preset ?? "model" });
+  await adopt(backend, parsed, { runId: id, source: "saved", name: parsed.header.name ?? parsed.header.preset ?? "model", corpus });
   phase("idle", "");
   if (current.engine.step < current.targetSteps) await trainLoop(checkpointSeconds);
   else post({ type: "done", step: current.engine.step, targetSteps: current.targetSteps, stopped: false });
 }
 
-async function load({ backend, bytes, name }) {
+/** An uploaded .tinygpt, or the demo model (`source` "demo"): both take this one path. */
+async function load({ backend, bytes, name, source = "upload", ...msg }) {
+  const corpus = corpusOf(msg);
   await cancelSample();
   const parsed = readTinyGPT(new Uint8Array(bytes));  // refuses a bad file before anything changes
-  await adopt(backend, parsed, { runId: newRunId(), source: "upload", name });
+  await adopt(backend, parsed, { runId: newRunId(), source, name, corpus });
   await exclusive(checkpoint);
   phase("idle", "");
   await listCheckpoints();
@@ -261,27 +259,27 @@ async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
   if (!current) throw new Error("there is no model yet: train one, resume a saved one or upload a .tinygpt");
   const controller = (sampleAbort = new AbortController());
   await exclusive(async () => {
-    const decoder = new TextDecoder("utf-8");  // streamed: a character may span tokens
     const t0 = performance.now();
-    let ttftMs = null, tokens = 0, chunk = [];
+    let ttftMs = null, tokens = 0, chunk = [], chunkTop = [];  // chunkTop: each byte's top next bytes (logit view)
     let lastPost = t0;
-    // last: the decoder's pending bytes of an unfinished character come out too
-    const flush = (last = false) => {
+    // raw bytes: a byte-level model may emit any byte, and a character may span tokens; the page renders them
+    const flush = () => {
       const elapsed = (performance.now() - t0) / 1000;
-      post({ type: "text", text: decoder.decode(Uint8Array.from(chunk), { stream: !last }), tokens, ttftMs,
-        tokensPerSecond: tokens / Math.max(elapsed, 1e-6) });
+      post({ type: "text", bytes: Uint8Array.from(chunk), top: chunkTop, tokens, ttftMs, tokensPerSecond: tokens / Math.max(elapsed, 1e-6) });
       chunk = [];
+      chunkTop = [];
       lastPost = performance.now();
     };
     const bytes = new TextEncoder().encode(prompt || "\n");  // an empty prompt starts from a newline
     const made = await current.engine.generate(bytes, { temperature, topK, seed, maxNewTokens, signal: controller.signal,
-      onToken: (t) => {
+      onToken: (t, top) => {
         ttftMs ??= performance.now() - t0;
         tokens++;
         chunk.push(t);
+        chunkTop.push(top);
         if (performance.now() - lastPost > 30) flush();
       } });
-    flush(true);
+    flush();
     post({ type: "sampleDone", tokens: made, cancelled: controller.signal.aborted });
   });
   if (sampleAbort === controller) sampleAbort = null;
@@ -310,10 +308,10 @@ async function download({ id, compact }) {
 }
 
 /** Times a few steps of a throwaway model of `preset` on `backend`, for the page's ETA. */
-async function probe({ backend, preset, steps }) {
+async function probe({ backend, preset, steps, ...msg }) {
+  const { bytes } = corpusOf(msg);
   const config = configFromPresets(await loadPresets(), preset);
   const module = await engineModules[backend]();
-  const { bytes } = await loadCorpus();
   const times = await exclusive(async () => {
     const engine = await module.createEngine({ ...config, corpus: bytes, seed: 0 });
     try {
@@ -332,6 +330,24 @@ async function probe({ backend, preset, steps }) {
   post({ type: "probe", backend, preset, steps, msPerStep });
 }
 
+/** The validation loss of the model in memory, as the engine computes it during training. */
+async function evaluate() {
+  if (!current) throw new Error("there is no model to evaluate: train one, resume one or load one");
+  const c = current;
+  const valLoss = await exclusive(() => c.engine.evaluate());
+  post({ type: "evaluated", step: c.engine.step, valLoss, corpus: c.corpus.name, windows: c.config.training.evalWindows,
+    ctx: c.config.model.ctx, backend: c.backend });
+}
+
+/** The attention probabilities of the prompt's last ctx bytes in the model in memory (the attention view). */
+async function attention({ prompt }) {
+  if (!current) throw new Error("there is no model to look inside: train one, resume one or load one");
+  const c = current, { nLayer, nHead, ctx } = c.config.model;
+  const tokens = new TextEncoder().encode(prompt || "\n").slice(-ctx);  // as sample: an empty prompt is a newline
+  const { T, weights } = await exclusive(() => c.engine.attention(tokens));
+  post({ type: "attention", tokens, nLayer, nHead, T, weights, step: c.engine.step, backend: c.backend }, [weights.buffer]);
+}
+
 async function hello() {
   const { store: s, reason } = await store();
   post({ type: "features", opfs: !!s, opfsReason: reason });
@@ -348,6 +364,8 @@ const handlers = {
   download,
   list: listCheckpoints,
   probe,
+  evaluate,
+  attention,
   stop: () => {
     stopRequested = true;
     stopHeard();

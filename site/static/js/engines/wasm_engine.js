@@ -1,6 +1,7 @@
 // The WebAssembly engine of the backend protocol (backend_protocol.md): the C++ core in the build
 // that wasm_loader.js picks for this browser and model, behind the engine interface.
 import { loadTinyGPT, memoryNeedBytes, detectFeatures, BUILD_MEMORY_LIMIT, RUNTIME_OVERHEAD_BYTES } from "../wasm_loader.js";
+import { topBytes } from "../next_byte.js";
 
 const GEN_BURST_MS = 30;  // tokens made back to back before the worker looks at its messages
 
@@ -74,15 +75,35 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
       const tokens = new Uint8Array(Int32Array.from(prompt).buffer);
       withBytes(tokens, (ptr) => tg.check(api.tg_gen_begin(handle, ptr, prompt.length, temperature, topK, sampleSeed, 1), "starting generation"));
       let made = 0;
-      while (made < maxNewTokens && !signal?.aborted) {
-        const burstEnd = performance.now() + GEN_BURST_MS;
-        while (made < maxNewTokens && performance.now() < burstEnd) {
-          onToken(tg.check(api.tg_gen_next(handle), "generating"));
-          made++;
+      const V = model.vocabSize, probs = tg.malloc(4 * V);  // each token's next-byte probabilities (logit view)
+      if (!probs) throw new Error("out of WebAssembly memory for the next-byte probabilities");
+      try {
+        while (made < maxNewTokens && !signal?.aborted) {
+          const burstEnd = performance.now() + GEN_BURST_MS;
+          while (made < maxNewTokens && performance.now() < burstEnd) {
+            const token = tg.check(api.tg_gen_next(handle), "generating");
+            tg.check(api.tg_gen_last_probs(handle, probs), "reading the next-byte probabilities");
+            onToken(token, topBytes(tg.f32(probs, V)));
+            made++;
+          }
+          await yieldToMessages();
         }
-        await yieldToMessages();
+      } finally {
+        tg.free(probs);
       }
       return made;
+    },
+    // tokens (1..ctx bytes) -> {T, weights: Float32Array (nLayer, nHead, T, T)} (tg_attention)
+    async attention(tokens) {
+      const T = tokens.length, n = model.nLayer * model.nHead * T * T;
+      const out = tg.malloc(4 * n);
+      if (!out) throw new Error(`out of WebAssembly memory for ${n} attention weights`);
+      try {
+        withBytes(new Uint8Array(Int32Array.from(tokens).buffer), (ptr) => tg.check(api.tg_attention(handle, ptr, T, out), "computing the attention"));
+        return { T, weights: tg.f32(out, n).slice() };
+      } finally {
+        tg.free(out);
+      }
     },
     destroy() { api.tg_destroy(handle); },
   };

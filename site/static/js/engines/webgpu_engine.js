@@ -3,6 +3,8 @@
 // Works in a module Worker and in Node: it touches navigator.gpu only when no adapter is passed in.
 import { Trainer, TRAINER_LIMITS, checkLimits } from "../../../webgpu/trainer.js";
 import { SECURE_CONTEXT_NEEDED } from "../wasm_loader.js";
+import { attentionWeights } from "../../../webgpu/inspect.js";
+import { softmax, topBytes } from "../next_byte.js";
 
 // Adapters that run WGSL on the CPU: right answers, at a small fraction of a GPU's speed.
 const SOFTWARE_NAMES = /swiftshader|llvmpipe/i;
@@ -158,8 +160,14 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
     },
     async generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, onToken, signal }) {
       alive();
-      const made = await trainer.generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, onToken, signal });
+      const made = await trainer.generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, signal,
+        onToken: (token, logits) => onToken(token, topBytes(softmax(logits))) });
       return made.length;
+    },
+    // tokens (1..ctx bytes) -> {T, weights: Float32Array (nLayer, nHead, T, T)}
+    async attention(tokens) {
+      alive();
+      return { T: tokens.length, weights: await attentionWeights(trainer, tokens) };
     },
     destroy() {
       destroyed = true;
