@@ -4,17 +4,13 @@ Headless Chromium's WebGPU on SwiftShader, a software adapter: correctness only.
 every case (webgpu/tools/kernel_cases.js); each check prints its max error and tolerance.
 """
 import math
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "webgpu" / "tools"))
-from browser_host import BrowserHost, b64, from_b64  # noqa: E402
+from support.browser_host import BrowserHost, b64, from_b64
 
 
 rng = np.random.default_rng(1234)
@@ -37,12 +33,12 @@ def report(name, got, ref, tol):
     return err
 
 
-# --- matmul: three variants, every tile, bias / residual / accumulate / fused bias gradient, operand offsets
-def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=False, splits=None, bias_grad=False):
+# --- matmul: the three forms, every tile, bias / residual / accumulate / fused bias gradient, operand offsets
+def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=False, splits=None, bias_grad=False):
     a_off, b_off, bias_off = 5, 7, 3
-    a = rng.standard_normal((K, M) if variant == "tn" else (M, K))
-    b = rng.standard_normal((N, K) if variant == "nt" else (K, N))
-    ref = ((a.T if variant == "tn" else a) @ (b.T if variant == "nt" else b)).ravel()
+    a = rng.standard_normal((K, M) if form == "backward_weight" else (M, K))
+    b = rng.standard_normal((N, K) if form == "forward" else (K, N))
+    ref = ((a.T if form == "backward_weight" else a) @ (b.T if form == "forward" else b)).ravel()
     inputs = {"A": f32(np.concatenate([np.zeros(a_off), a.ravel()])), "B": f32(np.concatenate([np.zeros(b_off), b.ravel()]))}
     if bias:
         bv = rng.standard_normal(N)
@@ -58,36 +54,36 @@ def matmul_case(variant, M, N, K, tile, bias=False, residual=False, accumulate=F
         ref = ref + c0.ravel()
     if bias_grad:  # the Linear's bias gradient Σ_k A[k, m], stored right after the M·N weight gradients
         ref = np.concatenate([ref, a.sum(0)])
-    name = (f"matmul {variant} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}"
+    name = (f"matmul {form} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}"
             f"{' +=' if accumulate else ''}{' +bias-grad' if bias_grad else ''}{f' split-K {splits}' if splits else ''}")
     tol = 2e-6 * K * math.sqrt(K)
-    add_case(dict(op="matmul", variant=variant, M=M, N=N, K=K, tile=tile, aOff=a_off, bOff=b_off, biasOff=bias_off,
+    add_case(dict(op="matmul", form=form, M=M, N=N, K=K, tile=tile, aOff=a_off, bOff=b_off, biasOff=bias_off,
                   bias=bias, residual=residual, accumulate=accumulate, splits=splits, biasGrad=bias_grad), inputs,
              lambda out: report(name, out["C"], ref, tol))
 
 
 TILES = ("128x64", "64x64", "64x32", "32x64", "32x32", "32x32w", "128x128")
-for i, variant in enumerate(("nt", "nn", "tn")):
-    matmul_case(variant, 37, 53, 29, TILES[i], bias=True)
-    matmul_case(variant, 130, 67, 150, TILES[i + 3], residual=True)
-    matmul_case(variant, 67, 130, 21, TILES[(i + 1) % 6], accumulate=True)
-matmul_case("nt", 1, 256, 48, "32x32")  # a decode step's logits
-matmul_case("tn", 37, 53, 150, "64x64", bias=True, splits=3)  # split-K: chunks of 64, 64, 22
-matmul_case("tn", 70, 130, 300, "128x64", accumulate=True, residual=True, splits=5)
-matmul_case("tn", 45, 37, 130, "32x32", bias_grad=True)
-matmul_case("tn", 70, 33, 301, "32x64", bias_grad=True, splits=4)
-matmul_case("nn", 150, 140, 37, "128x128", bias=True, accumulate=True)
+for i, form in enumerate(("forward", "backward_input", "backward_weight")):
+    matmul_case(form, 37, 53, 29, TILES[i], bias=True)
+    matmul_case(form, 130, 67, 150, TILES[i + 3], residual=True)
+    matmul_case(form, 67, 130, 21, TILES[(i + 1) % 6], accumulate=True)
+matmul_case("forward", 1, 256, 48, "32x32")  # a decode step's logits
+matmul_case("backward_weight", 37, 53, 150, "64x64", bias=True, splits=3)  # split-K: chunks of 64, 64, 22
+matmul_case("backward_weight", 70, 130, 300, "128x64", accumulate=True, residual=True, splits=5)
+matmul_case("backward_weight", 45, 37, 130, "32x32", bias_grad=True)
+matmul_case("backward_weight", 70, 33, 301, "32x64", bias_grad=True, splits=4)
+matmul_case("backward_input", 150, 140, 37, "128x128", bias=True, accumulate=True)
 
 
-def batched_matmul_case(variant, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False):
+def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False):
     """n products in one dispatch (operand i at offset + i·stride, strides with slack), or with
     kcat their sum into one C."""
-    a_shape, b_shape = ((K, M) if variant == "tn" else (M, K)), ((N, K) if variant == "nt" else (K, N))
+    a_shape, b_shape = ((K, M) if form == "backward_weight" else (M, K)), ((N, K) if form == "forward" else (K, N))
     a_zs, b_zs = int(np.prod(a_shape)) + 3, int(np.prod(b_shape)) + 5
     a = [rng.standard_normal(a_shape) for _ in range(n)]
     b = [rng.standard_normal(b_shape) for _ in range(n)]
     flat = lambda mats, zs: f32(np.concatenate([np.concatenate([m.ravel(), np.zeros(zs - m.size)]) for m in mats]))
-    prods = [(x.T if variant == "tn" else x) @ (y.T if variant == "nt" else y) for x, y in zip(a, b)]
+    prods = [(x.T if form == "backward_weight" else x) @ (y.T if form == "forward" else y) for x, y in zip(a, b)]
     inputs = {"A": flat(a, a_zs), "B": flat(b, b_zs)}
     strides = {"a": a_zs, "b": b_zs}
     if kcat:
@@ -109,19 +105,19 @@ def batched_matmul_case(variant, M, N, K, n, tile, bias=False, splits=None, bias
             ref[i * c_zs:i * c_zs + length] = o
         strides["c"] = c_zs
     keep = ~np.isnan(ref)
-    name = (f"matmul {variant} {M}x{N}x{K} tile {tile} {'kcat' if kcat else 'batches'} {n}{' +bias' if bias else ''}"
+    name = (f"matmul {form} {M}x{N}x{K} tile {tile} {'kcat' if kcat else 'batches'} {n}{' +bias' if bias else ''}"
             f"{' +bias-grad' if bias_grad else ''}{f' split-K {splits}' if splits else ''}")
     tol = 2e-6 * n * K * math.sqrt(n * K)
-    add_case(dict(op="matmul", variant=variant, M=M, N=N, K=K, tile=tile, aOff=0, bOff=0, biasOff=0, bias=bias, splits=splits,
+    add_case(dict(op="matmul", form=form, M=M, N=N, K=K, tile=tile, aOff=0, bOff=0, biasOff=0, bias=bias, splits=splits,
                   biasGrad=bias_grad, batches=1 if kcat else n, kcat=n if kcat else 1, strides=strides, cLen=c_len), inputs,
              lambda out: report(name, np.asarray(out["C"])[keep], ref[keep], tol))
 
 
-batched_matmul_case("nt", 70, 37, 29, 3, "32x32w", bias=True)  # the q, k, v projections
-batched_matmul_case("tn", 37, 29, 130, 3, "32x64", bias_grad=True, splits=3)  # their weight and bias gradients
-batched_matmul_case("tn", 20, 33, 70, 3, "32x32", bias_grad=True)
-batched_matmul_case("nn", 70, 37, 29, 3, "32x32w", kcat=True)  # their input gradient
-batched_matmul_case("nn", 45, 21, 40, 3, "32x64", kcat=True, splits=2)
+batched_matmul_case("forward", 70, 37, 29, 3, "32x32w", bias=True)  # the q, k, v projections
+batched_matmul_case("backward_weight", 37, 29, 130, 3, "32x64", bias_grad=True, splits=3)  # their weight and bias gradients
+batched_matmul_case("backward_weight", 20, 33, 70, 3, "32x32", bias_grad=True)
+batched_matmul_case("backward_input", 70, 37, 29, 3, "32x32w", kcat=True)  # their input gradient
+batched_matmul_case("backward_input", 45, 21, 40, 3, "32x64", kcat=True, splits=2)
 
 
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)
@@ -206,25 +202,31 @@ def embedding_case(B, T, C, V=256, ctx=9):
 embedding_case(3, 7, 10)
 
 
-# --- fused softmax cross-entropy
-def cross_entropy_case(rows, V=256):
+# --- softmax cross-entropy: the forward (losses, logits untouched) and the backward fused with it
+def cross_entropy_case(rows, V=256, backward=True):
     logits = torch.tensor(rng.standard_normal((rows, V)) * 3, dtype=torch.float64, requires_grad=True)
     targets = rng.integers(0, V, rows)
     loss_rows = F.cross_entropy(logits, torch.tensor(targets), reduction="none")
     loss = loss_rows.mean()
     loss.backward()
 
-    def check(o):
-        report(f"cross-entropy losses rows={rows}", o["losses"], loss_rows.detach().numpy(), 2e-5)
-        report(f"cross-entropy mean rows={rows}", o["mean"], [loss.item()], 2e-5)
-        report(f"cross-entropy dlogits rows={rows}", o["dlogits"], logits.grad.numpy().ravel(), 1e-7)
+    name = f"cross-entropy {'backward' if backward else 'forward'} rows={rows} V={V}"
 
-    add_case(dict(op="cross_entropy", rows=rows, V=V), {"logits": f32(logits.detach().numpy()),
-                                                        "targets": targets.astype(np.uint32)}, check)
+    def check(o):
+        report(f"{name} losses", o["losses"], loss_rows.detach().numpy(), 2e-5)
+        report(f"{name} mean", o["mean"], [loss.item()], 2e-5)
+        if backward:
+            report(f"{name} dlogits", o["logits"], logits.grad.numpy().ravel(), 1e-7)
+        else:
+            report(f"{name} logits untouched", o["logits"], f32(logits.detach().numpy()).ravel(), 0)
+
+    add_case(dict(op="cross_entropy", rows=rows, V=V, backward=backward),
+             {"logits": f32(logits.detach().numpy()), "targets": targets.astype(np.uint32)}, check)
 
 
 cross_entropy_case(37)
 cross_entropy_case(11, V=70)  # V not a multiple of the lanes per row
+cross_entropy_case(37, backward=False)
 
 
 # --- causal attention, forward + backward (head sizes 16, 32, 64; T across tile boundaries)

@@ -9,7 +9,6 @@ import json
 import os
 import struct
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -22,10 +21,9 @@ from python_ref.evaluate import val_windows_loss
 from python_ref.model import TinyGPT
 from python_ref.tinygpt_file import CheckpointState, manifest_entries, model_from_state, read_state, write_state
 from python_ref.train import make_optimizer, train_step
+from support.browser_host import BrowserHost, from_b64
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "webgpu" / "tools"))
-from browser_host import BrowserHost, from_b64  # noqa: E402
 
 CORPUS_URL = "/" + str(DEFAULT_CORPUS.relative_to(ROOT))
 # The tiny preset's model; the parity run shortens its context (64 tokens per batch: 4 x 16).
@@ -167,8 +165,7 @@ def test_node_host_runs_the_same_module(parity_run):
 
 @pytest.fixture(scope="module")
 def native():
-    sys.path.insert(0, str(ROOT / "wasm" / "tests"))
-    import tinygpt_native  # the C++ level's ctypes binding (wasm/tests/tinygpt_native.py)
+    from support import tinygpt_native  # the C++ level's ctypes binding
 
     tinygpt_native.ensure_built()
     return tinygpt_native

@@ -1,19 +1,21 @@
-// Recording helpers: one method per layer operation, turning shapes and buffers into a kernel's
-// uniforms and workgroup counts. The trainer and the kernel tests both record through these.
+// Recording helpers: one method per layer operation, named as its C++ function in wasm/src (which
+// may record several kernels), turning shapes and buffers into a kernel's uniforms and workgroup
+// counts. The trainer and the kernel tests both record through these. A method and the kernel it
+// records may share a name (geluForward): inside a method the name is the imported kernel.
 import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS } from "./kernels/matmul.js";
-import { layernormKernels, layernormParamGrads, layernormParamWorkgroups } from "./kernels/layernorm.js";
+import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups } from "./kernels/layernorm.js";
 import { geluForward, geluBackward } from "./kernels/gelu.js";
 import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
-import { crossEntropy, crossEntropyWorkgroups, meanLoss } from "./kernels/crossentropy.js";
+import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups, meanLoss } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid } from "./kernels/attention.js";
-import { sumSquares, clipCoefficient, adamw, NORM_PARTIALS } from "./kernels/optimizer.js";
+import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 
 const matmulKernels = new Map();
-function matmulFor(variant, tile, split, kcat) {
-  const key = `${variant}_${tile}_${split}_${kcat}`;
-  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(variant, tile, split, kcat));
+function matmulFor(form, tile, split, kcat) {
+  const key = `${form}_${tile}_${split}_${kcat}`;
+  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat));
   return matmulKernels.get(key);
 }
 const attentionKernels = new Map();
@@ -37,16 +39,17 @@ export class Ops {
   }
 
   /**
-   * C[cOff..] (M,N) = op(A)·op(B) (+ bias) (+ C if accumulate) (+ R); offsets in elements.
-   * biasGrad ("tn" only): also C[cOff + M·N + m] = Σ_k A[k, m], the Linear's bias gradient.
+   * C[cOff..] (M,N) = op(A)·op(B) (+ bias) (+ C if accumulate) (+ R); offsets in elements; form: a
+   * key of MATMUL_FORMS (forward, backward_input, backward_weight).
+   * biasGrad (backward_weight only): also C[cOff + M·N + m] = Σ_k A[k, m], the Linear's bias gradient.
    * splits > 1: split-K through `partials` (batches·splits·(M·N [+ M]) floats), see matmulKernel.
    * batches > 1: that many products in one dispatch, operand i at offset + i·stride (strides:
    * {a, b, c, bias}); kcat > 1: the sum of kcat products (strides {a, b}) into one C.
    */
-  matmul(plan, variant, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
-    accumulate = false, biasGrad = false, tile = chooseTile(variant, M, N), splits = 1, partials = null,
+  matmul(plan, form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
+    accumulate = false, biasGrad = false, tile = chooseTile(form, M, N), splits = 1, partials = null,
     batches = 1, kcat = 1, strides = {} }) {
-    if (biasGrad && (variant !== "tn" || bias || accumulate || R)) throw new Error("biasGrad: a plain \"tn\" product only");
+    if (biasGrad && (form !== "backward_weight" || bias || accumulate || R)) throw new Error("biasGrad: a plain backward_weight product only");
     if (batches > 1 && (kcat > 1 || R || (splits > 1 && (bias || accumulate)))) throw new Error("matmul batches: no kcat, residual, or split-K epilogue");
     const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0)
       | (biasGrad ? MATMUL_FLAGS.biasGrad : 0);
@@ -55,15 +58,15 @@ export class Ops {
     const uniforms = { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags,
       k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };
     if (splits === 1) {
-      return plan.add(matmulFor(variant, tile, false, kcat > 1), uniforms, [A, B, bias ?? this.dummy, R ?? this.dummy, C], [grid[0], grid[1], batches]);
+      return plan.add(matmulFor(form, tile, false, kcat > 1), uniforms, [A, B, bias ?? this.dummy, R ?? this.dummy, C], [grid[0], grid[1], batches]);
     }
-    plan.add(matmulFor(variant, tile, true, kcat > 1), { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
+    plan.add(matmulFor(form, tile, true, kcat > 1), { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
       [A, B, this.dummy, this.dummy, partials], [grid[0], grid[1], batches * splits]);
     return plan.add(matmulSplitFinal, { len, N, splits, c_off: cOff, bias_off: biasOff, r_off: rOff, flags: flags & ~MATMUL_FLAGS.biasGrad, batches, c_zs },
       [partials, bias ?? this.dummy, R ?? this.dummy, C], grid1d(Math.ceil((batches * len) / 256)));
   }
 
-  layernorm(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
+  layernormForward(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
     const k = layernormKernels(C);
     return plan.add(k.forward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(k.workgroups(rows)));
   }
@@ -75,14 +78,14 @@ export class Ops {
   layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads }) {
     if (bOff !== wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
     const k = layernormKernels(C);
-    plan.add(k.backward, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(k.workgroups(rows)));
-    plan.add(layernormParamGrads, { rows, C, w_off: wOff }, [dout, x, stats, grads], [layernormParamWorkgroups(C), 1]);
+    plan.add(k.backwardInput, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(k.workgroups(rows)));
+    plan.add(layernormBackwardParams, { rows, C, w_off: wOff }, [dout, x, stats, grads], [layernormBackwardParamsWorkgroups(C), 1]);
   }
 
-  gelu(plan, { n, h, g }) { return plan.add(geluForward, { n }, [h, g], grid1d(Math.ceil(n / 256))); }
+  geluForward(plan, { n, h, g }) { return plan.add(geluForward, { n }, [h, g], grid1d(Math.ceil(n / 256))); }
   geluBackward(plan, { n, h, dg }) { return plan.add(geluBackward, { n }, [h, dg], grid1d(Math.ceil(n / 256))); }
 
-  embedding(plan, { rows, T, C, past, tokens, params, wteOff, wpeOff, out }) {
+  embeddingForward(plan, { rows, T, C, past, tokens, params, wteOff, wpeOff, out }) {
     return plan.add(embeddingForward, { rows, T, C, past, wte_off: wteOff, wpe_off: wpeOff }, [tokens, params, out], grid1d(Math.ceil((rows * C) / 256)));
   }
 
@@ -91,12 +94,19 @@ export class Ops {
     plan.add(embeddingBackwardPositions, { B, T, C, wpe_off: wpeOff }, [dres, grads], grid1d(Math.ceil((T * C) / 256)));
   }
 
-  crossEntropy(plan, { rows, V, logits, targets, losses, grad, lossOut }) {
-    plan.add(crossEntropy, { rows, V, flags: grad ? 1 : 0, scale: 1 / rows }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
+  /** losses: (rows) per-row losses; lossOut (optional): their mean. */
+  crossEntropyForward(plan, { rows, V, logits, targets, losses, lossOut = null }) {
+    plan.add(crossEntropyForward, { rows, V }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
     if (lossOut) plan.add(meanLoss, { n: rows }, [losses, lossOut], [1, 1]);
   }
 
-  attention(plan, { B, T, kvT, past, H, C, q, k, v, out, lse }) {
+  /** As crossEntropyForward, and logits overwritten with d(mean loss)/d(logits) (one fused kernel). */
+  crossEntropyBackward(plan, { rows, V, logits, targets, losses, lossOut = null }) {
+    plan.add(crossEntropyBackward, { rows, V, scale: 1 / rows }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
+    if (lossOut) plan.add(meanLoss, { n: rows }, [losses, lossOut], [1, 1]);
+  }
+
+  attentionForward(plan, { B, T, kvT, past, H, C, q, k, v, out, lse }) {
     const D = C / H, A = attentionFor(D);
     return plan.add(A.fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], attentionGrid(T, B * H, A.layout));
   }
@@ -108,15 +118,15 @@ export class Ops {
     plan.add(A.kv, { T, H, C, scale }, [q, k, v, dout, lse, delta, dk, dv], grid);
   }
 
-  /** scal = [norm, clip coefficient] of all n gradients. */
-  gradNorm(plan, { n, grads, partials, scal, clip }) {
-    plan.add(sumSquares, { n }, [grads, partials], [NORM_PARTIALS, 1]);
+  /** scal = [global norm, clip coefficient] of all n gradients (what clip_gradients would scale by). */
+  gradGlobalNorm(plan, { n, grads, partials, scal, clip }) {
+    plan.add(gradGlobalNormPartials, { n }, [grads, partials], [NORM_PARTIALS, 1]);
     plan.add(clipCoefficient, { parts: NORM_PARTIALS, clip }, [partials, scal], [1, 1]);
   }
 
   /** Returns the dispatch index, whose step-dependent uniforms adamwValues() fills each step. */
-  adamw(plan, { n, params, grads, m, v, decay, scal, values }) {
-    return plan.add(adamw, values, [params, grads, m, v, decay, scal], grid1d(Math.ceil(n / 256)));
+  adamwUpdate(plan, { n, params, grads, m, v, decay, scal, values }) {
+    return plan.add(adamwUpdate, values, [params, grads, m, v, decay, scal], grid1d(Math.ceil(n / 256)));
   }
 }
 

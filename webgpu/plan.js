@@ -26,7 +26,7 @@ export class PipelineCache {
     const module = device.createShaderModule({ label: k.name, code: k.code });
     const pipeline = device.createComputePipeline({
       label: k.name, layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }),
-      compute: { module, entryPoint: "main" },
+      compute: { module, entryPoint: k.entryPoint },
     });
     entry = { kernel: k, layout, pipeline };
     this.byName.set(k.name, entry);

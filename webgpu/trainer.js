@@ -33,7 +33,7 @@ const activationLabel = (key) => ACTIVATION_LABELS[key] ?? key;
 const qkvStride = (n) => Math.ceil(n / 64) * 64; // bind-group offsets must be multiples of 256 bytes
 
 /** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows. */
-const weightGradSplits = (M, N, rows) => chooseSplits(M, N, rows, chooseTile("tn", M, N));
+const weightGradSplits = (M, N, rows) => chooseSplits(M, N, rows, chooseTile("backward_weight", M, N));
 
 /**
  * Floats of the split-K scratch: weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY
@@ -249,29 +249,29 @@ export class Trainer {
   _recordForward(plan, A, { B, T, past, logitRows }) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
     const o = this.offsets, P = this.params, rows = B * T;
-    ops.embedding(plan, { rows, T, C, past, tokens: A.tokens, params: P, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"], out: A.res[0] });
+    ops.embeddingForward(plan, { rows, T, C, past, tokens: A.tokens, params: P, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"], out: A.res[0] });
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
-      ops.layernorm(plan, { rows, C, x: A.res[l], params: P, wOff: o[n + "ln1.weight"], bOff: o[n + "ln1.bias"], out: a.ln1, stats: a.ln1s, eps });
+      ops.layernormForward(plan, { rows, C, x: A.res[l], params: P, wOff: o[n + "ln1.weight"], bOff: o[n + "ln1.bias"], out: a.ln1, stats: a.ln1s, eps });
       if (a.qkv) {
-        ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, bias: P, biasOff: o[n + "attn.q_proj.bias"],
+        ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, bias: P, biasOff: o[n + "attn.q_proj.bias"],
           batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
       } else {
         for (const [proj, out, cOff] of [["q_proj", a.q, 0], ["k_proj", a.k, past * C], ["v_proj", a.v, past * C]]) {
-          ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
+          ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
         }
       }
-      ops.attention(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
-      ops.matmul(plan, "nt", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
-      ops.layernorm(plan, { rows, C, x: a.res2, params: P, wOff: o[n + "ln2.weight"], bOff: o[n + "ln2.bias"], out: a.ln2, stats: a.ln2s, eps });
-      ops.matmul(plan, "nt", { M: rows, N: 4 * C, K: C, A: a.ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"] });
-      ops.gelu(plan, { n: rows * 4 * C, h: a.h, g: a.g });
-      ops.matmul(plan, "nt", { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 });
+      ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
+      ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
+      ops.layernormForward(plan, { rows, C, x: a.res2, params: P, wOff: o[n + "ln2.weight"], bOff: o[n + "ln2.bias"], out: a.ln2, stats: a.ln2s, eps });
+      ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, A: a.ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"] });
+      ops.geluForward(plan, { n: rows * 4 * C, h: a.h, g: a.g });
+      ops.matmul(plan, "forward", { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 });
     }
-    ops.layernorm(plan, { rows, C, x: A.res[L], params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], out: A.lnf, stats: A.lnfs, eps });
+    ops.layernormForward(plan, { rows, C, x: A.res[L], params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], out: A.lnf, stats: A.lnfs, eps });
     // logits = ln_f(x) · wteᵀ (tied head), for the last logitRows rows only when generating
     const first = rows - logitRows;
-    ops.matmul(plan, "nt", { M: logitRows, N: V, K: C, A: A.lnf, aOff: first * C, B: P, bOff: o["token_embedding.weight"], C: A.logits, cOff: first * V });
+    ops.matmul(plan, "forward", { M: logitRows, N: V, K: C, A: A.lnf, aOff: first * C, B: P, bOff: o["token_embedding.weight"], C: A.logits, cOff: first * V });
   }
 
   _buildTraining() {
@@ -284,7 +284,7 @@ export class Trainer {
       att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C), delta: this.buffer("attention delta", 4 * B * H * T, S),
     });
     d.splitK = this.buffer("split-K partials", 4 * splitKFloats(this.cfg, rows), S);
-    const tn = (args) => ops.matmul(plan, "tn", { ...args, K: rows, splits: weightGradSplits(args.M, args.N, rows), partials: d.splitK });
+    const weightGrad = (args) => ops.matmul(plan, "backward_weight", { ...args, K: rows, splits: weightGradSplits(args.M, args.N, rows), partials: d.splitK });
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
     this.orderHost = new Uint32Array(V + 1 + rows);
     this.cursorHost = new Uint32Array(V);
@@ -298,41 +298,41 @@ export class Trainer {
 
     const plan = (this.trainPlan = new Plan(this.device, this.ops.pipelines, "train step"));
     this._recordForward(plan, A, { B, T, past: 0, logitRows: rows });
-    ops.crossEntropy(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses, grad: true, lossOut: this.lossBuf });
+    ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses, lossOut: this.lossBuf });
     // backward; A.logits now holds d(loss)/d(logits): (rows,V)
     const wte = o["token_embedding.weight"];
-    ops.matmul(plan, "nn", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.ln });
-    tn({ M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
+    ops.matmul(plan, "backward_input", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.ln });
+    weightGrad({ M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
     ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[L], stats: A.lnfs, params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], dx: d.res, accumulate: false, grads: G });
     for (let l = L - 1; l >= 0; l--) {
       const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
-      ops.matmul(plan, "nn", { M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h });
-      tn({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true });
+      ops.matmul(plan, "backward_input", { M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h });
+      weightGrad({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true });
       ops.geluBackward(plan, { n: rows * 4 * C, h: a.h, dg: d.h });
-      ops.matmul(plan, "nn", { M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln });
-      tn({ M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true });
+      ops.matmul(plan, "backward_input", { M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln });
+      weightGrad({ M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true });
       ops.layernormBackward(plan, { rows, C, dout: d.ln, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), bOff: w("ln2.bias"), dx: d.res, accumulate: true, grads: G });
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
-      ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
-      tn({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
+      ops.matmul(plan, "backward_input", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
+      weightGrad({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
       const dqkv = d.qkv;
       ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: dqkv.q, dk: dqkv.k, dv: dqkv.v });
       // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
       // dW and db of each (three batches)
-      ops.matmul(plan, "nn", { M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } });
-      tn({ M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } });
+      ops.matmul(plan, "backward_input", { M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } });
+      weightGrad({ M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } });
       ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), bOff: w("ln1.bias"), dx: d.res, accumulate: true, grads: G });
     }
     ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
-    ops.gradNorm(plan, { n: this.P, grads: G, partials: this.partials, scal: this.scal, clip: this.tr.gradClip });
-    this.adamIndex = ops.adamw(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay, scal: this.scal, values: adamwValues(this.P, this.tr, 1) });
+    ops.gradGlobalNorm(plan, { n: this.P, grads: G, partials: this.partials, scal: this.scal, clip: this.tr.gradClip });
+    this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay, scal: this.scal, values: adamwValues(this.P, this.tr, 1) });
     plan.freeze();
 
     // eval: the same forward, cross-entropy without gradient, per-row losses read back
     this.evalPlan = new Plan(this.device, this.ops.pipelines, "eval");
     this._recordForward(this.evalPlan, A, { B, T, past: 0, logitRows: rows });
-    ops.crossEntropy(this.evalPlan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses, grad: false, lossOut: null });
+    ops.crossEntropyForward(this.evalPlan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
     this.evalPlan.freeze();
     this.rowsReadback = this.buffer("row losses readback", 4 * rows, U().MAP_READ | U().COPY_DST);
     this.xHost = new Uint32Array(rows);
@@ -513,8 +513,8 @@ export class Trainer {
   }
 
   /**
-   * Generates maxNewTokens bytes after `prompt` (bytes) with the KV cache, calling onToken(byte) as each
-   * one is sampled. Context policy (docs/determinism.md, as python_ref/sample.py's advance_window):
+   * Generates maxNewTokens bytes after `prompt` (bytes) with the KV cache, calling onToken(byte, logits) as each
+   * one is sampled (logits: the Float32Array (V) it was sampled from). Context policy (docs/determinism.md, as python_ref/sample.py's advance_window):
    * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
    * 0.., and the cache is rebuilt; prompt tokens go through the same policy.
    * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
@@ -540,7 +540,7 @@ export class Trainer {
     for (let n = 0; n < maxNewTokens && !aborted(); n++) {
       const token = sampleToken(logits, temperature, topK, stream);
       out.push(token);
-      if (onToken) onToken(token);
+      if (onToken) onToken(token, logits);
       if (n === maxNewTokens - 1) break;
       advance(token);
       logits = restarted ? await rebuild() : await this._decode(token, window.length - 1, true);

@@ -11,6 +11,7 @@ import { Trainer } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 import { Ops } from "../ops.js";
 import { Plan } from "../plan.js";
+import { MATMUL_FORMS } from "../kernels/matmul.js";
 import { replay } from "./replay.mjs";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -98,7 +99,7 @@ async function profile(trainer, name) {
   return { ...host, prefix, dispatches: rows.length, gpuMs, kernels, rows };
 }
 
-// matmul C = A·Bᵀ (the forward Linear), square n: GFLOP/s from back-to-back dispatches in one submit
+// each matmul form (kernels/matmul.js MATMUL_FORMS), square n: GFLOP/s from back-to-back dispatches in one submit
 const ops = new Ops(device);
 for (const n of sizes) {
   const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
@@ -106,9 +107,9 @@ for (const n of sizes) {
   const A = device.createBuffer({ size: 4 * n * n, usage: S }), B = device.createBuffer({ size: 4 * n * n, usage: S }), C = device.createBuffer({ size: 4 * n * n, usage: S });
   device.queue.writeBuffer(A, 0, a);
   device.queue.writeBuffer(B, 0, b);
-  for (const variant of ["nt", "nn", "tn"]) {
+  for (const [form, { aT, bT }] of Object.entries(MATMUL_FORMS)) {
     const plan = new Plan(device, ops.pipelines, `matmul ${n}`);
-    ops.matmul(plan, variant, { M: n, N: n, K: n, A, B, C });
+    ops.matmul(plan, form, { M: n, N: n, K: n, A, B, C });
     plan.freeze();
     await replay(device, plan, 2);
     const reps = n <= 1024 ? 50 : n <= 2048 ? 20 : 10;
@@ -125,16 +126,16 @@ for (const n of sizes) {
       const i = Math.floor(Math.random() * n), j = Math.floor(Math.random() * n);
       let ref = 0;
       for (let k = 0; k < n; k++) {
-        const av = variant === "tn" ? a[k * n + i] : a[i * n + k];
-        const bv = variant === "nt" ? b[j * n + k] : b[k * n + j];
+        const av = aT ? a[k * n + i] : a[i * n + k];
+        const bv = bT ? b[j * n + k] : b[k * n + j];
         ref += av * bv;
       }
       maxErr = Math.max(maxErr, Math.abs(ref - c[i * n + j]));
     }
     staging.unmap();
     staging.destroy();
-    out.matmul.push({ n, variant, ms: seconds * 1000, gflops: (2 * n * n * n) / seconds / 1e9, spotCheckMaxAbsError: maxErr });
-    console.error(`matmul ${variant} ${n}: ${(2 * n * n * n / seconds / 1e9).toFixed(0)} GFLOP/s (spot-check error ${maxErr.toExponential(2)})`);
+    out.matmul.push({ n, form, ms: seconds * 1000, gflops: (2 * n * n * n) / seconds / 1e9, spotCheckMaxAbsError: maxErr });
+    console.error(`matmul ${form} ${n}: ${(2 * n * n * n / seconds / 1e9).toFixed(0)} GFLOP/s (spot-check error ${maxErr.toExponential(2)})`);
     plan.destroy();
   }
   for (const x of [A, B, C]) x.destroy();

@@ -1,14 +1,16 @@
-// Global gradient norm, clipping and AdamW (docs/determinism.md § The training step).
-// The clip coefficient never leaves the GPU: AdamW reads it from `scal` and scales each gradient.
+// Global gradient norm, clipping and AdamW (docs/determinism.md § The training step), as
+// wasm/src/adamw.h: grad_global_norm is grad_global_norm_partials + clip_coefficient here, and
+// clip_gradients never runs on its own: the clip coefficient never leaves the GPU, and
+// adamw_update reads it from `scal` and scales each gradient as it reads it.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-// sum_squares: NORM_PARTIALS workgroups of 256, each summing a fixed strided subset into one partial.
+// grad_global_norm_partials: NORM_PARTIALS workgroups of 256, each summing a fixed strided subset into one partial.
 // 256k invocations keep enough loads in flight to stream a big model's gradients at memory speed
 // (16k invocations with 1.5k-long loops took 584 us on 25M gradients on an H200).
 export const NORM_PARTIALS = 1024;
 const NORM_THREADS = 256;
 
-const WG_SUM = `
+const WG_SUM = /* wgsl */ `
 var<workgroup> red: array<f32, ${NORM_THREADS}>;
 fn wg_sum(v: f32, li: u32) -> f32 {
   red[li] = v;
@@ -22,9 +24,9 @@ fn wg_sum(v: f32, li: u32) -> f32 {
 
 // grads: (n) -> partials: (NORM_PARTIALS) sums of squares; invocation g (of all NORM_PARTIALS·256)
 // sums g, g + NORM_PARTIALS·256, ..., then each workgroup adds its 256 sums as a fixed tree
-export const sumSquares = kernel("sum_squares", [["n", "u32"]], [["grads", "read"], ["partials", "rw"]], `${WG_SUM}
+export const gradGlobalNormPartials = kernel("grad_global_norm_partials", [["n", "u32"]], [["grads", "read"], ["partials", "rw"]], /* wgsl */ `${WG_SUM}
 @compute @workgroup_size(${NORM_THREADS})
-fn main(@builtin(global_invocation_id) gid: vec3u, @builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn grad_global_norm_partials(@builtin(global_invocation_id) gid: vec3u, @builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   var s = 0.0;
   for (var i = gid.x; i < p.n; i += ${NORM_PARTIALS * NORM_THREADS}u) { let g = grads[i]; s = s + g * g; }
   let total = wg_sum(s, li);
@@ -34,9 +36,9 @@ fn main(@builtin(global_invocation_id) gid: vec3u, @builtin(workgroup_id) wid: v
 
 // partials -> scal[0] = norm, scal[1] = min(1, clip / (norm + 1e-6))
 export const clipCoefficient = kernel("clip_coefficient", [["parts", "u32"], ["clip", "f32"]],
-  [["partials", "read"], ["scal", "rw"]], `${WG_SUM}
+  [["partials", "read"], ["scal", "rw"]], /* wgsl */ `${WG_SUM}
 @compute @workgroup_size(${NORM_THREADS})
-fn main(@builtin(local_invocation_index) li: u32) {
+fn clip_coefficient(@builtin(local_invocation_index) li: u32) {
   var s = 0.0;
   for (var i = li; i < p.parts; i += ${NORM_THREADS}u) { s = s + partials[i]; }
   let norm = sqrt(wg_sum(s, li));
@@ -46,12 +48,12 @@ fn main(@builtin(local_invocation_index) li: u32) {
 
 // One AdamW step over all P parameters; bit i of `decay` says whether parameter i is decayed (2D+ tensors).
 // step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t) come from the host in binary64.
-export const adamw = kernel("adamw",
+export const adamwUpdate = kernel("adamw_update",
   [["n", "u32"], ["decay_factor", "f32"], ["beta1", "f32"], ["beta2", "f32"], ["one_minus_beta1", "f32"],
     ["one_minus_beta2", "f32"], ["step_size", "f32"], ["bc2_sqrt", "f32"], ["eps", "f32"]],
-  [["params", "rw"], ["grads", "read"], ["m", "rw"], ["v", "rw"], ["decay", "read", "u32"], ["scal", "read"]], `${LINEAR_ID}
+  [["params", "rw"], ["grads", "read"], ["m", "rw"], ["v", "rw"], ["decay", "read", "u32"], ["scal", "read"]], /* wgsl */ `${LINEAR_ID}
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn adamw_update(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let i = linear_workgroup(wid, nwg) * 256u + li;
   if (i >= p.n) { return; }
   let g = grads[i] * scal[1];

@@ -59,7 +59,7 @@ function constants(D, { rows, split, tile, stride }) {
 // scratch) and the merge of the SPLIT partial sums of each row; loops over constants unrolled.
 function withPreamble(D, layout, body) {
   const k = constants(D, layout);
-  return unrollLoops(`${Object.entries(k).map(([n, v]) => `const ${n} = ${v}u;`).join("\n")}
+  return unrollLoops(/* wgsl */ `${Object.entries(k).map(([n, v]) => /* wgsl */ `const ${n} = ${v}u;`).join("\n")}
 var<workgroup> sh: array<vec4f, SHARED>; // rows [0, TILE): first operand; [TILE, 2·TILE): second
 
 // Replaces each invocation's a by w·a summed over the SPLIT invocations of its row, for the vec4s c
@@ -88,7 +88,7 @@ ${body}`, k);
 }
 
 // WGSL: rows j0 .. j0+TILE-1 of one head of buf (zeros from row `end` on) into tile rows [at, at+TILE)
-const loadTile = (buf, at, rowBase, times = "") => `
+const loadTile = (buf, at, rowBase, times = "") => /* wgsl */ `
     for (var e = li; e < TILE * D4; e += WG) {
       let r = e / D4;
       let c = e % D4;
@@ -97,26 +97,29 @@ const loadTile = (buf, at, rowBase, times = "") => `
       sh[(${at} + r) * RS + c] = x;
     }`;
 
-const HEAD = `
+const HEAD = /* wgsl */ `
   let b = wid.y / p.H;
   let h = wid.y % p.H;
   let C4 = p.C / 4u;
   let t = li % SPLIT;`;
 // the longest (last) query block first, so that the short ones fill the tail
-const QUERY_BLOCK = `
+const QUERY_BLOCK = /* wgsl */ `
   let q0 = ((p.T + ROWS - 1u) / ROWS - 1u - wid.x) * ROWS;
   let qi = q0 + li / SPLIT;
   let valid = qi < p.T;`;
 const vec4s = (names, mode) => names.map((n) => [n, mode, "vec4f"]);
 
+// C++'s attention_backward is two kernels here: attention_backward_q (dq, and delta) and
+// attention_backward_kv (dk, dv), so that each output block has one owner (no atomics).
+
 // q: (B,T,C) queries at absolute positions past..past+T-1; k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
 export function attentionForward(D, layout = attentionLayout(D)) {
   return kernel(`attention_forward_d${D}`,
     [["T", "u32"], ["kvT", "u32"], ["past", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
-    [...vec4s(["q", "k", "v"], "read"), ["out", "rw", "vec4f"], ["lse", "rw"]], `
-${withPreamble(D, layout, `
+    [...vec4s(["q", "k", "v"], "read"), ["out", "rw", "vec4f"], ["lse", "rw"]], /* wgsl */ `
+${withPreamble(D, layout, /* wgsl */ `
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}${QUERY_BLOCK}
+fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}${QUERY_BLOCK}
   let tq = p.past + qi; // sees keys 0..tq
   var qr: array<vec4f, D4>;
   var acc: array<vec4f, D4>;
@@ -170,17 +173,17 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     if (t == 0u) { lse[(b * p.H + h) * p.T + qi] = m + log(sum); }
   }
 }
-`)}`);
+`)}`, "attention_forward");
 }
 
 // dq_i = scale · Σ_{j≤i} ds_ij·k_j, ds_ij = p_ij·(dout_i·v_j − delta_i); also writes
 // delta: (B,H,T) = rowsum(dout · out) per head, which the dK/dV pass reads.
 export function attentionBackwardQ(D, layout = attentionLayout(D)) {
   return kernel(`attention_backward_q_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
-    [...vec4s(["q", "k", "v", "dout", "out"], "read"), ["lse", "read"], ["delta", "rw"], ["dq", "rw", "vec4f"]], `
-${withPreamble(D, layout, `
+    [...vec4s(["q", "k", "v", "dout", "out"], "read"), ["lse", "read"], ["delta", "rw"], ["dq", "rw", "vec4f"]], /* wgsl */ `
+${withPreamble(D, layout, /* wgsl */ `
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}${QUERY_BLOCK}
+fn attention_backward_q(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}${QUERY_BLOCK}
   var qr: array<vec4f, D4>;
   var dor: array<vec4f, D4>;
   var dqa: array<vec4f, D4>;
@@ -220,18 +223,18 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     if (t == 0u) { delta[(b * p.H + h) * p.T + qi] = row_delta; }
   }
 }
-`)}`);
+`)}`, "attention_backward_q");
 }
 
 // dk_j = Σ_{i≥j} ds_ij·(scale·q_i), dv_j = Σ_{i≥j} p_ij·dout_i; lse, delta: (B,H,T)
 export function attentionBackwardKV(D, layout = attentionLayout(D)) {
   return kernel(`attention_backward_kv_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
-    [...vec4s(["q", "k", "v", "dout"], "read"), ["lse", "read"], ["delta", "read"], ...vec4s(["dk", "dv"], "rw")], `
-${withPreamble(D, layout, `
+    [...vec4s(["q", "k", "v", "dout"], "read"), ["lse", "read"], ["delta", "read"], ...vec4s(["dk", "dv"], "rw")], /* wgsl */ `
+${withPreamble(D, layout, /* wgsl */ `
 var<workgroup> stats: array<vec2f, TILE>; // (lse, delta) of the tile's queries
 
 @compute @workgroup_size(WG)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}
+fn attention_backward_kv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}
   let k0 = wid.x * ROWS; // block 0, which sees every query, first
   let kj = k0 + li / SPLIT;
   let valid = kj < p.T;
@@ -278,7 +281,7 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: 
     }
   }
 }
-`)}`);
+`)}`, "attention_backward_kv");
 }
 
 /** Workgroup counts of a kernel whose workgroups own `rows` rows of each (batch, head). */

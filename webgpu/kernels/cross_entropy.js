@@ -1,8 +1,11 @@
-// Fused softmax + cross-entropy; with flags 1 the logits are
-// overwritten in place by d(mean loss)/d(logits) = (softmax - onehot) · scale.
+// Softmax cross-entropy, as wasm/src/cross_entropy.h: cross_entropy_forward writes each row's loss;
+// cross_entropy_backward writes the same losses and overwrites the logits in place with
+// d(mean loss)/d(logits) = (softmax - onehot) · scale. The backward is fused with the forward (C++
+// saves each row's log-sum-exp between its two functions instead): the training step reads the
+// logits once, and its loss comes from the same pass.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-const WG_REDUCE = `
+const WG_REDUCE = /* wgsl */ `
 var<workgroup> red: array<f32, 128>;
 fn wg_reduce(v: f32, li: u32, is_max: bool) -> f32 {
   red[li] = v;
@@ -27,15 +30,15 @@ const CE_ROWS_PER_GROUP = 256 / CE_LANES;
 /** Workgroups for `rows` rows (two-dimensional past 65535, see grid1d). */
 export const crossEntropyWorkgroups = (rows) => Math.ceil(rows / CE_ROWS_PER_GROUP);
 
-// logits: (rows,V), targets: (rows) -> losses: (rows)
-export const crossEntropy = kernel("cross_entropy",
-  [["rows", "u32"], ["V", "u32"], ["flags", "u32"], ["scale", "f32"]],
-  [["logits", "rw"], ["targets", "read", "u32"], ["losses", "rw"]], `${LINEAR_ID}
+// logits: (rows,V), targets: (rows) -> losses: (rows) (and, backward, dlogits in place of logits)
+const crossEntropyKernel = (entryPoint, backward) => kernel(entryPoint,
+  [["rows", "u32"], ["V", "u32"], ...(backward ? [["scale", "f32"]] : [])],
+  [["logits", backward ? "rw" : "read"], ["targets", "read", "u32"], ["losses", "rw"]], /* wgsl */ `${LINEAR_ID}
 const LANES = ${CE_LANES}u;
 var<workgroup> row_max: array<f32, 256>;
 var<workgroup> row_sum: array<f32, 256>;
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let row = linear_workgroup(wid, nwg) * ${CE_ROWS_PER_GROUP}u + li / LANES;
   let lane = li % LANES;
   let lane0 = li - lane; // the row's lane 0 in workgroup memory
@@ -57,19 +60,20 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
   if (row >= p.rows) { return; }
   let t = targets[row];
   // the lane owning logit t reads it, before it (and only it) overwrites it with the gradient
-  if (t % LANES == lane) { losses[row] = lse - logits[base + t]; }
-  if (p.flags == 1u) {
-    for (var i = lane; i < p.V; i += LANES) {
-      logits[base + i] = (exp(logits[base + i] - lse) - select(0.0, 1.0, i == t)) * p.scale;
-    }
-  }
+  if (t % LANES == lane) { losses[row] = lse - logits[base + t]; }${backward ? /* wgsl */ `
+  for (var i = lane; i < p.V; i += LANES) {
+    logits[base + i] = (exp(logits[base + i] - lse) - select(0.0, 1.0, i == t)) * p.scale;
+  }` : ""}
 }
-`);
+`, entryPoint);
+
+export const crossEntropyForward = crossEntropyKernel("cross_entropy_forward", false);
+export const crossEntropyBackward = crossEntropyKernel("cross_entropy_backward", true);
 
 // losses: (n) -> out[0] = mean, summed in a fixed order by one workgroup
-export const meanLoss = kernel("mean_loss", [["n", "u32"]], [["losses", "read"], ["out", "rw"]], `${WG_REDUCE}
+export const meanLoss = kernel("mean_loss", [["n", "u32"]], [["losses", "read"], ["out", "rw"]], /* wgsl */ `${WG_REDUCE}
 @compute @workgroup_size(128)
-fn main(@builtin(local_invocation_index) li: u32) {
+fn mean_loss(@builtin(local_invocation_index) li: u32) {
   var s = 0.0;
   for (var i = li; i < p.n; i += 128u) { s = s + losses[i]; }
   let total = wg_reduce(s, li, false);

@@ -1,14 +1,15 @@
 // Token + position embedding. The backward is a scatter-add without float atomics: the host sorts
 // the batch's positions by token (counting sort, O(B·T)), and one invocation per (token, channel)
-// sums its rows in ascending position order, so the result is deterministic.
+// sums its rows in ascending position order, so the result is deterministic. C++'s embedding_backward
+// is two kernels here: embedding_backward_tokens (wte) and embedding_backward_positions (wpe).
 import { kernel, LINEAR_ID } from "./kernel.js";
 
 // tokens: (rows) -> out: (rows,C) = wte[token] + wpe[past + t], t = row mod T
 export const embeddingForward = kernel("embedding_forward",
   [["rows", "u32"], ["T", "u32"], ["C", "u32"], ["past", "u32"], ["wte_off", "u32"], ["wpe_off", "u32"]],
-  [["tokens", "read", "u32"], ["params", "read"], ["out", "rw"]], `${LINEAR_ID}
+  [["tokens", "read", "u32"], ["params", "read"], ["out", "rw"]], /* wgsl */ `${LINEAR_ID}
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn embedding_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let i = linear_workgroup(wid, nwg) * 256u + li;
   if (i >= p.rows * p.C) { return; }
   let r = i / p.C;
@@ -20,9 +21,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 // order: [V+1 starts | rows positions sorted by token]; dres: (rows,C); grads[wte] += Σ rows of each token
 export const embeddingBackwardTokens = kernel("embedding_backward_tokens",
   [["V", "u32"], ["C", "u32"], ["wte_off", "u32"]],
-  [["order", "read", "u32"], ["dres", "read"], ["grads", "rw"]], `${LINEAR_ID}
+  [["order", "read", "u32"], ["dres", "read"], ["grads", "rw"]], /* wgsl */ `${LINEAR_ID}
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn embedding_backward_tokens(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let i = linear_workgroup(wid, nwg) * 256u + li;
   if (i >= p.V * p.C) { return; }
   let v = i / p.C;
@@ -36,9 +37,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 // dres: (B,T,C) -> grads[wpe + t*C + c] = Σ_b dres[b,t,c]
 export const embeddingBackwardPositions = kernel("embedding_backward_positions",
   [["B", "u32"], ["T", "u32"], ["C", "u32"], ["wpe_off", "u32"]],
-  [["dres", "read"], ["grads", "rw"]], `${LINEAR_ID}
+  [["dres", "read"], ["grads", "rw"]], /* wgsl */ `${LINEAR_ID}
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn embedding_backward_positions(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let i = linear_workgroup(wid, nwg) * 256u + li;
   if (i >= p.T * p.C) { return; }
   var s = 0.0;

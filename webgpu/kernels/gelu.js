@@ -1,16 +1,16 @@
 // GELU in GPT-2's tanh form, elementwise over n values.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-const GELU_COMMON = `
+const GELU_COMMON = /* wgsl */ `
 const S = 0.7978845608028654; // sqrt(2/pi)
 // clamped: tanh(±10) is ±1 in f32 already, and some tanh implementations overflow past that
 fn tanh_arg(x: f32) -> f32 { return clamp(S * (x + 0.044715 * x * x * x), -10.0, 10.0); }
 ${LINEAR_ID}`;
 
 // h: (n) -> g: (n)
-export const geluForward = kernel("gelu_forward", [["n", "u32"]], [["h", "read"], ["g", "rw"]], `${GELU_COMMON}
+export const geluForward = kernel("gelu_forward", [["n", "u32"]], [["h", "read"], ["g", "rw"]], /* wgsl */ `${GELU_COMMON}
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn gelu_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let i = linear_workgroup(wid, nwg) * 256u + li;
   if (i >= p.n) { return; }
   let x = h[i];
@@ -19,9 +19,9 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 `);
 
 // dg: (n) gradient w.r.t. the GELU output, turned in place into the gradient w.r.t. its input h
-export const geluBackward = kernel("gelu_backward", [["n", "u32"]], [["h", "read"], ["dg", "rw"]], `${GELU_COMMON}
+export const geluBackward = kernel("gelu_backward", [["n", "u32"]], [["h", "read"], ["dg", "rw"]], /* wgsl */ `${GELU_COMMON}
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn gelu_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let i = linear_workgroup(wid, nwg) * 256u + li;
   if (i >= p.n) { return; }
   let x = h[i];

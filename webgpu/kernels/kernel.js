@@ -1,23 +1,27 @@
 // A kernel = WGSL body + its uniform fields + its storage bindings, declared once. The header
 // (uniform struct, bindings) and the bind-group layout are both generated from that declaration,
 // so a layout always matches each shader's declared access mode (read-only-storage vs storage).
+// WGSL is generated here (tiles specialised, loops unrolled); every WGSL template literal is tagged
+// /* wgsl */ for editors, and `node webgpu/tools/dump_wgsl.mjs` writes each variant to a .wgsl file.
 
 /**
- * @param {string} name
+ * @param {string} name  the variant: entry point + specialisation (e.g. matmul_forward_32x64), unique
  * @param {Array<[string, "u32"|"f32"]>} uniforms  fields of `p`, binding 0
  * @param {Array<[string, "read"|"rw", string?]>} buffers  bindings 1..n; element type defaults to f32
- * @param {string} body  WGSL using `p` and the buffer names
+ * @param {string} body  WGSL using `p` and the buffer names, declaring `fn <entryPoint>(`
+ * @param {string} entryPoint  the compute entry point, named as the C++ function it mirrors (wasm/src)
  */
-export function kernel(name, uniforms, buffers, body) {
-  const struct = `struct Params {\n${uniforms.map(([n, t]) => `  ${n}: ${t},`).join("\n")}\n}\n`;
+export function kernel(name, uniforms, buffers, body, entryPoint = name) {
+  if (!body.includes(`fn ${entryPoint}(`)) throw new Error(`kernel ${name}: no entry point fn ${entryPoint}(`);
+  const struct = /* wgsl */ `struct Params {\n${uniforms.map(([n, t]) => /* wgsl */ `  ${n}: ${t},`).join("\n")}\n}\n`;
   const decls = buffers.map(([n, mode, type = "f32"], i) =>
-    `@group(0) @binding(${i + 1}) var<storage, ${mode === "rw" ? "read_write" : "read"}> ${n}: array<${type}>;`).join("\n");
-  const code = `${struct}@group(0) @binding(0) var<uniform> p: Params;\n${decls}\n${body}`;
-  return { name, uniforms, buffers, code };
+    /* wgsl */ `@group(0) @binding(${i + 1}) var<storage, ${mode === "rw" ? "read_write" : "read"}> ${n}: array<${type}>;`).join("\n");
+  const code = /* wgsl */ `${struct}@group(0) @binding(0) var<uniform> p: Params;\n${decls}\n${body}`;
+  return { name, entryPoint, uniforms, buffers, code };
 }
 
 /** Linear index of an invocation in a 2D grid of 1D workgroups (dispatch1d spreads over y past 65535). */
-export const LINEAR_ID = `
+export const LINEAR_ID = /* wgsl */ `
 fn linear_workgroup(wid: vec3u, nwg: vec3u) -> u32 { return wid.y * nwg.x + wid.x; }
 `;
 

@@ -2,14 +2,16 @@
 // invocations (256 / lanes rows per workgroup of 256): adjacent lanes read adjacent columns, so
 // loads coalesce, and a row's partial sums meet in workgroup memory, where every lane of the row
 // adds the row's partials in the same fixed order (one barrier per reduction, no scheduling
-// dependence). Forward saves (mean, rstd) per row; backward recomputes x̂ from them.
+// dependence). Forward saves (mean, rstd) per row; backward recomputes x̂ from them. C++'s
+// layernorm_backward is two kernels here: layernorm_backward_input (dx, row-parallel) and
+// layernorm_backward_params (dw, db, column-parallel).
 // H200: 32 lanes suit C ≤ 192; past that 64 lanes are faster (C 384: 9.7 -> 9.0 µs forward,
 // C 1280: 22 -> 15 µs), below it they are no faster.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-// Opens main(): `row` (may be ≥ p.rows in the last workgroup: such lanes still reach every barrier
+// Opens the entry point: `row` (may be ≥ p.rows in the last workgroup: such lanes still reach every barrier
 // but read row `src` = p.rows - 1 and write nothing: `in_range`), `lane`, `base` = src's first element.
-const rowMain = (lanes) => `${LINEAR_ID}
+const rowMain = (entryPoint, lanes) => /* wgsl */ `${LINEAR_ID}
 const LANES = ${lanes}u;
 var<workgroup> partial_a: array<f32, 256>;
 var<workgroup> partial_b: array<f32, 256>;
@@ -27,7 +29,7 @@ fn row_total_b(li: u32) -> f32 {
   return s;
 }
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let row = linear_workgroup(wid, nwg) * ${256 / lanes}u + li / LANES;
   let lane = li % LANES;
   let in_range = row < p.rows;
@@ -36,10 +38,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, 
 
 // x: (rows,C) -> out: (rows,C); stats: (rows,2) = mean, rstd (variance from a second pass over x:
 // no cancellation when |mean| ≫ std, as in the residual stream)
-const forwardKernel = (lanes) => kernel(`layernorm_forward_${lanes}`,
+const forwardKernel = (lanes) => kernel(`layernorm_forward_lanes${lanes}`,
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"], ["eps", "f32"]],
   [["x", "read"], ["params", "read"], ["out", "rw"], ["stats", "rw"]],
-  `${rowMain(lanes)}
+  /* wgsl */ `${rowMain("layernorm_forward", lanes)}
   var s = 0.0;
   for (var c = lane; c < p.C; c += LANES) { s = s + x[base + c]; }
   partial_a[li] = s;
@@ -59,13 +61,13 @@ const forwardKernel = (lanes) => kernel(`layernorm_forward_${lanes}`,
     stats[2u * row + 1u] = rstd;
   }
 }
-`);
+`, "layernorm_forward");
 
 // dout: (rows,C) -> dx (rows,C), written (flags 0) or added (flags 1: the residual stream's gradient)
-const backwardKernel = (lanes) => kernel(`layernorm_backward_${lanes}`,
+const backwardInputKernel = (lanes) => kernel(`layernorm_backward_input_lanes${lanes}`,
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"]],
   [["dout", "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"]],
-  `${rowMain(lanes)}
+  /* wgsl */ `${rowMain("layernorm_backward_input", lanes)}
   let mean = stats[2u * src];
   let rstd = stats[2u * src + 1u];
   var a = 0.0;
@@ -88,15 +90,20 @@ const backwardKernel = (lanes) => kernel(`layernorm_backward_${lanes}`,
     dx[base + c] = g;
   }
 }
-`);
+`, "layernorm_backward_input");
 
-const rowKernels = new Map([32, 64].map((lanes) =>
-  [lanes, { forward: forwardKernel(lanes), backward: backwardKernel(lanes), rowsPerGroup: 256 / lanes }]));
+/** The lanes per row the row kernels are specialised for. */
+export const LAYERNORM_LANES = [32, 64];
+const rowKernels = new Map(LAYERNORM_LANES.map((lanes) =>
+  [lanes, { forward: forwardKernel(lanes), backwardInput: backwardInputKernel(lanes), rowsPerGroup: 256 / lanes }]));
 
-/** The forward and backward kernels for rows of C, and their workgroup count for `rows` rows (see grid1d). */
+/** The row kernels (forward, backwardInput) of one lane count. */
+export const layernormRowKernels = (lanes) => rowKernels.get(lanes);
+
+/** The row kernels for rows of C, and their workgroup count for `rows` rows (see grid1d). */
 export function layernormKernels(C) {
-  const k = rowKernels.get(C > 192 ? 64 : 32);
-  return { forward: k.forward, backward: k.backward, workgroups: (rows) => Math.ceil(rows / k.rowsPerGroup) };
+  const k = layernormRowKernels(C > 192 ? 64 : 32);
+  return { forward: k.forward, backwardInput: k.backwardInput, workgroups: (rows) => Math.ceil(rows / k.rowsPerGroup) };
 }
 
 // The parameter gradients in one pass, without scratch: a workgroup owns PARAM_COLS columns and
@@ -107,16 +114,16 @@ export function layernormKernels(C) {
 const PARAM_COLS = 2;
 const PARAM_ROW_LANES = 256 / PARAM_COLS;
 
-export const layernormParamWorkgroups = (C) => Math.ceil(C / PARAM_COLS);
+export const layernormBackwardParamsWorkgroups = (C) => Math.ceil(C / PARAM_COLS);
 
 // grads[w_off + c] = Σ_rows dout·x̂ (the weight's), grads[w_off + C + c] = Σ_rows dout (the bias's)
-export const layernormParamGrads = kernel("layernorm_param_grads",
+export const layernormBackwardParams = kernel("layernorm_backward_params",
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"]],
   [["dout", "read"], ["x", "read"], ["stats", "read"], ["grads", "rw"]],
-  `
+  /* wgsl */ `
 var<workgroup> sums: array<vec2f, 256>;
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let col = li % ${PARAM_COLS}u;
   let c = min(wid.x * ${PARAM_COLS}u + col, p.C - 1u);
   var dw = 0.0;

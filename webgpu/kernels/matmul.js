@@ -1,9 +1,7 @@
 // Matrix products C (M,N) = op(A)·op(B) [+ bias(N)] [+ C] [+ R], tiled in workgroup memory with
-// register blocking. Three variants read the operands where they lie, so no transpose is ever
-// materialised (weights stay PyTorch's [out, in]):
-//   "nt": A (M,K) · B(N,K)ᵀ   forward Linear:     y  = x · Wᵀ + b
-//   "nn": A (M,K) · B(K,N)    input gradient:     dx = dy · W
-//   "tn": A(K,M)ᵀ · B(K,N)    weight gradient:    dW = dyᵀ · x   (and, fused, db = Σ_k dy[k,:])
+// register blocking. Three forms (MATMUL_FORMS) read the operands where they lie, so no transpose is
+// ever materialised (weights stay PyTorch's [out, in]); the residual adds (wasm/src/residual.h) are
+// the forward's R epilogue.
 // A WX×WY workgroup owns a BM×BN tile (BM = WY·TM, BN = WX·TN); invocation (tx, ty) owns rows
 // ty + WY·i and columns tx + WX·j (interleaved, so workgroup-memory reads and global writes are
 // contiguous across a warp). TinyGPT's products are small (a few hundred rows and columns), so on a
@@ -12,6 +10,24 @@
 import { kernel, LINEAR_ID } from "./kernel.js";
 
 export const MATMUL_FLAGS = { bias: 1, accumulate: 2, residual: 4, biasGrad: 8 };
+
+/**
+ * The forms, named by the product each computes for a Linear y = x·Wᵀ + b (wasm/src/matmul.h's
+ * matmul_forward, and the two halves of its matmul_backward); aT/bT: A or B is read transposed.
+ *   forward:          C = A(M,K) · B(N,K)ᵀ    y  = x · Wᵀ + b
+ *   backward_input:   C = A(M,K) · B(K,N)     dx = dy · W
+ *   backward_weight:  C = A(K,M)ᵀ · B(K,N)    dW = dyᵀ · x   (and, fused, db = Σ_k dy[k,:])
+ */
+export const MATMUL_FORMS = {
+  forward: { aT: false, bT: true },
+  backward_input: { aT: false, bT: false },
+  backward_weight: { aT: true, bT: false },
+};
+const formOf = (form) => {
+  const f = MATMUL_FORMS[form];
+  if (!f) throw new Error(`unknown matmul form ${form}; one of ${Object.keys(MATMUL_FORMS).join(", ")}`);
+  return f;
+};
 
 /** Tile shapes by name "BMxBN" (threads = WX·WY ≤ 256, workgroup memory ≤ 16 KiB). */
 export const MATMUL_TILES = {
@@ -35,7 +51,7 @@ export const tileShape = (name) => {
  * split: the split-K form for products with few output tiles and a long K (weight gradients, K = B·T):
  * split z sums K-range [z·k_chunk, (z+1)·k_chunk) into a slab of p.len floats of `partials`, and
  * matmulSplitFinal adds the slabs in order (deterministic, no atomics) and applies the epilogue.
- * With flags.biasGrad ("tn" only) the column sums of A, Σ_k A[k, m], land right after C's M·N values
+ * With flags.biasGrad (backward_weight only) the column sums of A, Σ_k A[k, m], land right after C's M·N values
  * (the manifest keeps each Linear's bias right after its weight): the first column of workgroups
  * sums the A tiles it already holds in workgroup memory.
  * Batches (workgroup z = batch·splits + split): batch i reads A at a_off + i·a_zs, B at b_off + i·b_zs,
@@ -44,9 +60,9 @@ export const tileShape = (name) => {
  * kcat: instead, the kcat products A_i·B_i (K each, strides a_zs and b_zs) are summed into one C, as
  * one product over K·kcat: the input gradient dq·Wq + dk·Wk + dv·Wv in one dispatch.
  */
-export function matmulKernel(variant, tile, split = false, kcat = false) {
+export function matmulKernel(form, tile, split = false, kcat = false) {
   const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(tile);
-  const aT = variant === "tn", bT = variant === "nt";
+  const { aT, bT } = formOf(form);
   // a slab loaded k-fastest is stored transposed: a warp then stores BK k-rows × 32/BK columns, and a
   // row stride ≡ 32/BK (mod 32 banks) puts those 32 stores in 32 different banks
   const pad = 32 / BK, AS = BM + (aT ? 0 : pad), BS = BN + (bT ? pad : 0);
@@ -55,21 +71,22 @@ export function matmulKernel(variant, tile, split = false, kcat = false) {
   const aCoord = aT ? "let kk = e / BM; let mm = e % BM;" : "let mm = e / BK; let kk = e % BK;";
   const bCoord = bT ? "let nn = e / BK; let kb = e % BK;" : "let kb = e / BN; let nn = e % BN;";
   const fetch = (k0) => [
-    ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} ra${r} = load_a(a_base, m0 + mm, ${k0} + kk); }`),
-    ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} rb${r} = load_b(b_base, ${k0} + kb, n0 + nn); }`),
+    ...range(LA).map((r) => /* wgsl */ `    { let e = li + ${r * threads}u; ${aCoord} ra${r} = load_a(a_base, m0 + mm, ${k0} + kk); }`),
+    ...range(LB).map((r) => /* wgsl */ `    { let e = li + ${r * threads}u; ${bCoord} rb${r} = load_b(b_base, ${k0} + kb, n0 + nn); }`),
   ].join("\n");
   const stash = [
-    ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} As[kk * AS + mm] = ra${r}; }`),
-    ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} Bs[kb * BS + nn] = rb${r}; }`),
+    ...range(LA).map((r) => /* wgsl */ `    { let e = li + ${r * threads}u; ${aCoord} As[kk * AS + mm] = ra${r}; }`),
+    ...range(LB).map((r) => /* wgsl */ `    { let e = li + ${r * threads}u; ${bCoord} Bs[kb * BS + nn] = rb${r}; }`),
   ].join("\n");
   // k: index into the (concatenated) K range; kcat picks the product it belongs to
-  const kSplit = (k) => kcat ? `let kz = ${k} / p.K; let kr = ${k} - kz * p.K;` : `let kz = 0u; let kr = ${k};`;
-  return kernel(`matmul_${variant}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}`,
+  const kSplit = (k) => kcat ? /* wgsl */ `let kz = ${k} / p.K; let kr = ${k} - kz * p.K;` : /* wgsl */ `let kz = 0u; let kr = ${k};`;
+  const entryPoint = `matmul_${form}`;
+  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}`,
     [["M", "u32"], ["N", "u32"], ["K", "u32"], ["a_off", "u32"], ["b_off", "u32"], ["c_off", "u32"],
       ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"], ["k_chunk", "u32"], ["len", "u32"],
       ["splits", "u32"], ["kcat", "u32"], ["a_zs", "u32"], ["b_zs", "u32"], ["c_zs", "u32"], ["bias_zs", "u32"]],
     [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]],
-    `
+    /* wgsl */ `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
 const AS = ${AS}u; const BS = ${BS}u;
 var<workgroup> As: array<f32, ${BK * AS}>; // [k][m]
@@ -90,7 +107,7 @@ fn load_b(base: u32, k: u32, n: u32) -> f32 {
 fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: f32) {
   if (m >= p.M || n >= p.N) { return; }
   let idx = slab + m * p.N + n;
-  ${split ? "C[idx] = acc;" : `var v = acc;
+  ${split ? "C[idx] = acc;" : /* wgsl */ `var v = acc;
   if ((p.flags & 1u) != 0u) { v = v + bias[bias_base + n]; }
   if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
   if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }
@@ -98,7 +115,7 @@ fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: f32) {
 }
 
 @compute @workgroup_size(${WX}, ${WY})
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
+fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
         @builtin(local_invocation_index) li: u32) {
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
@@ -107,10 +124,10 @@ fn main(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: ve
   let b_base = p.b_off + ${kcat ? "0u" : "batch * p.b_zs"};
   // the TM×TN accumulators and the prefetch registers are unrolled into scalars so that every
   // backend keeps them in registers
-${each(TM, TN, (i, j) => `  var c${i}_${j} = 0.0;`)}
-${range(TM).map((i) => `  var s${i} = 0.0; // Σ_k A[k, row i] for the fused bias gradient`).join("\n")}
-${range(LA).map((r) => `  var ra${r} = 0.0;`).join("\n")}
-${range(LB).map((r) => `  var rb${r} = 0.0;`).join("\n")}
+${each(TM, TN, (i, j) => /* wgsl */ `  var c${i}_${j} = 0.0;`)}
+${range(TM).map((i) => /* wgsl */ `  var s${i} = 0.0; // Σ_k A[k, row i] for the fused bias gradient`).join("\n")}
+${range(LA).map((r) => /* wgsl */ `  var ra${r} = 0.0;`).join("\n")}
+${range(LB).map((r) => /* wgsl */ `  var rb${r} = 0.0;`).join("\n")}
   let bias_grad = ${aT ? "(p.flags & 8u) != 0u && wid.x == 0u" : "false"};
   let k_total = p.K * p.kcat;
   let k_begin = (wid.z % p.splits) * p.k_chunk;
@@ -125,23 +142,23 @@ ${stash}
 ${fetch("(k0 + BK)")}
     }
     for (var k = 0u; k < BK; k++) {
-${range(TM).map((i) => `      let a${i} = As[k * AS + lid.y + ${i * WY}u];`).join("\n")}
-${range(TN).map((j) => `      let b${j} = Bs[k * BS + lid.x + ${j * WX}u];`).join("\n")}
-${each(TM, TN, (i, j) => `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
+${range(TM).map((i) => /* wgsl */ `      let a${i} = As[k * AS + lid.y + ${i * WY}u];`).join("\n")}
+${range(TN).map((j) => /* wgsl */ `      let b${j} = Bs[k * BS + lid.x + ${j * WX}u];`).join("\n")}
+${each(TM, TN, (i, j) => /* wgsl */ `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
       if (bias_grad) {
-${range(TM).map((i) => `        s${i} = s${i} + a${i};`).join("\n")}
+${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
       }
     }
     workgroupBarrier();
   }
   let slab = ${split ? "wid.z * p.len" : "p.c_off + batch * p.c_zs"};
   let bias_base = p.bias_off + batch * p.bias_zs;
-${each(TM, TN, (i, j) => `  store(slab, bias_base, m0 + lid.y + ${i * WY}u, n0 + lid.x + ${j * WX}u, c${i}_${j});`)}
+${each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + lid.y + ${i * WY}u, n0 + lid.x + ${j * WX}u, c${i}_${j});`)}
   if (bias_grad && lid.x == 0u) {
-${range(TM).map((i) => `    if (m0 + lid.y + ${i * WY}u < p.M) { C[slab + p.M * p.N + m0 + lid.y + ${i * WY}u] = s${i}; }`).join("\n")}
+${range(TM).map((i) => /* wgsl */ `    if (m0 + lid.y + ${i * WY}u < p.M) { C[slab + p.M * p.N + m0 + lid.y + ${i * WY}u] = s${i}; }`).join("\n")}
   }
 }
-`);
+`, entryPoint);
 }
 
 // partials: (batches·splits, len) -> C[c_off + i·c_zs ..][0, len) = Σ_z partials[i·splits + z] (+ bias)
@@ -150,9 +167,9 @@ ${range(TM).map((i) => `    if (m0 + lid.y + ${i * WY}u < p.M) { C[slab + p.M * 
 export const matmulSplitFinal = kernel("matmul_split_final",
   [["len", "u32"], ["N", "u32"], ["splits", "u32"], ["c_off", "u32"], ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"],
     ["batches", "u32"], ["c_zs", "u32"]],
-  [["partials", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]], `${LINEAR_ID}
+  [["partials", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]], /* wgsl */ `${LINEAR_ID}
 @compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+fn matmul_split_final(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let g = linear_workgroup(wid, nwg) * 256u + li;
   if (g >= p.len * p.batches) { return; }
   let batch = g / p.len;
@@ -177,10 +194,10 @@ export function tileCount(M, N, tile) {
  * The tile for a product, from timing every tile on every preset's products on an H200
  * (webgpu/bench/matmul_tiles.mjs; docs/performance.md): these products are too small to fill a big
  * GPU, so small tiles with many invocations win (latency hiding beats register reuse) until there
- * are ≥ 512 tiles of 32×32; weight gradients ("tn", split-K below) take 128×64 once M·N ≥ 100k.
+ * are ≥ 512 tiles of 32×32; weight gradients (backward_weight, split-K below) take 128×64 once M·N ≥ 100k.
  */
-export function chooseTile(variant, M, N) {
-  if (variant === "tn") return M * N >= 100_000 ? "128x64" : "32x64";
+export function chooseTile(form, M, N) {
+  if (formOf(form).aT) return M * N >= 100_000 ? "128x64" : "32x64";
   if (tileCount(M, N, "128x128") >= 512) return "128x128"; // big squares: 128×128 reached 26-28 TFLOP/s at 4096³
   return tileCount(M, N, "32x32") >= 512 ? "32x64" : "32x32w";
 }

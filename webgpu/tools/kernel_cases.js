@@ -33,7 +33,7 @@ export async function runKernelCases(device, cases, inputs) {
     matmul(c, plan) {
       const len = c.M * c.N + (c.biasGrad ? c.M : 0), batches = c.batches ?? 1, cLen = c.cLen ?? len;
       const C = c.accumulate ? input(`${c.id}_C0`) : empty(cLen);
-      ops.matmul(plan, c.variant, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, B: input(`${c.id}_B`), bOff: c.bOff,
+      ops.matmul(plan, c.form, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, B: input(`${c.id}_B`), bOff: c.bOff,
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
         accumulate: c.accumulate, biasGrad: c.biasGrad, tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(batches * c.splits * len) : null,
         batches, kcat: c.kcat ?? 1, strides: c.strides ?? {} });
@@ -42,45 +42,46 @@ export async function runKernelCases(device, cases, inputs) {
     layernorm(c, plan) {
       const { rows, C } = c, out = empty(rows * C), stats = empty(2 * rows), dx = input(`${c.id}_dx0`), grads = empty(c.nParams);
       const x = input(`${c.id}_x`), params = input(`${c.id}_params`), dout = input(`${c.id}_dout`);
-      ops.layernorm(plan, { rows, C, x, params, wOff: c.wOff, bOff: c.bOff, out, stats, eps: c.eps });
+      ops.layernormForward(plan, { rows, C, x, params, wOff: c.wOff, bOff: c.bOff, out, stats, eps: c.eps });
       ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads });
       return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C], grads: [grads, c.nParams] };
     },
     gelu(c, plan) {
       const h = input(`${c.id}_h`), g = empty(c.n), dg = input(`${c.id}_dg`);
-      ops.gelu(plan, { n: c.n, h, g });
+      ops.geluForward(plan, { n: c.n, h, g });
       ops.geluBackward(plan, { n: c.n, h, dg });
       return { g: [g, c.n], dh: [dg, c.n] };
     },
     embedding(c, plan) {
       const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);
-      ops.embedding(plan, { rows, T, C, past: 0, tokens: input(`${c.id}_tokens`), params: input(`${c.id}_params`), wteOff: c.wteOff, wpeOff: c.wpeOff, out });
+      ops.embeddingForward(plan, { rows, T, C, past: 0, tokens: input(`${c.id}_tokens`), params: input(`${c.id}_params`), wteOff: c.wteOff, wpeOff: c.wpeOff, out });
       ops.embeddingBackward(plan, { B, T, C, V, order: input(`${c.id}_order`), dres: input(`${c.id}_dres`), grads, wteOff: c.wteOff, wpeOff: c.wpeOff });
       return { out: [out, rows * C], grads: [grads, c.nParams] };
     },
     cross_entropy(c, plan) {
       const logits = input(`${c.id}_logits`), losses = empty(c.rows), mean = empty(4);
-      ops.crossEntropy(plan, { rows: c.rows, V: c.V, logits, targets: input(`${c.id}_targets`), losses, grad: true, lossOut: mean });
-      return { losses: [losses, c.rows], dlogits: [logits, c.rows * c.V], mean: [mean, 1] };
+      const record = c.backward ? ops.crossEntropyBackward : ops.crossEntropyForward;
+      record.call(ops, plan, { rows: c.rows, V: c.V, logits, targets: input(`${c.id}_targets`), losses, lossOut: mean });
+      return { losses: [losses, c.rows], logits: [logits, c.rows * c.V], mean: [mean, 1] };
     },
     attention(c, plan) {
       const { B, T, H, C } = c, n = B * T * C;
       const q = input(`${c.id}_q`), k = input(`${c.id}_k`), v = input(`${c.id}_v`), dout = input(`${c.id}_dout`);
       const out = empty(n), lse = empty(B * H * T), delta = empty(B * H * T), dq = empty(n), dk = empty(n), dv = empty(n);
-      ops.attention(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse });
+      ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse });
       ops.attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv });
       return { out: [out, n], lse: [lse, B * H * T], dq: [dq, n], dk: [dk, n], dv: [dv, n] };
     },
     attention_cached(c, plan) {
       const { T, past, kvT, H, C } = c, out = empty(T * C), lse = empty(H * T);
-      ops.attention(plan, { B: 1, T, kvT, past, H, C, q: input(`${c.id}_q`), k: input(`${c.id}_k`), v: input(`${c.id}_v`), out, lse });
+      ops.attentionForward(plan, { B: 1, T, kvT, past, H, C, q: input(`${c.id}_q`), k: input(`${c.id}_k`), v: input(`${c.id}_v`), out, lse });
       return { out: [out, T * C], lse: [lse, H * T] };
     },
     adamw(c, plan) {
       const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
       const partials = empty(NORM_PARTIALS), scal = empty(4);
-      ops.gradNorm(plan, { n, grads, partials, scal, clip: c.training.gradClip });
-      ops.adamw(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), scal, values: adamwValues(n, c.training, c.t) });
+      ops.gradGlobalNorm(plan, { n, grads, partials, scal, clip: c.training.gradClip });
+      ops.adamwUpdate(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), scal, values: adamwValues(n, c.training, c.t) });
       return { scal: [scal, 2], params: [params, n], m: [m, n], v: [v, n] };
     },
   };

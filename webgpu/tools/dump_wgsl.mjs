@@ -1,0 +1,71 @@
+// Writes every WGSL kernel variant the trainer can use, one <kernel>_<specialisation>.wgsl file each:
+//   node webgpu/tools/dump_wgsl.mjs [outdir]     (default: build/wgsl, from the repo root)
+// The variants: the train, eval and decode plans of a Trainer for every preset in
+// site/static/presets.json, recorded on a stand-in device (no GPU, no weights), and every
+// specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
+// (for any M, N) × split-K or not × K-concatenation or not, each LayerNorm lane count. A source identical to one already written is not
+// written again; the first file's header lists its other names. Prints {outdir, files, duplicates}.
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { recordingDevice } from "./recording_device.js";
+import { Trainer } from "../trainer.js";
+import { MATMUL_FORMS, chooseTile, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
+import { LAYERNORM_LANES, layernormRowKernels } from "../kernels/layernorm.js";
+import { configFromPresets } from "../../site/static/js/model_config.js";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const outdir = process.argv[2] ?? `${ROOT}build/wgsl`;
+
+// The plans depend on the config alone, so the weights are never made (the largest preset's would
+// take GiBs of host memory): a truthy stand-in state that importState ignores.
+class PlansOnly extends Trainer {
+  importState() {}
+}
+
+const variants = new Map(); // name -> WGSL
+const add = (name, code) => {
+  if (variants.has(name) && variants.get(name) !== code) throw new Error(`two different kernels named ${name}`);
+  variants.set(name, code);
+};
+
+const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
+for (const preset of Object.keys(presets.presets)) {
+  const { device, shaders } = recordingDevice();
+  const trainer = new PlansOnly(device, configFromPresets(presets, preset), { state: new Uint8Array(0) });
+  await trainer.decodeLogits([0]); // records the decode plan (the train and eval plans exist already)
+  trainer.destroy();
+  for (const [name, code] of shaders) add(name, code);
+}
+// chooseTile depends on the product's M and N only: powers of two up to 2^16 reach each of its answers
+const sizes = Array.from({ length: 17 }, (_, i) => 2 ** i);
+for (const form of Object.keys(MATMUL_FORMS)) {
+  for (const tile of new Set(sizes.flatMap((M) => sizes.map((N) => chooseTile(form, M, N))))) {
+    for (const split of [false, true]) {
+      for (const kcat of [false, true]) {
+        const k = matmulKernel(form, tile, split, kcat);
+        add(k.name, k.code);
+      }
+    }
+  }
+}
+add(matmulSplitFinal.name, matmulSplitFinal.code);
+for (const lanes of LAYERNORM_LANES) {
+  const { forward, backwardInput } = layernormRowKernels(lanes);
+  for (const k of [forward, backwardInput]) add(k.name, k.code);
+}
+
+const byCode = new Map(); // WGSL -> the names that generate it, the first one written
+for (const [name, code] of [...variants].sort(([a], [b]) => a.localeCompare(b))) {
+  if (!byCode.has(code)) byCode.set(code, []);
+  byCode.get(code).push(name);
+}
+mkdirSync(outdir, { recursive: true });
+const files = [], duplicates = {};
+for (const [code, [name, ...others]] of byCode) {
+  const also = others.length ? `; the same source as ${others.join(", ")}` : "";
+  writeFileSync(join(outdir, `${name}.wgsl`), `// ${name}: generated from webgpu/kernels/ by webgpu/tools/dump_wgsl.mjs${also}\n${code}`);
+  files.push(`${name}.wgsl`);
+  if (others.length) duplicates[name] = others;
+}
+console.log(JSON.stringify({ outdir, files, duplicates }));
