@@ -20,7 +20,7 @@ BUILD_TARGETS :=
 include python_ref/python.mk
 -include wasm/native.mk wasm/emscripten.mk webgpu/webgpu.mk
 
-.PHONY: setup build serve test
+.PHONY: setup build serve test lint
 
 setup: $(SETUP_TARGETS)
 
@@ -32,5 +32,29 @@ PORT ?= 8000
 serve: build
 	$(PY) -m server serve --host $(HOST) --port $(PORT)
 
-test: build
+test: build lint
 	$(PY) -m pytest -q tests e2e
+
+# Linters: ruff (Python, pyproject.toml), clang-format (C++, .clang-format), ESLint (JavaScript,
+# eslint.config.js). ESLint comes from npm into $(CACHE), keyed by the lockfile, like webgpu's package.
+LINT_NODE_DIR := $(CACHE)/node/lint-$(shell sha256sum package-lock.json | cut -c1-16)
+CXX_SOURCES = $(shell git ls-files 'wasm/*.cpp' 'wasm/*.h' 2>/dev/null || find wasm -name '*.cpp' -o -name '*.h')
+JS_SOURCES = $(shell git ls-files '*.js' '*.mjs' 2>/dev/null || find site webgpu tests -name '*.js' -o -name '*.mjs')
+
+$(LINT_NODE_DIR)/.installed:
+	@command -v node >/dev/null || $(call apt_install,nodejs npm)
+	@echo "installing ESLint into $(LINT_NODE_DIR)"
+	@mkdir -p $(LINT_NODE_DIR) && cp package.json package-lock.json $(LINT_NODE_DIR)/
+	@cd $(LINT_NODE_DIR) && npm ci --silent --no-audit --no-fund --ignore-scripts 2>&1 | grep -v 'Unknown user config' || true
+	@test -x $(LINT_NODE_DIR)/node_modules/.bin/eslint && touch $@
+
+.PHONY: lint-setup
+lint-setup: $(REQ_STAMP) $(LINT_NODE_DIR)/.installed
+	@command -v clang-format >/dev/null || { echo "installing clang-format"; $(call apt_install,clang-format); }
+	@[ "$$(readlink node_modules)" = "$(LINT_NODE_DIR)/node_modules" ] || ln -sfn $(LINT_NODE_DIR)/node_modules node_modules
+
+lint: lint-setup
+	@$(VENV)/bin/ruff check --quiet .
+	@clang-format --dry-run --Werror $(CXX_SOURCES)
+	@node_modules/.bin/eslint --max-warnings 0 $(JS_SOURCES)
+	@echo "lint: ruff, clang-format and eslint found nothing"

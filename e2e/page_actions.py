@@ -63,7 +63,8 @@ def losses(page) -> list:
 
 
 def parse(text: str) -> dict:
-    m = re.search(r"step (\d+)/(\d+) · loss ([\d.]+)(?: · validation ([\d.]+))?(?: · ([\d,]+) tokens/s · ([\d.]+) ms/step)?", text)
+    m = re.search(r"step (\d+)/(\d+) · loss ([\d.]+)(?: · validation ([\d.]+))?"
+                  r"(?: · ([\d,]+) tokens/s · ([\d.]+) ms/step)?", text)
     assert m, text
     return {"step": int(m[1]), "steps": int(m[2]), "loss": float(m[3]), "val": float(m[4]) if m[4] else None,
             "tokens_per_s": int(m[5].replace(",", "")) if m[5] else None, "ms": float(m[6]) if m[6] else None}

@@ -24,7 +24,8 @@ def continue_uploaded(page, path, backend: str, steps: int) -> list:
     """Uploads `path` with `backend` picked, trains `steps` more; every loss the page shows."""
     page.select_option("#backend", backend)
     page.set_input_files("#upload", str(path))
-    page.wait_for_function(f"window.playground.loaded?.source === 'upload' && window.playground.loaded.backend === '{backend}'")
+    page.wait_for_function("window.playground.loaded?.source === 'upload' && "
+                           f"window.playground.loaded.backend === '{backend}'")
     step = page.evaluate("window.playground.loaded.step")
     page.fill("#steps", str(steps))
     page.click("#start")

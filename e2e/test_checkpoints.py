@@ -43,8 +43,10 @@ def test_refresh_at_random_moments_then_resume_is_exact(server_url, page):
     for i in range(REFRESHES):
         fill_training(page, "tiny", STEPS, seed=SEED, save_every=1)
         press_train(page, "new")
-        run_id = page.evaluate("new Promise((ok) => { const t = setInterval(() => { const l = window.playground.loaded; "
-                               "if (l && l.source === 'new' && window.playground.lastSaved?.id === l.id) { clearInterval(t); ok(l.id); } }, 5); })")
+        run_id = page.evaluate("new Promise((ok) => { const t = setInterval(() => { "
+                               "const l = window.playground.loaded; "
+                               "if (l && l.source === 'new' && window.playground.lastSaved?.id === l.id) { "
+                               "clearInterval(t); ok(l.id); } }, 5); })")
         page.wait_for_timeout(rng.uniform(0, 2500))
         page.reload()
         open_playground(page, server_url)
@@ -125,7 +127,8 @@ def test_a_saved_model_downloads_and_deletes_after_asking(server_url, page, tmp_
     path = tmp_path / d.value.suggested_filename
     d.value.save_as(path)
     state = tinygpt_file.read_state(path)
-    print(f"\n{d.value.suggested_filename}: step {state.step}, {state.header['weightsDtype']}, seed {state.header['training']['seed']}")
+    print(f"\n{d.value.suggested_filename}: step {state.step}, {state.header['weightsDtype']}, "
+          f"seed {state.header['training']['seed']}")
     assert state.step == 15 and state.m is None and state.header["training"]["seed"] == 6
     asked = []
     page.once("dialog", lambda dlg: (asked.append(dlg.message), dlg.dismiss()))

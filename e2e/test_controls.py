@@ -65,7 +65,8 @@ def test_invalid_fields_get_a_message_and_nothing_starts(server_url, page):
     assert "Save every 0 is out of range" in page.locator("#train-errors").inner_text()
     page.fill("#checkpoint-seconds", "10")
     train(page, "tiny", 10)
-    for field, value, phrase in [("#temperature", "", "Temperature is empty"), ("#max-new", "1e12", "Tokens 1e12 is out of range"),
+    for field, value, phrase in [("#temperature", "", "Temperature is empty"),
+                                 ("#max-new", "1e12", "Tokens 1e12 is out of range"),
                                  ("#top-k", "-1", "Top-k -1 is out of range")]:
         page.fill("#temperature", "0.8")
         page.fill("#max-new", "50")
@@ -85,7 +86,8 @@ def test_invalid_fields_get_a_message_and_nothing_starts(server_url, page):
 def test_a_big_preset_asks_first_and_stop_during_creation_ends_it(server_url, page):
     open_playground(page, server_url)
     page.select_option("#preset", "behemoth")
-    page.wait_for_function("/behemoth|WebAssembly: needs \\d+\\.\\d+ GB/.test(document.getElementById('preset-info').textContent)")
+    page.wait_for_function("/behemoth|WebAssembly: needs \\d+\\.\\d+ GB/"
+                           ".test(document.getElementById('preset-info').textContent)")
     print("\n" + page.locator("#preset-info").inner_text())
     page.fill("#steps", "5")
     asked = []
@@ -108,7 +110,8 @@ def test_a_big_preset_asks_first_and_stop_during_creation_ends_it(server_url, pa
     page.wait_for_function("document.getElementById('status').textContent.startsWith('Creating the behemoth model')")
     t0 = time.monotonic()
     page.click("#stop")
-    page.wait_for_function("document.getElementById('status').textContent.startsWith('Stopped while the model was being created')")
+    page.wait_for_function("document.getElementById('status').textContent"
+                           ".startsWith('Stopped while the model was being created')")
     print(f"Stop during creation honoured after {(time.monotonic() - t0) * 1000:.0f} ms")
     assert time.monotonic() - t0 < 1.0
     train(page, "tiny", 5)  # the page works on at once

@@ -33,7 +33,8 @@ def test_pasted_text_trains_and_its_split_is_shown(server_url, page):
     page.fill("#corpus-text", text)
     page.select_option("#preset", "tiny")
     n = len(text.encode())
-    want = f"pasted text: {n:,} bytes. With tiny (context 32): train {n - n // 10:,} bytes, validation {n // 10:,} bytes"
+    want = (f"pasted text: {n:,} bytes. With tiny (context 32): "
+            f"train {n - n // 10:,} bytes, validation {n // 10:,} bytes")
     page.wait_for_function(f"document.getElementById('corpus-info').textContent.startsWith({want!r})")
     print(f"\n{corpus_info(page)}")
     train(page, "tiny", 20)
@@ -61,10 +62,12 @@ def test_uploaded_bytes_train_and_samples_show_escapes(server_url, page, tmp_pat
     page.wait_for_function("!document.getElementById('sample-button').disabled")
     shown = page.locator("#sample-output").inner_text()
     escapes = page.locator("#sample-output .escape").all_inner_texts()
-    print(f"\nsample: {shown!r}\nescapes: {sorted(set(escapes))}; model line: {page.locator('#sample-model').inner_text()!r}")
+    print(f"\nsample: {shown!r}\nescapes: {sorted(set(escapes))}; "
+          f"model line: {page.locator('#sample-model').inner_text()!r}")
     # the model barely learned the corpus: whatever bytes it makes, the controls and the bytes that are
     # not UTF-8 come out as escapes
-    assert any(re.fullmatch(r"\\x[01][0-9a-f]", e) for e in escapes) and any(re.fullmatch(r"\\x[89a-f][0-9a-f]", e) for e in escapes)
+    assert (any(re.fullmatch(r"\\x[01][0-9a-f]", e) for e in escapes)
+            and any(re.fullmatch(r"\\x[89a-f][0-9a-f]", e) for e in escapes))
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f\ufffd]", shown)  # no raw control byte, no replacement box
     assert page.locator("#sample-model").inner_text() == "From tiny at step 200 (trained here), on WebAssembly."
     screenshot(page, "corpus_binary_sample")
@@ -90,13 +93,16 @@ def test_hugging_face_rows_from_the_stand_in(server_url, page, stand_in):
     page.select_option("#corpus-source", "hf")
     assert stand_in in page.locator("#hf-base").inner_text()
     page.evaluate("""window.counter = []; new MutationObserver(() => window.counter.push(
-      document.getElementById('hf-progress').textContent)).observe(document.getElementById('hf-progress'), {childList: true})""")
+      document.getElementById('hf-progress').textContent))"""
+                  ".observe(document.getElementById('hf-progress'), {childList: true})")
     fetch_rows(page, "stand-in/stories/default/train/text", "0.02", token="hf_stand_in_token")
     done = wait_fetch_ended(page)
     cap = round(0.02 * 1024 * 1024)
-    counted = [int(m[1].replace(",", "")) for t in page.evaluate("window.counter") if (m := re.match(r"Fetched ([\d,]+) of", t))]
+    counted = [int(m[1].replace(",", "")) for t in page.evaluate("window.counter")
+               if (m := re.match(r"Fetched ([\d,]+) of", t))]
     seen = page.evaluate(f"fetch({stand_in + '/_requests'!r}).then((r) => r.json())")
-    print(f"\n{done}\nbyte counter: {counted}\nrequests: {[(r['offset'], r['authorization']) for r in seen]}\n{corpus_info(page)}")
+    print(f"\n{done}\nbyte counter: {counted}\n"
+          f"requests: {[(r['offset'], r['authorization']) for r in seen]}\n{corpus_info(page)}")
     assert counted == sorted(counted) and len(counted) >= 2 and counted[-1] == cap
     assert f"Fetched {cap:,} bytes of stand-in/stories. Kept in this browser's cache (OPFS)." == done
     assert [r["offset"] for r in seen] == [str(100 * i) for i in range(len(seen))]
@@ -117,14 +123,16 @@ def test_hugging_face_rows_from_the_stand_in(server_url, page, stand_in):
 
     # failures: a sentence each; the corpus fetched above stays the one in use
     for dataset, phrase in [("stand-in/rate-limited", "is rate-limiting these requests (HTTP 429: Rate limit reached"),
-                            ("nobody/no-such-dataset", "answered HTTP 404 for nobody/no-such-dataset: The dataset does not exist"),
+                            ("nobody/no-such-dataset",
+                             "answered HTTP 404 for nobody/no-such-dataset: The dataset does not exist"),
                             ("stand-in/broken", "answered HTTP 500 for stand-in/broken: Unexpected error."),
                             ("stand-in/malformed", "with something that is not JSON")]:
         fetch_rows(page, f"{dataset}/default/train/text")
         message = wait_fetch_ended(page)
         print(message)
         assert phrase in message and page.locator("#hf-progress").get_attribute("class") == "note error"
-        assert corpus_info(page).startswith(f"stand-in/stories (default/train, column text, up to {cap:,} bytes): {cap:,} bytes.")
+        assert corpus_info(page).startswith(f"stand-in/stories (default/train, column text, up to {cap:,} bytes): "
+                                            f"{cap:,} bytes.")
     fetch_rows(page, "stand-in/stories/default/train/title")
     print(wait_fetch_ended(page))
     assert 'has no column "title" (its columns: text, id)' in page.locator("#hf-progress").inner_text()
@@ -170,7 +178,8 @@ def test_corpora_that_cannot_train_are_refused_and_nothing_is_lost(server_url, p
     # the page's sizes are python_ref's: the same numbers in both refusals of a too-short corpus
     page.fill("#corpus-text", short.decode())
     page.wait_for_function("document.getElementById('corpus-info').textContent.includes('too short')")
-    numbers = lambda s: re.findall(r"\d[\d,]*", s.split("bytes:", 1)[1])
+    def numbers(s):
+        return re.findall(r"\d[\d,]*", s.split("bytes:", 1)[1])
     print(python_refusal(short, 32))
     assert numbers(corpus_info(page)) == numbers(python_refusal(short, 32))
 

@@ -85,7 +85,8 @@ def test_demo_on_webassembly_samples_and_has_python_refs_validation_loss(server_
 @pytest.mark.slow  # SwiftShader: about 3 minutes for the 64 validation windows of a large model
 def test_demo_on_webgpu_samples_and_has_python_refs_validation_loss(server_url, page, reference_losses):
     open_playground(page, server_url)
-    if not page.evaluate("window.playground.loaded === null && !document.querySelector('#backend option[value=webgpu]').disabled"):
+    if not page.evaluate("window.playground.loaded === null && "
+                         "!document.querySelector('#backend option[value=webgpu]').disabled"):
         pytest.skip("no WebGPU option")
     load_demo(page, "webgpu")
     assert page.evaluate("window.playground.loaded.backend") == "webgpu"

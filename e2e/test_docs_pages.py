@@ -39,8 +39,8 @@ def test_performance_chart_is_drawn(page, server_url):
         box = chart.bounding_box()
         lines = chart.locator("polyline.series").count()
         labels = chart.locator("text.series-label").all_text_contents()
-        print(f"\nchart {i}: {chart.locator('title').first.text_content()!r}, {box['width']:.0f}x{box['height']:.0f} px, "
-              f"{lines} lines: {labels}")
+        print(f"\nchart {i}: {chart.locator('title').first.text_content()!r}, "
+              f"{box['width']:.0f}x{box['height']:.0f} px, {lines} lines: {labels}")
         assert lines == len(labels) >= 2 and box["width"] > 300
     for i, name in enumerate(("cpu", "gpu")):
         path = SCREENSHOTS / f"docs_performance_chart_{name}.png"

@@ -39,8 +39,10 @@ def test_downloads_load_in_python_ref_with_the_pages_validation_loss(server_url,
     compact = download(page, "#download-fp16", tmp_path / "fp16.tinygpt")
     got_full, got_fp16 = python_val_loss(full), python_val_loss(compact)
     state = tinygpt_file.read_state(full)
-    print(f"\npage validation {shown:.6f}; python_ref on the full file {got_full:.6f} (diff {abs(got_full - shown):.2e}), "
-          f"on the fp16 file {got_fp16:.6f} (diff {abs(got_fp16 - shown):.2e}); sizes {full.stat().st_size} / {compact.stat().st_size} bytes")
+    print(f"\npage validation {shown:.6f}; "
+          f"python_ref on the full file {got_full:.6f} (diff {abs(got_full - shown):.2e}), "
+          f"on the fp16 file {got_fp16:.6f} (diff {abs(got_fp16 - shown):.2e}); "
+          f"sizes {full.stat().st_size} / {compact.stat().st_size} bytes")
     assert state.step == 100 and state.m is not None and state.header["dataState"]["batchesDrawn"] == 100
     assert state.header["corpus"]["name"] == "tinyshakespeare.txt"
     assert abs(got_full - shown) < 1e-4
@@ -58,7 +60,8 @@ def test_downloads_load_in_python_ref_with_the_pages_validation_loss(server_url,
                        capture_output=True, timeout=300)
         resumed[name] = tinygpt_file.read_state(out).header["lossHistory"][100:]
     rel = max(abs(a[1] - b[1]) / b[1] for a, b in zip(resumed["2 ranks"], resumed["one process"]))
-    print(f"steps 101-110 from the page's file: under torchrun (2 ranks) vs one process, max relative difference {rel:.2e}")
+    print("steps 101-110 from the page's file: under torchrun (2 ranks) vs one process, "
+          f"max relative difference {rel:.2e}")
     assert [s for s, _ in resumed["2 ranks"]] == list(range(101, 111)) and rel < 1e-5
 
 
@@ -66,7 +69,8 @@ def greedy_in_page(page, backend: str, path, step: int, prompt: bytes, n: int) -
     """Upload `path` on `backend` and sample n greedy bytes after `prompt`: the text the page shows."""
     page.select_option("#backend", backend)
     page.set_input_files("#upload", str(path))
-    page.wait_for_function(f"window.playground.loaded?.source === 'upload' && window.playground.loaded.backend === '{backend}'")
+    page.wait_for_function("window.playground.loaded?.source === 'upload' && "
+                           f"window.playground.loaded.backend === '{backend}'")
     assert page.evaluate("[window.playground.loaded.step, window.playground.loaded.backend]") == [step, backend]
     page.fill("#prompt", prompt.decode())
     page.fill("#temperature", "0")

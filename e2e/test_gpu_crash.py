@@ -19,13 +19,15 @@ def test_a_lost_gpu_stops_training_and_the_checkpoint_resumes(server_url, page):
     page.wait_for_function("document.getElementById('status').classList.contains('error')", timeout=60_000)
     message = page.locator("#status").inner_text()
     print(f"\n{message}")
-    assert message.startswith("Error: the WebGPU device was lost") and message.endswith("the last checkpoint is kept. Resume it from Saved models.")
+    assert (message.startswith("Error: the WebGPU device was lost")
+            and message.endswith("the last checkpoint is kept. Resume it from Saved models."))
     page.wait_for_function("!document.getElementById('start').disabled")
     assert page.evaluate("window.playground.loaded") is None
     row = page.locator(f"#checkpoints tbody tr[data-id='{saved['id']}']")
     page.select_option("#backend", "wasm")
     row.locator("button[name=resume]").click()
-    page.wait_for_function(f"window.playground.loaded?.id === '{saved['id']}' && window.playground.loaded.backend === 'wasm'")
+    page.wait_for_function(f"window.playground.loaded?.id === '{saved['id']}' && "
+                           "window.playground.loaded.backend === 'wasm'")
     resumed = page.evaluate("window.playground.loaded.step")
     print(f"saved at step {saved['step']} on WebGPU; resumed on WebAssembly at step {resumed}")
     assert resumed >= saved["step"]

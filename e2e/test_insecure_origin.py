@@ -48,7 +48,8 @@ def test_without_a_secure_context_it_trains_in_memory_and_offers_the_download(se
     limits = page.locator("#preset-limits").inner_text()
     print(limits)
     assert page.locator("#preset option[value=behemoth]").is_disabled()
-    assert limits.startswith("Disabled here: behemoth (WebAssembly: needs 8.14 GiB; WebAssembly can address 4.00 GiB here "
+    assert limits.startswith("Disabled here: behemoth (WebAssembly: needs 8.14 GiB; "
+                             "WebAssembly can address 4.00 GiB here "
                              "(the Memory64 build needs threads: not a secure context")
     text = train(page, "tiny", 20, seed=8)
     print(text)

@@ -32,7 +32,8 @@ def test_attention_and_logit_views_show_python_refs_numbers(server_url, page, mo
     open_playground(page, server_url)
     page.select_option("#backend", backend)
     page.set_input_files("#upload", str(model_file))
-    page.wait_for_function(f"window.playground.loaded?.source === 'upload' && window.playground.loaded.backend === '{backend}'")
+    page.wait_for_function("window.playground.loaded?.source === 'upload' && "
+                           f"window.playground.loaded.backend === '{backend}'")
     page.fill("#prompt", PROMPT)
 
     page.click("#attention-button")
@@ -49,7 +50,8 @@ def test_attention_and_logit_views_show_python_refs_numbers(server_url, page, mo
     page.select_option("#attention-head", "2")
     page.focus("#attention-canvas")
     page.keyboard.press("ArrowLeft")
-    assert page.locator("#attention-cell").inner_text().startswith(f"query {len(prompt) - 1} 't' → key {len(prompt) - 2} 'h': ")
+    assert page.locator("#attention-cell").inner_text().startswith(f"query {len(prompt) - 1} 't' → "
+                                                                    f"key {len(prompt) - 2} 'h': ")
 
     page.fill("#temperature", "0")
     page.fill("#top-k", "0")

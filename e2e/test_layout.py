@@ -21,10 +21,11 @@ def test_phone_width_has_no_horizontal_overflow(server_url, browser):
         open_playground(page, server_url)
         page.wait_for_function("document.getElementById('corpus-info').textContent.includes('validation')")
         chart = page.evaluate("(() => { const c = document.getElementById('chart'); "
-                              "return {w: c.width, h: c.height, cssW: c.clientWidth, cssH: c.clientHeight, dpr: devicePixelRatio}; })()")
+                              "return {w: c.width, h: c.height, cssW: c.clientWidth, cssH: c.clientHeight, "
+                              "dpr: devicePixelRatio}; })()")
         summary = page.locator("#chart-summary").inner_text()
-        print(f"\n360 px: chart backing store {chart['w']}×{chart['h']} for CSS {chart['cssW']}×{chart['cssH']} at dpr {chart['dpr']}; "
-              f"summary: {summary!r}")
+        print(f"\n360 px: chart backing store {chart['w']}×{chart['h']} "
+              f"for CSS {chart['cssW']}×{chart['cssH']} at dpr {chart['dpr']}; summary: {summary!r}")
         assert chart["w"] == round(chart["cssW"] * 2) and chart["h"] == round(chart["cssH"] * 2)
         assert summary == "Loss chart: no losses yet."
         for source in ["shakespeare", "paste", "file", "hf"]:  # every corpus panel fits too

@@ -76,7 +76,8 @@ def _train(args, dist) -> int:
         peak = peak_flops(dist.device, run.options.bf16)
         if peak:  # tokens/s counts every rank: the peak is every GPU's
             gpus = f"{dist.world_size} x " if dist.world_size > 1 else ""
-            summary += f" (MFU {achieved / (peak * dist.world_size):.1%} of {gpus}{torch.cuda.get_device_name(dist.device)}'s " \
+            summary += f" (MFU {achieved / (peak * dist.world_size):.1%} of " \
+                       f"{gpus}{torch.cuda.get_device_name(dist.device)}'s " \
                        f"{peak / 1e12:.0f} TFLOP/s {'bf16' if run.options.bf16 else 'fp32'})"
     say(summary + (f"; saved {args.out}" if args.out else ""))
     return 0

@@ -28,10 +28,10 @@ def attention_weights(model: TinyGPT, tokens: bytes | list[int]) -> np.ndarray:
     T, H = idx.shape[1], model.config.nHead
     seen: dict[int, dict[str, torch.Tensor]] = {}
     hooks = []
-    for l, block in enumerate(model.blocks):
+    for layer, block in enumerate(model.blocks):
         for name in ("q", "k"):
-            def keep(_module, _args, out, l=l, name=name):
-                seen.setdefault(l, {})[name] = out
+            def keep(_module, _args, out, layer=layer, name=name):
+                seen.setdefault(layer, {})[name] = out
             hooks.append(getattr(block.attn, f"{name}_proj").register_forward_hook(keep))
     try:
         model(idx)
@@ -40,8 +40,8 @@ def attention_weights(model: TinyGPT, tokens: bytes | list[int]) -> np.ndarray:
             h.remove()
     causal = torch.ones(T, T, dtype=torch.bool, device=idx.device).tril()
     out = []
-    for l in range(len(model.blocks)):
-        q, k = (seen[l][n].view(T, H, -1).transpose(0, 1) for n in ("q", "k"))  # (H,T,D)
+    for layer in range(len(model.blocks)):
+        q, k = (seen[layer][n].view(T, H, -1).transpose(0, 1) for n in ("q", "k"))  # (H,T,D)
         scores = (q @ k.transpose(1, 2)) / math.sqrt(q.shape[-1])  # (H,T,T)
         out.append(torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1))
     return torch.stack(out).float().cpu().numpy()

@@ -34,7 +34,8 @@ def full_tensor(t: torch.Tensor) -> torch.Tensor:
     return (t.full_tensor() if isinstance(t, DTensor) else t).detach().cpu()
 
 
-def gather_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict | None, dict | None, int]:
+def gather_state(model: torch.nn.Module,
+                 optimizer: torch.optim.Optimizer) -> tuple[dict, dict | None, dict | None, int]:
     """(weights, m, v, step) as full CPU tensors by manifest name, on every rank; m and v None before a step."""
     for module in model.modules():
         if isinstance(module, FSDPModule):
@@ -59,7 +60,8 @@ def restore_sharded_optimizer(model: torch.nn.Module, optimizer: torch.optim.Opt
     if state.m is None:
         return
     for name, p in model.named_parameters():
-        place = lambda a: distribute_tensor(torch.from_numpy(a.copy()).to(p.device_mesh.device_type),
-                                            p.device_mesh, p.placements)
+        def place(a):
+            return distribute_tensor(torch.from_numpy(a.copy()).to(p.device_mesh.device_type),
+                                     p.device_mesh, p.placements)
         optimizer.state[p] = {"step": torch.tensor(float(state.step)),
                               "exp_avg": place(state.m[name]), "exp_avg_sq": place(state.v[name])}

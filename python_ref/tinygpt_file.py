@@ -125,7 +125,8 @@ def write_state(path: str | Path, state: CheckpointState, dtype: str = "float32"
             a = np.asarray(block[e["name"]], dtype=np.float32)
             if list(a.shape) != e["shape"]:
                 raise TinyGPTFileError(
-                    f"refusing to save: {what} of {e['name']} has shape {list(a.shape)}, the config implies {e['shape']}"
+                    f"refusing to save: {what} of {e['name']} has shape {list(a.shape)}, "
+                    f"the config implies {e['shape']}"
                 )
             if not np.isfinite(a).all():
                 raise TinyGPTFileError(f"refusing to save: {what} of {e['name']} holds NaN or infinity")
@@ -245,9 +246,13 @@ def _check_manifest(header: dict, expected: list[dict]) -> None:
         )
     for i, (g, e) in enumerate(zip(got, expected)):
         if not isinstance(g, dict):
-            raise TinyGPTFileError(f"manifest/shape mismatch: entry {i} is {g!r}, not an object {{name, shape, offset}}")
+            raise TinyGPTFileError(
+                f"manifest/shape mismatch: entry {i} is {g!r}, not an object {{name, shape, offset}}"
+            )
         if g.get("name") != e["name"]:
-            raise TinyGPTFileError(f"manifest/shape mismatch: found tensor {g.get('name')!r} where {e['name']!r} belongs")
+            raise TinyGPTFileError(
+                f"manifest/shape mismatch: found tensor {g.get('name')!r} where {e['name']!r} belongs"
+            )
         shape, offset = g.get("shape"), g.get("offset")
         # 48.0 == 48 and True == 1 in Python: compare types too, so only the exact integers pass
         if not (isinstance(shape, list) and all(_is_int(d) for d in shape) and _is_int(offset)

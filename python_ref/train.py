@@ -216,7 +216,8 @@ class TrainingRun:
         weights, m, v, step = gather_state(self.model, self.optimizer)
         if not self.dist.is_main:
             return None, None
-        numpy = lambda tensors: None if tensors is None else {n: t.numpy() for n, t in tensors.items()}
+        def numpy(tensors):
+            return None if tensors is None else {n: t.numpy() for n, t in tensors.items()}
         state = tinygpt_file.CheckpointState(self.model.config, step, numpy(weights), numpy(m), numpy(v))
         model = tinygpt_file.model_from_state(state)
         optimizer = make_optimizer(model, self.cfg)

@@ -24,7 +24,8 @@ def test_missing_or_directory_corpus_refused(tmp_path):
 
 def test_too_short_corpus_for_ctx_refused_with_numbers():
     corpus = Corpus.from_bytes(b"x" * 300, "short.txt")
-    with pytest.raises(CorpusError, match=r"300 bytes: too short for a context of 64 .*val split 30 bytes; each needs at least 65"):
+    with pytest.raises(CorpusError,
+                       match=r"300 bytes: too short for a context of 64 .*val split 30 bytes; each needs at least 65"):
         corpus.split(0.1, 64)
     # the smallest corpus that works: ceil(65 / 0.1) = 650 bytes
     train, val = Corpus.from_bytes(b"x" * 650, "ok.txt").split(0.1, 64)
@@ -83,7 +84,8 @@ def test_batch_stream_refuses_a_split_shorter_than_a_window():
         BatchStream(np.zeros(8, np.uint8), 8, 2, 0)
 
 
-@pytest.mark.parametrize("n_val, ctx, windows", [(65, 64, 64), (100, 64, 64), (100_000, 64, 64), (200, 64, 1), (70, 64, 3)])
+@pytest.mark.parametrize("n_val, ctx, windows",
+                         [(65, 64, 64), (100, 64, 64), (100_000, 64, 64), (200, 64, 1), (70, 64, 3)])
 def test_eval_window_starts_in_range_and_spread(n_val, ctx, windows):
     starts = eval_window_starts(n_val, ctx, windows)
     k = min(windows, n_val - ctx)

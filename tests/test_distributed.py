@@ -120,9 +120,10 @@ def same_file_but_run_metadata(path, reference) -> None:
     """Same header keys and values apart from `training`'s run metadata, same state layout and length."""
     a, b = tinygpt_file.read_state(path), tinygpt_file.read_state(reference)
     run_keys = ("worldSize", "rankBatch", "gradAccum", "fsdp")
-    strip = lambda h: {**h, "training": {k: v for k, v in h["training"].items() if k not in run_keys},
-                       "finalLoss": None, "bestVal": None, "lossHistory": None, "valHistory": None,
-                       "sample": None, "stateCrc32": None, "savedAt": None, "headerCrc32": None}
+    def strip(h):
+        return {**h, "training": {k: v for k, v in h["training"].items() if k not in run_keys},
+                "finalLoss": None, "bestVal": None, "lossHistory": None, "valHistory": None,
+                "sample": None, "stateCrc32": None, "savedAt": None, "headerCrc32": None}
     assert strip(a.header) == strip(b.header)
     assert os.path.getsize(path) - len(tinygpt_file.encode_header(a.header)) == \
         os.path.getsize(reference) - len(tinygpt_file.encode_header(b.header))
@@ -146,7 +147,8 @@ def test_one_rank_under_torchrun_writes_the_same_bytes(corpus_path, reference, t
     out = tmp_path / "one.tinygpt"
     ok(run_all(torchrun("--standalone", "--nproc_per_node", 1) + train_args(corpus_path, 5, out))[0])
     (header, state), (ref_header, ref_state) = split_file(out), split_file(reference[5])
-    when = lambda h: {k: v for k, v in h.items() if k not in ("savedAt", "headerCrc32")}
+    def when(h):
+        return {k: v for k, v in h.items() if k not in ("savedAt", "headerCrc32")}
     print(f"\ntorchrun, 1 rank vs 1 process, 5 steps: {len(state):,} state bytes identical: {state == ref_state}; "
           f"headers identical apart from savedAt: {when(header) == when(ref_header)}")
     assert state == ref_state and when(header) == when(ref_header)
@@ -172,13 +174,15 @@ def test_fsdp_shards_follow_one_process_and_save_the_full_file(corpus_path, refe
 
 def test_resume_across_world_sizes(corpus_path, reference, tmp_path):
     # 4 ranks to step 10, then 1 process to 20.
-    ok(run_all(torchrun("--standalone", "--nproc_per_node", 4) + train_args(corpus_path, 10, tmp_path / "a10.tinygpt"))[0])
+    ok(run_all(torchrun("--standalone", "--nproc_per_node", 4)
+               + train_args(corpus_path, 10, tmp_path / "a10.tinygpt"))[0])
     assert tinygpt_file.read_state(tmp_path / "a10.tinygpt").header["training"]["rankBatch"] == 4
     train_here(corpus_path, 20, tmp_path / "a20.tinygpt", "--resume", tmp_path / "a10.tinygpt")
     compare(tmp_path / "a20.tinygpt", reference[20], "4 ranks to 10, 1 process to 20")
     # 1 process to step 10, 2 ranks (launched by tinygpt train --nproc) to 15, 4 FSDP ranks to 20.
     train_here(corpus_path, 10, tmp_path / "b10.tinygpt")
-    cli = lambda n: [sys.executable, "-m", "python_ref.cli", "train", "--nproc", str(n)]
+    def cli(n):
+        return [sys.executable, "-m", "python_ref.cli", "train", "--nproc", str(n)]
     ok(run_all(cli(2) + train_args(corpus_path, 15, tmp_path / "b15.tinygpt", "--resume", tmp_path / "b10.tinygpt"))[0])
     ok(run_all(cli(4) + train_args(corpus_path, 20, tmp_path / "b20.tinygpt", "--resume", tmp_path / "b15.tinygpt",
                                    "--fsdp"))[0])
@@ -206,8 +210,9 @@ def test_a_dead_rank_stops_the_run_and_keeps_the_checkpoint(corpus_path, tmp_pat
         waited = time.monotonic() - killed
     finally:
         _stop_session(proc)
-    line = next(l for l in err.splitlines() if "lost the other ranks" in l)
-    print(f"\none of 2 workers SIGKILLed: torchrun exited {proc.returncode} after {waited:.1f} s; the survivor said:\n{line}")
+    line = next(err_line for err_line in err.splitlines() if "lost the other ranks" in err_line)
+    print(f"\none of 2 workers SIGKILLed: torchrun exited {proc.returncode} after {waited:.1f} s; "
+          f"the survivor said:\n{line}")
     assert proc.returncode != 0 and waited < 35
     assert "is intact: continue it with --resume" in line
     assert all(not Path(f"/proc/{w}").exists() for w in workers)  # no worker left behind
@@ -232,8 +237,8 @@ def test_a_corrupt_resume_file_is_refused_by_every_rank(corpus_path, reference, 
     out = tmp_path / "never.tinygpt"
     cli = [sys.executable, "-m", "python_ref.cli", "train", "--nproc", "2"]
     result = run_all(cli + train_args(corpus_path, 10, out, "--resume", bad))[0]
-    refusals = [line for line in result.stderr.splitlines() if line.startswith("tinygpt train: error: state length mismatch")
-                and "the file is truncated" in line]
+    refusals = [line for line in result.stderr.splitlines()
+                if line.startswith("tinygpt train: error: state length mismatch") and "the file is truncated" in line]
     print("\n" + "\n".join(refusals))
     # every rank that got as far as reading the file says why (torchrun may stop a slower one first)
     assert result.returncode != 0 and refusals
@@ -243,9 +248,10 @@ def test_a_corrupt_resume_file_is_refused_by_every_rank(corpus_path, reference, 
 def test_two_nodes_on_loopback_follow_one_process(corpus_path, reference, tmp_path):
     out = tmp_path / "nodes.tinygpt"
     port = free_port()
-    node = lambda rank: (torchrun("--nnodes", 2, "--node_rank", rank, "--nproc_per_node", 1, "--rdzv-backend", "c10d",
-                                  "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"tinygpt-{port}")
-                         + train_args(corpus_path, 5, out))
+    def node(rank):
+        return (torchrun("--nnodes", 2, "--node_rank", rank, "--nproc_per_node", 1, "--rdzv-backend", "c10d",
+                         "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", f"tinygpt-{port}")
+                + train_args(corpus_path, 5, out))
     for result in run_all(node(0), node(1)):
         ok(result)
     state = compare(out, reference[5], "2 nodes x 1 rank (c10d on 127.0.0.1) vs 1 process, 5 steps")
@@ -302,7 +308,8 @@ def test_grad_accum_keeps_the_trajectory_and_is_recorded(tmp_path):
     accum = new_run("tiny", corpus, "cpu", options=dict(gradAccum=4), steps=5)
     accum.run(5, out=tmp_path / "accum.tinygpt", progress=False)
     rel = max(abs(a - b) / b for (_, a), (_, b) in zip(accum.loss_history, plain.loss_history))
-    weights = max(float((p - q).detach().abs().max()) for p, q in zip(accum.model.parameters(), plain.model.parameters()))
+    weights = max(float((p - q).detach().abs().max())
+                  for p, q in zip(accum.model.parameters(), plain.model.parameters()))
     print(f"\n--grad-accum 4 vs 1: losses max rel diff {rel:.2e}, weights max abs diff {weights:.2e}")
     assert rel < LOSS_RTOL and weights < WEIGHT_ATOL
     training = tinygpt_file.read_state(tmp_path / "accum.tinygpt").header["training"]

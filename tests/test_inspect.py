@@ -18,19 +18,20 @@ def test_attention_weights_reproduce_the_models_attention_output():
     model = TinyGPT(model_config("tiny"), seed=3)
     T, H, C = len(PROMPT), model.config.nHead, model.config.dModel
     seen = {}
-    hooks = [block.attn.v_proj.register_forward_hook(lambda m, a, out, l=l: seen.__setitem__(("v", l), out))
-             for l, block in enumerate(model.blocks)]
-    hooks += [block.attn.o_proj.register_forward_pre_hook(lambda m, a, l=l: seen.__setitem__(("y", l), a[0]))
-              for l, block in enumerate(model.blocks)]
+    hooks = [block.attn.v_proj.register_forward_hook(lambda m, a, out, layer=layer: seen.__setitem__(("v", layer), out))
+             for layer, block in enumerate(model.blocks)]
+    hooks += [block.attn.o_proj.register_forward_pre_hook(
+                  lambda m, a, layer=layer: seen.__setitem__(("y", layer), a[0]))
+              for layer, block in enumerate(model.blocks)]
     model(torch.tensor([list(PROMPT)]))
     for h in hooks:
         h.remove()
     P = attention_weights(model, PROMPT)  # (L,H,T,T)
     diff = 0.0
-    for l in range(len(model.blocks)):
-        v = seen[("v", l)].view(T, H, C // H).transpose(0, 1).numpy()  # (H,T,D)
-        y = (P[l] @ v).transpose(1, 0, 2).reshape(T, C)
-        diff = max(diff, float(np.abs(y - seen[("y", l)][0].numpy()).max()))
+    for layer in range(len(model.blocks)):
+        v = seen[("v", layer)].view(T, H, C // H).transpose(0, 1).numpy()  # (H,T,D)
+        y = (P[layer] @ v).transpose(1, 0, 2).reshape(T, C)
+        diff = max(diff, float(np.abs(y - seen[("y", layer)][0].numpy()).max()))
     print(f"\nP @ v vs the model's attention output, {len(model.blocks)} layers: max difference {diff:.3g} (bar 1e-6); "
           f"row sums within {float(np.abs(P.sum(-1) - 1).max()):.3g} of 1")
     assert diff < 1e-6

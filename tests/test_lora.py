@@ -147,7 +147,8 @@ def test_merge_gives_the_same_logits_and_unmerge_restores_the_base():
     restore_diff = max((p - frozen[n]).abs().max().item() for n, p in model.named_parameters())
     logit_diff = (restored - unmerged).abs().max().item()
     print(f"merge changed weights by up to {changed:.3e}; merged vs unmerged logits max |diff| = {merge_diff:.3e}; "
-          f"unmerge vs base weights max |diff| = {restore_diff:.3e}; logits after unmerge max |diff| = {logit_diff:.3e}")
+          f"unmerge vs base weights max |diff| = {restore_diff:.3e}; "
+          f"logits after unmerge max |diff| = {logit_diff:.3e}")
     assert changed > 1e-3
     assert merge_diff < 1e-5
     assert restore_diff < 1e-6 and logit_diff < 1e-5
@@ -258,7 +259,8 @@ def test_adapter_loading_refuses_what_does_not_fit_or_is_damaged(tmp_path):
     flipped[20] ^= 1
     refused(write(bytes(flipped)), TinyGPT(CONFIG, seed=0), "adapter header")
     refused(write(b"TGPT" + raw[4:]), TinyGPT(CONFIG, seed=0), "that is a model checkpoint")
-    refused(write(raw[:4] + (9).to_bytes(4, "little") + raw[8:]), TinyGPT(CONFIG, seed=0), "unknown adapter file version 9")
+    refused(write(raw[:4] + (9).to_bytes(4, "little") + raw[8:]), TinyGPT(CONFIG, seed=0),
+            "unknown adapter file version 9")
     # a NaN with a valid data CRC
     data = np.frombuffer(raw[12 + n:], dtype="<f4").copy()
     data[0] = np.nan
@@ -271,7 +273,8 @@ def test_adapter_loading_refuses_what_does_not_fit_or_is_damaged(tmp_path):
     header = json.loads(raw[12:12 + n])
     header["lora"]["rank"] = 5
     text = encode_header(header)
-    refused(write(PREFIX.pack(b"TGLA", 1, len(text)) + text + raw[12 + n:]), TinyGPT(CONFIG, seed=0), "manifest/shape mismatch")
+    refused(write(PREFIX.pack(b"TGLA", 1, len(text)) + text + raw[12 + n:]), TinyGPT(CONFIG, seed=0),
+            "manifest/shape mismatch")
     assert issubclass(AdapterFileError, TinyGPTFileError)
 
 

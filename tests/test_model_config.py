@@ -15,11 +15,14 @@ MODULE = (ROOT / "site/static/js/model_config.js").as_uri()
 
 
 def node(script: str):
-    """Runs an ES module snippet with model_config.js imported as `mc` and presets.json as `presets`; its printed JSON."""
+    """Runs an ES module snippet with model_config.js imported as `mc` and presets.json as `presets`;
+    its printed JSON."""
     prelude = (f"import * as mc from {json.dumps(MODULE)};\n"
                f"import {{ readFileSync }} from 'node:fs';\n"
-               f"const presets = JSON.parse(readFileSync({json.dumps(str(ROOT / 'site/static/presets.json'))}, 'utf8'));\n")
-    r = subprocess.run(["node", "--input-type=module", "-e", prelude + script], capture_output=True, text=True, timeout=60)
+               f"const presets = JSON.parse(readFileSync("
+               f"{json.dumps(str(ROOT / 'site/static/presets.json'))}, 'utf8'));\n")
+    r = subprocess.run(["node", "--input-type=module", "-e", prelude + script],
+                       capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
 
@@ -34,7 +37,8 @@ def from_presets():
 def test_config_from_presets_equals_python_ref(from_presets, name):
     got = from_presets[name]
     want = {"model": model_config(name).to_json(), "training": train_config(name).to_json(), "initStd": init_std()}
-    diff = {k: (got[part].get(k), v) for part in ("model", "training") for k, v in want[part].items() if got[part].get(k) != v}
+    diff = {k: (got[part].get(k), v)
+            for part in ("model", "training") for k, v in want[part].items() if got[part].get(k) != v}
     extra = {part: set(got[part]) - set(want[part]) for part in ("model", "training")}
     print(f"{name}: {len(want['model']) + len(want['training'])} values compared, differences {diff or 'none'}")
     assert got == want, (diff, extra)
@@ -69,7 +73,8 @@ def test_config_from_header_refuses_a_bad_batch():
     r = subprocess.run(["node", "--input-type=module", "-e",
                         f"import {{ configFromHeader }} from {json.dumps(MODULE)};\n"
                         "configFromHeader({config: {nLayer: 1, nHead: 1, dModel: 4, ctx: 4}, training: {batch: 0}}, "
-                        "{model: {vocabSize: 256, layerNormEps: 1e-5, initStd: 0.02}, training: {}, presets: {s: {batch: 2}}, defaultPreset: 's'});"],
+                        "{model: {vocabSize: 256, layerNormEps: 1e-5, initStd: 0.02}, training: {}, "
+                        "presets: {s: {batch: 2}}, defaultPreset: 's'});"],
                        capture_output=True, text=True, timeout=60)
     print(next((line for line in r.stderr.splitlines() if "Error" in line), r.stderr))
     assert r.returncode != 0 and "training.batch is 0, not a positive integer" in r.stderr

@@ -63,5 +63,6 @@ def test_whole_model_init_equals_python_ref(threads):
         differing = 0
         for name, want in initial_tensor_values(config, seed):
             differing += int(np.count_nonzero(weights[name].view(np.uint32) != want.view(np.uint32)))
-        print(f"{preset} seed {seed}, {threads} thread(s): {config.param_count()} weights, {differing} differ in any bit")
+        print(f"{preset} seed {seed}, {threads} thread(s): {config.param_count()} weights, "
+              f"{differing} differ in any bit")
         assert differing == 0

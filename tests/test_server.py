@@ -101,7 +101,8 @@ def test_webgpu_runtime_imports_only_runtime_files():
     served = set(webgpu_runtime_files())
     imports = {posixpath.normpath(posixpath.join(posixpath.dirname(f), m))
                for f in served for m in re.findall(r'from\s+"(\.[^"]+)"', (WEBGPU / f).read_text())}
-    print(f"\n{len(served)} runtime files, {len(imports)} distinct imports; unserved: {sorted(imports - served) or 'none'}")
+    print(f"\n{len(served)} runtime files, {len(imports)} distinct imports; "
+          f"unserved: {sorted(imports - served) or 'none'}")
     assert imports <= served and "trainer.js" in served
 
 
@@ -203,7 +204,8 @@ def test_an_edited_doc_renders_anew(tmp_path):
     doc.write_text("# First\n")
     assert "<h1 id=\"first\">First</h1>" in render_doc(template_env(), "learn", docs=tmp_path)
     doc.write_text("# Second\n")
-    os.utime(doc, ns=(doc.stat().st_atime_ns, doc.stat().st_mtime_ns + 1_000_000))  # a new version even on coarse clocks
+    # a new version even on coarse clocks
+    os.utime(doc, ns=(doc.stat().st_atime_ns, doc.stat().st_mtime_ns + 1_000_000))
     assert "<h1 id=\"second\">Second</h1>" in render_doc(template_env(), "learn", docs=tmp_path)
 
 
@@ -224,8 +226,8 @@ def test_bench_chart_draws_one_line_per_backend(path):
     lines = svg.findall("s:polyline[@class='series']", ns)
     labels = [t.text for t in svg.findall("s:text[@class='series-label']", ns)]
     title = svg.find("s:title", ns).text
-    print(f"\n{path.name}: {title!r}; {len(lines)} lines {[l.get('data-series') for l in lines]}")
-    assert [l.get("data-series") for l in lines] == labels == [s["backend"] for s in data["series"]]
+    print(f"\n{path.name}: {title!r}; {len(lines)} lines {[line.get('data-series') for line in lines]}")
+    assert [line.get("data-series") for line in lines] == labels == [s["backend"] for s in data["series"]]
     assert data["device"] in title
     for line, s in zip(lines, data["series"]):
         assert len(line.get("points").split()) == len(s["ms_per_step"])

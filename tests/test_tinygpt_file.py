@@ -151,7 +151,8 @@ def test_header_keys_and_layout_follow_the_spec(tmp_path):
     params = dict(model.named_parameters())
     for e in header["manifest"]:
         size = math.prod(e["shape"])
-        for block, source in enumerate((lambda p: p, lambda p: opt.state[p]["exp_avg"], lambda p: opt.state[p]["exp_avg_sq"])):
+        for block, source in enumerate((lambda p: p, lambda p: opt.state[p]["exp_avg"],
+                                        lambda p: opt.state[p]["exp_avg_sq"])):
             want = source(params[e["name"]]).detach().reshape(-1).numpy()
             got = floats[block * P + e["offset"]: block * P + e["offset"] + size]
             assert np.array_equal(bits(got), bits(want)), (block, e["name"])
@@ -282,7 +283,8 @@ def test_refuses_wrong_magic_and_unknown_version(tmp_path):
 def test_refuses_invalid_header_json(tmp_path):
     _, state = split_file(valid_file())
     for text, problem in ((b'{"config": ', "header JSON invalid"), (b"[1, 2, 3]", "expected an object"),
-                          (b'{"a": "\xff\xfe"}', "header JSON invalid"), (b'{"a": NaN}', "NaN is not valid JSON"), (b"[" * 100_000 + b"]" * 100_000, "header JSON invalid")):
+                          (b'{"a": "\xff\xfe"}', "header JSON invalid"), (b'{"a": NaN}', "NaN is not valid JSON"),
+                          (b"[" * 100_000 + b"]" * 100_000, "header JSON invalid")):
         text += b" " * (-(12 + len(text)) % 4)
         refused(tmp_path, PREFIX.pack(b"TGPT", 2, len(text)) + text + state, problem)
 
@@ -318,11 +320,13 @@ def test_refuses_state_length_mismatch(tmp_path):
 
 
 @pytest.mark.parametrize("edit, problem", [
-    (lambda h: h["manifest"][3].update(shape=[4, 2]), "manifest/shape mismatch: blocks.0.ln1.bias is listed as shape \\[4, 2\\]"),
+    (lambda h: h["manifest"][3].update(shape=[4, 2]),
+     "manifest/shape mismatch: blocks.0.ln1.bias is listed as shape \\[4, 2\\]"),
     (lambda h: h["manifest"][0].update(shape=[256.0, 8]), "manifest/shape mismatch: token_embedding.weight"),
     (lambda h: h["manifest"][0].update(offset=False), "manifest/shape mismatch: token_embedding.weight"),
     (lambda h: h["manifest"][4].update(offset=h["manifest"][4]["offset"] + 1), "manifest/shape mismatch"),
-    (lambda h: h["manifest"].reverse(), "manifest/shape mismatch: found tensor 'ln_f.bias' where 'token_embedding.weight'"),
+    (lambda h: h["manifest"].reverse(),
+     "manifest/shape mismatch: found tensor 'ln_f.bias' where 'token_embedding.weight'"),
     (lambda h: h["manifest"].pop(), "manifest/shape mismatch: 19 tensors listed, the config implies 20"),
     (lambda h: h["config"].update(nHead=3), r"config in header invalid: dModel \(8\) is not divisible by nHead \(3\)"),
     (lambda h: h["config"].update(nLayer=10**15), "state length mismatch"),
@@ -333,7 +337,8 @@ def test_refuses_state_length_mismatch(tmp_path):
     (lambda h: h.update(stateCrc32="ABCDEF01"), "header key 'stateCrc32' must be 8 lowercase hex digits"),
     (lambda h: h["manifest"].__setitem__(0, "token_embedding.weight"),
      "manifest/shape mismatch: entry 0 is 'token_embedding.weight', not an object"),
-    (lambda h: h["config"].update(nLayer=10**9), "the header's config is implausible \\(over 1 TiB of state\\), not the file truncated"),
+    (lambda h: h["config"].update(nLayer=10**9),
+     "the header's config is implausible \\(over 1 TiB of state\\), not the file truncated"),
     (lambda h: h.update(dataState={"seed": 1}), "header key 'dataState' must be"),
 ])
 def test_refuses_header_edits_even_with_a_valid_header_crc(tmp_path, edit, problem):
@@ -350,7 +355,9 @@ def test_refuses_nan_in_weights_or_moments_even_with_valid_crcs(tmp_path, optimi
     at = (2 * P if optimizer else 0) + 300  # in v, or in the weights of token_embedding
     floats[at] = np.nan
     crafted = assemble(header, state[:4] + floats.tobytes(), state_crc=True)
-    refused(tmp_path, crafted, f"non-finite value \\(NaN or infinity\\) in {'AdamW v' if optimizer else 'weights'} of token_embedding.weight")
+    refused(tmp_path, crafted,
+            f"non-finite value \\(NaN or infinity\\) in {'AdamW v' if optimizer else 'weights'} "
+            "of token_embedding.weight")
 
 
 def test_refuses_a_negative_adamw_v_even_with_valid_crcs(tmp_path):
@@ -428,7 +435,8 @@ def test_float16_file_holds_numpys_float16_bits(tmp_path, config):
         assert back.weights[name].dtype == np.float32
         assert np.array_equal(bits(back.weights[name]), bits(want)), name  # bitwise: -0.0 stays -0.0
         worst_vs_numpy = max(worst_vs_numpy, float(np.abs(back.weights[name] - want).max()))
-        worst_rounding = max(worst_rounding, float((np.abs(back.weights[name] - a) / np.maximum(np.abs(a), 2.0**-14)).max()))
+        worst_rounding = max(worst_rounding,
+                             float((np.abs(back.weights[name] - a) / np.maximum(np.abs(a), 2.0**-14)).max()))
     print(f"P={P}: max |float16 file - numpy float16| = {worst_vs_numpy}, "
           f"max relative rounding error {worst_rounding:.2e} (float16 half-ulp: {2.0**-11:.2e})")
     assert worst_rounding <= 2.0 ** -11

@@ -41,7 +41,8 @@ def state_bytes(step: int, *blocks: dict) -> bytes:
     """The float32 state (i32 step | blocks in manifest order) of python_ref arrays: what the JS reader
     returns and the JS writers take."""
     names = [name for name in blocks[0]]
-    return struct.pack("<i", step) + b"".join(np.ascontiguousarray(b[n], "<f4").tobytes() for b in blocks for n in names)
+    return struct.pack("<i", step) + b"".join(np.ascontiguousarray(b[n], "<f4").tobytes()
+                                              for b in blocks for n in names)
 
 
 # ---------------------------------------------------------------- corrupt files: same refusal, same words
@@ -112,7 +113,8 @@ def corruption_cases() -> dict[str, bytes]:
         "NaN in weights": nan_at(plain, 300),
         "NaN in AdamW v": nan_at(raw, 2 * P + 300),
         "negative AdamW v": nan_at(raw, 2 * P + 300, -1e-6),
-        "negative step": assemble(split_file(plain)[0], struct.pack("<i", -4) + split_file(plain)[1][4:], state_crc=True),
+        "negative step": assemble(split_file(plain)[0], struct.pack("<i", -4) + split_file(plain)[1][4:],
+                                  state_crc=True),
         "float16 weightsDtype bfloat16": edited(f16, lambda h: h.update(weightsDtype="bfloat16")),
         "float16 weightsDtype null": edited(f16, lambda h: h.update(weightsDtype=None)),
         "float16 truncated": f16[:-2],
@@ -138,7 +140,8 @@ PHRASE_ONLY = {
 # JSON.parse reads 256.0 as 256: a reader in JS cannot refuse what it cannot see (docs/format.md).
 JS_ACCEPTS = {"manifest shape 256.0"}
 # Found only with the state bytes: readHeader must accept these files.
-STATE_LEVEL = ("state CRC32 mismatch", "non-finite value", "negative value in AdamW v", "step is negative", "float16 padding")
+STATE_LEVEL = ("state CRC32 mismatch", "non-finite value", "negative value in AdamW v", "step is negative",
+               "float16 padding")
 
 
 @pytest.fixture(scope="module")
@@ -254,8 +257,8 @@ def test_js_written_files_read_in_python(tmp_path):
     jobs = []
     for i, (name, (config, step, blocks, fp16)) in enumerate(files.items()):
         (tmp_path / f"{i}.state").write_bytes(state_bytes(step, *blocks))
-        jobs.append({"id": name, "op": "write", "in": str(tmp_path / f"{i}.state"), "out": str(tmp_path / f"{i}.tinygpt"),
-                     "config": config.to_json(), "header": meta, "fp16": fp16})
+        jobs.append({"id": name, "op": "write", "in": str(tmp_path / f"{i}.state"),
+                     "out": str(tmp_path / f"{i}.tinygpt"), "config": config.to_json(), "header": meta, "fp16": fp16})
     r = run_driver(jobs)
     for i, (name, (config, step, blocks, fp16)) in enumerate(files.items()):
         assert r[name] == {}, r[name]
@@ -294,12 +297,14 @@ def test_js_writers_refuse_what_python_refuses_in_the_same_words(tmp_path):
     big = dict(w, **{"blocks.0.ln2.bias": np.full(8, 65520.0, np.float32)})
     nested = {"training": {"headerCrc32": "0123abcd"}}
     cases = {  # name: (state, header, fp16, python's refusal)
-        "NaN in weights": (state_bytes(0, nan), {}, False, python_write_refusal(tmp_path, CheckpointState(MICRO, 0, nan))),
+        "NaN in weights": (state_bytes(0, nan), {}, False,
+                           python_write_refusal(tmp_path, CheckpointState(MICRO, 0, nan))),
         "inf in AdamW m": (state_bytes(3, w, nan_m, v), {}, False,
                            python_write_refusal(tmp_path, CheckpointState(MICRO, 3, w, nan_m, v))),
         "negative step": (state_bytes(-1, w), {}, False, python_write_refusal(tmp_path, CheckpointState(MICRO, -1, w))),
         "NaN in the header": (state_bytes(0, w), {}, False,
-                              python_write_refusal(tmp_path, CheckpointState(MICRO, 0, w, header={"finalLoss": math.nan}))),
+                              python_write_refusal(tmp_path,
+                                                   CheckpointState(MICRO, 0, w, header={"finalLoss": math.nan}))),
         "nested headerCrc32": (state_bytes(0, w), nested, False,
                                python_write_refusal(tmp_path, CheckpointState(MICRO, 0, w, header=nested))),
         "float16 overflow": (state_bytes(0, big), {}, True,
@@ -402,4 +407,5 @@ def test_config_checks_param_count_and_manifest_equal_python_ref():
             continue
         assert r[name]["config"] == config.to_json()
         assert r[name]["paramCount"] == config.param_count() and r[name]["manifest"] == manifest_entries(config)
-    print(f"behemoth: {r['behemoth']['paramCount']} parameters, {len(r['behemoth']['manifest'])} tensors, as python_ref")
+    print(f"behemoth: {r['behemoth']['paramCount']} parameters, {len(r['behemoth']['manifest'])} tensors, "
+          "as python_ref")

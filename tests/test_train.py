@@ -82,7 +82,8 @@ def test_overfit_gate_tiny_one_batch():
     x, y = (torch.from_numpy(a) for a in run.batches.next())
     losses = [train_step(run.model, run.optimizer, x, y, cfg.gradClip) for _ in range(300)]
     print(f"overfit gate (lr {cfg.lr}): loss {losses[0]:.4f} -> {losses[-1]:.4f} "
-          f"(min {min(losses):.4f}, first < 0.05 at step {next(i + 1 for i, l in enumerate(losses) if l < 0.05)})")
+          f"(min {min(losses):.4f}, "
+          f"first < 0.05 at step {next(i + 1 for i, loss in enumerate(losses) if loss < 0.05)})")
     assert abs(losses[0] - math.log(256)) < 0.05
     assert losses[-1] < 0.05
 

@@ -13,7 +13,6 @@ import threading
 
 import pytest
 
-from conftest import ROOT
 from python_ref.config import model_config
 from python_ref.tinygpt_file import read_state, write_state
 from support.wasm_support import (chromium_page, max_rel_diff, max_rel_state_diff, model_spec,
@@ -87,7 +86,8 @@ def run_big(browser, spec, label, native_check: bool):
     # The native reference runs in a second thread while the browser works (ctypes releases the
     # GIL): both are dominated by the single-threaded init of ~280M weights, so this halves the wall time.
     native = {}
-    worker = threading.Thread(target=lambda: native.update(loss=native_fixed_batch_loss(spec))) if native_check else None
+    worker = (threading.Thread(target=lambda: native.update(loss=native_fixed_batch_loss(spec)))
+              if native_check else None)
     if worker:
         worker.start()
     try:
@@ -100,7 +100,8 @@ def run_big(browser, spec, label, native_check: bool):
         pytest.fail("the native reference run failed (see the thread's traceback above)")
     diff = abs(r["losses"][0] - expected) / expected if native_check else float("nan")
     print(f"\n{label}: arena {r['arenaBytes'] / GiB:.2f} GiB, memory {r['memoryBytesEnd'] / GiB:.2f} GiB, "
-          f"create {r['createMs'] / 1000:.1f} s, init {r['initMs'] / 1000:.1f} s, loss {r['losses'][0]:.6f} (native {expected}, rel diff {diff:.2e}), step {sum(r['stepMs']) / 1000:.1f} s, "
+          f"create {r['createMs'] / 1000:.1f} s, init {r['initMs'] / 1000:.1f} s, "
+          f"loss {r['losses'][0]:.6f} (native {expected}, rel diff {diff:.2e}), step {sum(r['stepMs']) / 1000:.1f} s, "
           f"state {r['stateView']['bytes'] / GiB:.2f} GiB (step field {r['stateView']['step']}); loader: {r['reason']}")
     assert r["build"] == "memory64", r["reason"]
     assert r["arenaBytes"] > 4 * GiB and r["memoryBytesEnd"] > 4 * GiB

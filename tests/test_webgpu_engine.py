@@ -89,11 +89,14 @@ def test_requirements_equal_the_buffers_created(buffers_run, preset):
     recorded.update({next((b["label"], b["size"]) for b in created if b["label"] == "state readback"): 1})
     storage = [b["size"] for b in created if b["usage"] & usage["STORAGE"]]
     exact = sum(b["bytes"] for b in run["buffers"])
-    print(f"{preset}: {len(created)} buffers created (the state read-back {len(created) - sum(recorded.values()) + 1} times, "
+    print(f"{preset}: {len(created)} buffers created "
+          f"(the state read-back {len(created) - sum(recorded.values()) + 1} times, "
           f"one alive at a time) vs {len(run['buffers'])} listed; mismatches "
-          f"{dict(recorded - analytic) or 'none'} / {dict(analytic - recorded) or 'none'}; totalBytes {need['totalBytes']} = "
+          f"{dict(recorded - analytic) or 'none'} / {dict(analytic - recorded) or 'none'}; "
+          f"totalBytes {need['totalBytes']} = "
           f"{exact} listed + {need['totalBytes'] - exact} uniform bound (created {uniforms}); largest buffer "
-          f"{need['largestBuffer']} ({need['largestBufferLabel']}) vs {max(b['size'] for b in created)}, largest binding "
+          f"{need['largestBuffer']} ({need['largestBufferLabel']}) vs {max(b['size'] for b in created)}, "
+          f"largest binding "
           f"{need['largestBinding']} vs {max(storage)}")
     assert recorded == analytic
     assert uniforms <= need["totalBytes"] - exact
@@ -104,8 +107,10 @@ def test_requirements_equal_the_buffers_created(buffers_run, preset):
 
 def test_a_model_past_the_adapter_limits_is_refused_before_anything_is_created():
     r = drive("limits")
-    sentence = ("the split-K partials buffer needs 2.3 MiB, more than this adapter's maxStorageBufferBindingSize of 1 MiB")
-    print(f"refused: {r['refused']!r}\nrequirements: {r['need']}\nSwiftShader limits {r['realLimits']}: {r['everyPreset']}")
+    sentence = ("the split-K partials buffer needs 2.3 MiB, "
+                "more than this adapter's maxStorageBufferBindingSize of 1 MiB")
+    print(f"refused: {r['refused']!r}\nrequirements: {r['need']}\n"
+          f"SwiftShader limits {r['realLimits']}: {r['everyPreset']}")
     assert r["refused"] == sentence and r["requested"] == 0
     assert r["need"]["fits"] is False and r["need"]["reason"] == sentence and "test fake" in r["need"]["where"]
     assert r["tinyOnReal"]["fits"] is True and r["tinyOnReal"]["bytes"] > 0
@@ -115,7 +120,8 @@ def test_probe_says_what_webgpu_can_do_here():
     p = drive("probe")
     for case, result in p.items():
         print(f"{case}: {result}")
-    assert p["none"] == {"ok": False, "software": False, "name": None, "reason": "this browser has no WebGPU (navigator.gpu is missing)"}
+    assert p["none"] == {"ok": False, "software": False, "name": None,
+                         "reason": "this browser has no WebGPU (navigator.gpu is missing)"}
     assert not p["noAdapter"]["ok"] and "no adapter" in p["noAdapter"]["reason"]
     assert not p["throws"]["ok"] and "adapter request failed for the test" in p["throws"]["reason"]
     assert p["fallback"]["ok"] and p["fallback"]["software"]

@@ -39,7 +39,8 @@ def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=Fals
     a = rng.standard_normal((K, M) if form == "backward_weight" else (M, K))
     b = rng.standard_normal((N, K) if form == "forward" else (K, N))
     ref = ((a.T if form == "backward_weight" else a) @ (b.T if form == "forward" else b)).ravel()
-    inputs = {"A": f32(np.concatenate([np.zeros(a_off), a.ravel()])), "B": f32(np.concatenate([np.zeros(b_off), b.ravel()]))}
+    inputs = {"A": f32(np.concatenate([np.zeros(a_off), a.ravel()])),
+              "B": f32(np.concatenate([np.zeros(b_off), b.ravel()]))}
     if bias:
         bv = rng.standard_normal(N)
         inputs["bias"] = f32(np.concatenate([np.zeros(bias_off), bv]))
@@ -55,7 +56,8 @@ def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=Fals
     if bias_grad:  # the Linear's bias gradient Σ_k A[k, m], stored right after the M·N weight gradients
         ref = np.concatenate([ref, a.sum(0)])
     name = (f"matmul {form} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}"
-            f"{' +=' if accumulate else ''}{' +bias-grad' if bias_grad else ''}{f' split-K {splits}' if splits else ''}")
+            f"{' +=' if accumulate else ''}{' +bias-grad' if bias_grad else ''}"
+            f"{f' split-K {splits}' if splits else ''}")
     tol = 2e-6 * K * math.sqrt(K)
     add_case(dict(op="matmul", form=form, M=M, N=N, K=K, tile=tile, aOff=a_off, bOff=b_off, biasOff=bias_off,
                   bias=bias, residual=residual, accumulate=accumulate, splits=splits, biasGrad=bias_grad), inputs,
@@ -82,7 +84,8 @@ def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_gr
     a_zs, b_zs = int(np.prod(a_shape)) + 3, int(np.prod(b_shape)) + 5
     a = [rng.standard_normal(a_shape) for _ in range(n)]
     b = [rng.standard_normal(b_shape) for _ in range(n)]
-    flat = lambda mats, zs: f32(np.concatenate([np.concatenate([m.ravel(), np.zeros(zs - m.size)]) for m in mats]))
+    def flat(mats, zs):
+        return f32(np.concatenate([np.concatenate([m.ravel(), np.zeros(zs - m.size)]) for m in mats]))
     prods = [(x.T if form == "backward_weight" else x) @ (y.T if form == "forward" else y) for x, y in zip(a, b)]
     inputs = {"A": flat(a, a_zs), "B": flat(b, b_zs)}
     strides = {"a": a_zs, "b": b_zs}
@@ -109,12 +112,14 @@ def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_gr
             f"{' +bias-grad' if bias_grad else ''}{f' split-K {splits}' if splits else ''}")
     tol = 2e-6 * n * K * math.sqrt(n * K)
     add_case(dict(op="matmul", form=form, M=M, N=N, K=K, tile=tile, aOff=0, bOff=0, biasOff=0, bias=bias, splits=splits,
-                  biasGrad=bias_grad, batches=1 if kcat else n, kcat=n if kcat else 1, strides=strides, cLen=c_len), inputs,
+                  biasGrad=bias_grad, batches=1 if kcat else n, kcat=n if kcat else 1, strides=strides, cLen=c_len),
+             inputs,
              lambda out: report(name, np.asarray(out["C"])[keep], ref[keep], tol))
 
 
 batched_matmul_case("forward", 70, 37, 29, 3, "32x32w", bias=True)  # the q, k, v projections
-batched_matmul_case("backward_weight", 37, 29, 130, 3, "32x64", bias_grad=True, splits=3)  # their weight and bias gradients
+# their weight and bias gradients
+batched_matmul_case("backward_weight", 37, 29, 130, 3, "32x64", bias_grad=True, splits=3)
 batched_matmul_case("backward_weight", 20, 33, 70, 3, "32x32", bias_grad=True)
 batched_matmul_case("backward_input", 70, 37, 29, 3, "32x32w", kcat=True)  # their input gradient
 batched_matmul_case("backward_input", 45, 21, 40, 3, "32x64", kcat=True, splits=2)
@@ -256,7 +261,8 @@ def attention_case(B, T, H, D):
             report(f"{name} {g}", o[g], ref.numpy().ravel(), 2e-5)
 
     add_case(dict(op="attention", B=B, T=T, H=H, C=C),
-             {"q": f32(q.detach().numpy()), "k": f32(k.detach().numpy()), "v": f32(v.detach().numpy()), "dout": f32(dout)},
+             {"q": f32(q.detach().numpy()), "k": f32(k.detach().numpy()), "v": f32(v.detach().numpy()),
+              "dout": f32(dout)},
              check)
 
 
@@ -266,7 +272,8 @@ attention_case(1, 40, 1, 64)
 attention_case(2, 100, 2, 32)  # query blocks of 32: a partial last block, tiles of 32 keys across the diagonal
 
 
-# --- attention forward against a KV cache: queries at past..past+T-1, keys 0..kvT-1 of which the first past+T are filled
+# --- attention forward against a KV cache: queries at past..past+T-1, keys 0..kvT-1 of which the first past+T
+# are filled
 def attention_cached_case(T, past, kvT, H, D):
     C = H * D
     q, k, v = rng.standard_normal((T, C)), rng.standard_normal((kvT, C)), rng.standard_normal((kvT, C))
@@ -283,7 +290,8 @@ def attention_cached_case(T, past, kvT, H, D):
         report(f"{name} out", o["out"], out.ravel(), 2e-6)
         report(f"{name} lse", o["lse"], lse.ravel(), 2e-5)
 
-    add_case(dict(op="attention_cached", T=T, past=past, kvT=kvT, H=H, C=C), {"q": f32(q), "k": f32(k), "v": f32(v)}, check)
+    add_case(dict(op="attention_cached", T=T, past=past, kvT=kvT, H=H, C=C), {"q": f32(q), "k": f32(k), "v": f32(v)},
+             check)
 
 
 attention_cached_case(1, 45, 64, 2, 32)  # a decode step
@@ -320,7 +328,8 @@ def adamw_case(n, grad_scale, t):
         report(f"{name} params", o["params"], p, 2e-6)
 
     add_case(dict(op="adamw", n=n, t=t, training=training),
-             {"params": f32(params), "m": f32(m), "v": f32(v), "grads": f32(grads), "decay": words.astype(np.uint32)}, check)
+             {"params": f32(params), "m": f32(m), "v": f32(v), "grads": f32(grads), "decay": words.astype(np.uint32)},
+             check)
 
 
 adamw_case(70001, 0.1, 3)   # norm ≫ 1: clipped

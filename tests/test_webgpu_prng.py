@@ -14,7 +14,8 @@ from python_ref.prng import SampleStream, batch_offsets
 from python_ref.sample import pick_token
 
 ROOT = Path(__file__).resolve().parent.parent
-VECTORS = json.loads(re.search(r"```json test-vectors\n(.*?)```", (ROOT / "docs/determinism.md").read_text(), re.S).group(1))
+VECTORS = json.loads(re.search(r"```json test-vectors\n(.*?)```", (ROOT / "docs/determinism.md").read_text(),
+                               re.S).group(1))
 TINY = model_config("tiny")
 
 
@@ -56,7 +57,8 @@ def test_js_prng_matches_vectors_and_python_ref():
         print(f"tiny init seed {seed}: {js.size} floats, {differing} differ bitwise from python_ref")
         assert differing == 0
         for b in range(3):
-            assert out["batches"][str(seed)][b] == batch_offsets(seed, b, fb["batch"], fb["nTrain"] - fb["ctx"]).tolist()
+            assert out["batches"][str(seed)][b] == batch_offsets(seed, b, fb["batch"],
+                                                                 fb["nTrain"] - fb["ctx"]).tolist()
     assert out["eval"] == eval_window_starts(111539, 64, 64).tolist()
     stream = SampleStream(5)
     py_samples = [pick_token(row, 0.8, 40, stream) for row in LOGITS]

@@ -81,11 +81,13 @@ def test_trajectory_parity_with_python_ref(parity_run):
     optimizer = make_optimizer(model, tc)
     train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)
     stream = BatchStream(train, cfg.ctx, tc.batch, tc.seed)
-    ref = [train_step(model, optimizer, *(torch.from_numpy(a) for a in stream.next()), tc.gradClip) for _ in range(PARITY_STEPS)]
+    ref = [train_step(model, optimizer, *(torch.from_numpy(a) for a in stream.next()), tc.gradClip)
+           for _ in range(PARITY_STEPS)]
     got = np.array(run["losses"])
     rel = np.abs(got - ref) / np.abs(ref)
     print(f"{PARITY_STEPS}-step parity (tiny model, ctx {cfg.ctx}, batch {tc.batch}, lr {tc.lr}): losses "
-          f"{ref[0]:.4f} -> {ref[-1]:.4f}; max relative difference {rel.max():.3g} at step {int(rel.argmax()) + 1} (bar 1e-3)")
+          f"{ref[0]:.4f} -> {ref[-1]:.4f}; max relative difference {rel.max():.3g} "
+          f"at step {int(rel.argmax()) + 1} (bar 1e-3)")
     assert len(got) == PARITY_STEPS and rel.max() < 1e-3
     val = val_windows_loss(model, Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)[1], tc.evalWindows)
     print(f"val loss after {PARITY_STEPS} steps: WebGPU {run['valLoss']:.6f}, python_ref {val:.6f}")
@@ -143,14 +145,16 @@ def test_worker_kv_cache_matches_full_forward(host):
         ref = model(torch.tensor([prompt]))[0][0].numpy()
     got = np.stack([from_b64(s) for s in run["decodeLogits"]])
     err = float(np.abs(got - ref).max())
-    print(f"KV-cache decode of {len(prompt)} tokens vs full forward: max abs logit difference {err:.3g} (tolerance 1e-4)")
+    print(f"KV-cache decode of {len(prompt)} tokens vs full forward: "
+          f"max abs logit difference {err:.3g} (tolerance 1e-4)")
     assert err < 1e-4
     # 30 tokens after a 6-token prompt cross the ctx=32 window: the cache is rebuilt once on the way
     assert len(run["generated"]) == 30 and run["streamed"] == run["generated"]
 
 
 def test_node_host_runs_the_same_module(parity_run):
-    """The same trainer.js under Node's `webgpu` package (Dawn on SwiftShader's Vulkan ICD) gives the browser's losses."""
+    ("""The same trainer.js under Node's `webgpu` package (Dawn on SwiftShader's Vulkan ICD) """
+     """gives the browser's losses.""")
     icd = Path("/usr/lib/chromium/vk_swiftshader_icd.json")
     env = dict(os.environ, VK_ICD_FILENAMES=str(icd))
     job = {"preset": "tiny", "overrides": PARITY, "steps": 5}

@@ -87,14 +87,17 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(500, {"error": "Unexpected error."})
         if dataset == "stand-in/malformed":
             return self.answer(200, b'{"rows": [{"row_idx": 0, "row": {"text": "cut sh', "application/json")
-        if dataset not in ("stand-in/stories", "stand-in/slow") or q.get("config") != "default" or q.get("split") != "train":
+        if (dataset not in ("stand-in/stories", "stand-in/slow") or q.get("config") != "default"
+                or q.get("split") != "train"):
             return self.answer(404, {"error": NOT_FOUND})
         if dataset == "stand-in/slow":
             time.sleep(SLOW_PAGE_S)
         rows = [{"row_idx": i, "row": {"text": story(i), "id": i}, "truncated_cells": []}
                 for i in range(offset, min(offset + length, ROWS))]
-        self.answer(200, {"features": [{"feature_idx": 0, "name": "text", "type": {"dtype": "string", "_type": "Value"}},
-                                       {"feature_idx": 1, "name": "id", "type": {"dtype": "int64", "_type": "Value"}}],
+        self.answer(200, {"features": [{"feature_idx": 0, "name": "text",
+                                        "type": {"dtype": "string", "_type": "Value"}},
+                                       {"feature_idx": 1, "name": "id",
+                                        "type": {"dtype": "int64", "_type": "Value"}}],
                           "rows": rows, "num_rows_total": ROWS, "num_rows_per_page": MAX_LENGTH, "partial": False})
 
 

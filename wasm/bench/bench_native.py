@@ -14,8 +14,8 @@ shapes GFLOP/s per distinct Linear shape and product (forward, dinp, dweight), t
        1 and N threads: where the matmul is weak.
 
 N defaults to every core (os.cpu_count()). Preset numbers come from site/static/presets.json. Each
-figure is the median (--stat min: the minimum) over repeated timings after a warm-up; the header names the CPU and the SIMD
-back end. Run it under `flock /tmp/tinygpt-bench.lock` on a shared machine.
+figure is the median (--stat min: the minimum) over repeated timings after a warm-up; the header
+names the CPU and the SIMD back end. Run it under `flock /tmp/tinygpt-bench.lock` on a shared machine.
 """
 from __future__ import annotations
 
@@ -262,9 +262,11 @@ def main(argv=None):
                 t1 = bench_step_native(lib_path, p, 1, args.seconds, corpus)
                 tn = bench_step_native(lib_path, p, T, args.seconds, corpus)
                 print(f"| {p} | {tokens} | {t_torch * 1e3:.1f} | {t1 * 1e3:.1f} | {tn * 1e3:.1f} | "
-                      f"{t_torch / tn:.2f}x | {t1 / tn:.2f}x | {tokens / t_torch:,.0f} | {tokens / tn:,.0f} |", flush=True)
+                      f"{t_torch / tn:.2f}x | {t1 / tn:.2f}x | {tokens / t_torch:,.0f} | {tokens / tn:,.0f} |",
+                      flush=True)
             else:
-                print(f"| {p} | {tokens} | {t_torch * 1e3:.1f} | - | - | - | - | {tokens / t_torch:,.0f} | - |", flush=True)
+                print(f"| {p} | {tokens} | {t_torch * 1e3:.1f} | - | - | - | - | {tokens / t_torch:,.0f} | - |",
+                      flush=True)
 
     if "pool" in parts:
         for t in sorted({1, T}):

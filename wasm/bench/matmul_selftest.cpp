@@ -41,10 +41,11 @@ double rel_err(const std::vector<float>& got, const std::vector<double>& ref) {
 }
 
 bool check_linear(int64_t M, int64_t K, int64_t N, tg::ThreadPool& pool) {
-  auto x = random_vector(M * K), w = random_vector(N * K), b = random_vector(N), d = random_vector(M * N);
+  auto x = random_vector(M * K), w = random_vector(N * K), b = random_vector(N),
+       d = random_vector(M * N);
   auto dx = random_vector(M * K), dw = random_vector(N * K), db = random_vector(N);
-  std::vector<double> out_ref(size_t(M * N)), dx_ref(dx.begin(), dx.end()), dw_ref(dw.begin(), dw.end()),
-      db_ref(db.begin(), db.end());
+  std::vector<double> out_ref(size_t(M * N)), dx_ref(dx.begin(), dx.end()),
+      dw_ref(dw.begin(), dw.end()), db_ref(db.begin(), db.end());
   for (int64_t m = 0; m < M; m++)
     for (int64_t n = 0; n < N; n++) {
       double acc = b[n], g = d[m * N + n];
@@ -59,9 +60,11 @@ bool check_linear(int64_t M, int64_t K, int64_t N, tg::ThreadPool& pool) {
   std::vector<float> out(size_t(M * N));
   tg::matmul_forward(out.data(), x.data(), w.data(), b.data(), M, K, N, pool);
   tg::matmul_backward(dx.data(), dw.data(), db.data(), d.data(), x.data(), w.data(), M, K, N, pool);
-  double e[4] = {rel_err(out, out_ref), rel_err(dx, dx_ref), rel_err(dw, dw_ref), rel_err(db, db_ref)};
-  std::printf("threads=%d M,K,N=%lld,%lld,%lld max rel err out=%.2e dinp=%.2e dweight=%.2e dbias=%.2e\n",
-              pool.size(), (long long)M, (long long)K, (long long)N, e[0], e[1], e[2], e[3]);
+  double e[4] = {rel_err(out, out_ref), rel_err(dx, dx_ref), rel_err(dw, dw_ref),
+                 rel_err(db, db_ref)};
+  std::printf(
+      "threads=%d M,K,N=%lld,%lld,%lld max rel err out=%.2e dinp=%.2e dweight=%.2e dbias=%.2e\n",
+      pool.size(), (long long)M, (long long)K, (long long)N, e[0], e[1], e[2], e[3]);
   return e[0] < 1e-5 && e[1] < 1e-5 && e[2] < 1e-5 && e[3] < 1e-5;
 }
 
@@ -90,13 +93,16 @@ bool check_exp_tanh() {
   double exp_err = 0, tanh_err = 0;
   float in[kWidth], out[kWidth];
   for (int i = 0; i < 20000; i++) {
-    for (int j = 0; j < kWidth; j++) in[j] = -87.0f + 175.0f * float(i * kWidth + j) / (20000.0f * kWidth);
+    for (int j = 0; j < kWidth; j++)
+      in[j] = -87.0f + 175.0f * float(i * kWidth + j) / (20000.0f * kWidth);
     store(out, tg::simd::exp(load(in)));
     for (int j = 0; j < kWidth; j++)
-      exp_err = std::fmax(exp_err, std::fabs(out[j] - std::exp(double(in[j]))) / std::exp(double(in[j])));
+      exp_err =
+          std::fmax(exp_err, std::fabs(out[j] - std::exp(double(in[j]))) / std::exp(double(in[j])));
     for (int j = 0; j < kWidth; j++) in[j] *= 0.1f;
     store(out, tg::simd::tanh(load(in)));
-    for (int j = 0; j < kWidth; j++) tanh_err = std::fmax(tanh_err, std::fabs(out[j] - std::tanh(double(in[j]))));
+    for (int j = 0; j < kWidth; j++)
+      tanh_err = std::fmax(tanh_err, std::fabs(out[j] - std::tanh(double(in[j]))));
   }
   std::printf("simd exp max rel err %.2e, tanh max abs err %.2e\n", exp_err, tanh_err);
   return exp_err < 5e-7 && tanh_err < 2e-7;
@@ -108,7 +114,8 @@ bool check_exp_tanh() {
 // fc_in: K = C, N = 4C), for comparing back ends and micro-tile shapes: `selftest bench [threads]`.
 void bench(int threads) {
   const int64_t M = 1536, K = 192, N = 768;
-  auto x = random_vector(M * K), w = random_vector(N * K), b = random_vector(N), d = random_vector(M * N);
+  auto x = random_vector(M * K), w = random_vector(N * K), b = random_vector(N),
+       d = random_vector(M * N);
   std::vector<float> out(size_t(M * N)), dx(size_t(M * K)), dw(size_t(N * K));
   tg::ThreadPool pool(threads);
   auto time = [&](const char* name, auto&& fn) {
@@ -117,14 +124,21 @@ void bench(int threads) {
     for (int r = 0; r < 5; r++) {
       auto t0 = std::chrono::steady_clock::now();
       fn();
-      best = std::fmin(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      best = std::fmin(
+          best, std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
     }
-    std::printf("%s %s threads=%d M,K,N=%lld,%lld,%lld: %.1f GFLOP/s\n", tg::simd::kSimdName, name, pool.size(),
-                (long long)M, (long long)K, (long long)N, 2.0 * M * K * N / best / 1e9);
+    std::printf("%s %s threads=%d M,K,N=%lld,%lld,%lld: %.1f GFLOP/s\n", tg::simd::kSimdName, name,
+                pool.size(), (long long)M, (long long)K, (long long)N,
+                2.0 * M * K * N / best / 1e9);
   };
-  time("forward", [&] { tg::matmul_forward(out.data(), x.data(), w.data(), b.data(), M, K, N, pool); });
-  time("dinp", [&] { tg::matmul_backward(dx.data(), nullptr, nullptr, d.data(), x.data(), w.data(), M, K, N, pool); });
-  time("dweight", [&] { tg::matmul_backward(nullptr, dw.data(), nullptr, d.data(), x.data(), w.data(), M, K, N, pool); });
+  time("forward",
+       [&] { tg::matmul_forward(out.data(), x.data(), w.data(), b.data(), M, K, N, pool); });
+  time("dinp", [&] {
+    tg::matmul_backward(dx.data(), nullptr, nullptr, d.data(), x.data(), w.data(), M, K, N, pool);
+  });
+  time("dweight", [&] {
+    tg::matmul_backward(nullptr, dw.data(), nullptr, d.data(), x.data(), w.data(), M, K, N, pool);
+  });
 }
 
 int main(int argc, char** argv) {
@@ -136,7 +150,8 @@ int main(int argc, char** argv) {
   const int64_t shapes[][3] = {{1, 7, 13}, {33, 65, 17}, {250, 96, 384}, {130, 520, 40}};
   for (int threads : {1, 2}) {
     tg::ThreadPool pool(threads);
-    std::printf("simd back end %s, pool of %d thread(s) (asked %d)\n", tg::simd::kSimdName, pool.size(), threads);
+    std::printf("simd back end %s, pool of %d thread(s) (asked %d)\n", tg::simd::kSimdName,
+                pool.size(), threads);
     for (auto& s : shapes) ok = check_linear(s[0], s[1], s[2], pool) && ok;
     ok = check_strided(pool) && ok;
   }

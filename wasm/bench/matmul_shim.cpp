@@ -26,11 +26,12 @@ void tgmm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
 
 // gemm_strided on the calling thread, with the scratch of a one-thread pool.
 void tgmm_gemm_strided(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs,
-                       const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, int accumulate,
-                       void* pool) {
-  static_cast<tg::ThreadPool*>(pool)->parallel_for_scratch(1, 1, [&](int64_t, int64_t, float* scratch) {
-    tg::gemm_strided(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate != 0, scratch);
-  });
+                       const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
+                       int accumulate, void* pool) {
+  static_cast<tg::ThreadPool*>(pool)->parallel_for_scratch(
+      1, 1, [&](int64_t, int64_t, float* scratch) {
+        tg::gemm_strided(M, N, K, a, a_rs, a_cs, b, b_rs, b_cs, c, ldc, accumulate != 0, scratch);
+      });
 }
 
 // y = exp(x) (fn 0) or tanh(x) (fn 1) through simd.h, a vector at a time (the tail padded).
@@ -45,9 +46,9 @@ void tgmm_simd_apply(const float* x, float* y, int64_t n, int fn) {
 }
 
 // Runs forward then backward `reps` times (for timing without Python overhead per call).
-void tgmm_repeat_step(int reps, float* out, const float* inp, const float* weight, const float* bias,
-                      float* dinp, float* dweight, float* dbias, const float* dout, int64_t M, int64_t K,
-                      int64_t N, void* pool) {
+void tgmm_repeat_step(int reps, float* out, const float* inp, const float* weight,
+                      const float* bias, float* dinp, float* dweight, float* dbias,
+                      const float* dout, int64_t M, int64_t K, int64_t N, void* pool) {
   tg::ThreadPool& p = *static_cast<tg::ThreadPool*>(pool);
   for (int r = 0; r < reps; r++) {
     tg::matmul_forward(out, inp, weight, bias, M, K, N, p);
@@ -70,13 +71,16 @@ void tgmm_pool_cover(void* pool, int64_t n, int64_t min_chunk, int32_t* counts, 
   *n_chunks = chunk_count[0];
 }
 
-// Seconds per parallel_for of `n` trivial items (the pool's fork-join overhead), over `iters` calls.
+// Seconds per parallel_for of `n` trivial items (the pool's fork-join overhead), over `iters`
+// calls.
 double tgmm_pool_roundtrip(void* pool, int64_t n, int64_t iters) {
   tg::ThreadPool& p = *static_cast<tg::ThreadPool*>(pool);
   volatile int64_t sink = 0;
   auto start = std::chrono::steady_clock::now();
-  for (int64_t i = 0; i < iters; i++) p.parallel_for(n, 1, [&](int64_t b, int64_t e) { sink = sink + (e - b); });
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() / double(iters);
+  for (int64_t i = 0; i < iters; i++)
+    p.parallel_for(n, 1, [&](int64_t b, int64_t e) { sink = sink + (e - b); });
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() /
+         double(iters);
 }
 
 }  // extern "C"

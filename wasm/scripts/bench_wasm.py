@@ -110,17 +110,21 @@ def main():
                     if "error" in r:
                         raise SystemExit(f"Chromium {preset} {build}: {r['error']}")
                     record("Chromium", preset, build, r["threads"], step_ms(r))
-    chromium = "" if args.no_browser else subprocess.run(["chromium", "--version"], capture_output=True, text=True).stdout.strip()
+    chromium = ("" if args.no_browser
+                else subprocess.run(["chromium", "--version"], capture_output=True, text=True).stdout.strip())
     node = subprocess.run(["node", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"\nCPU: {cpu_model()} ({subprocess.run(['nproc'], capture_output=True, text=True).stdout.strip()} cores); "
           f"Node {node}; {chromium or 'no browser'}; {args.rounds} round(s)\n")
-    print("| engine | preset | build | threads | ms/step (median) | range | tokens/s |\n|---|---|---|---|---:|---:|---:|")
+    print("| engine | preset | build | threads | ms/step (median) | range | tokens/s |\n"
+          "|---|---|---|---|---:|---:|---:|")
     rows = []
     for (engine, preset, build, threads), ms_list in runs.items():
         ms = statistics.median(ms_list)
         tps = tokens_per_step(preset) / (ms / 1000)
-        rows.append(dict(engine=engine, preset=preset, build=build, threads=threads, ms=ms, runs=ms_list, tokens_per_s=tps))
-        print(f"| {engine} | {preset} | {build} | {threads} | {ms:.1f} | {min(ms_list):.0f}–{max(ms_list):.0f} | {tps:.0f} |")
+        rows.append(dict(engine=engine, preset=preset, build=build, threads=threads, ms=ms, runs=ms_list,
+                         tokens_per_s=tps))
+        print(f"| {engine} | {preset} | {build} | {threads} | {ms:.1f} | "
+              f"{min(ms_list):.0f}–{max(ms_list):.0f} | {tps:.0f} |")
     print("\n" + json.dumps(rows))
 
 

@@ -33,7 +33,8 @@ double clip_gradients(float* g, int64_t n, double norm, double grad_clip, Thread
 
 void adamw_update(float* p, const float* g, float* m, float* v, int64_t n, bool decay,
                   const AdamWSettings& s, int64_t t, ThreadPool& pool) {
-  // Scalars in double, then rounded to float as PyTorch does when it applies them to a float tensor.
+  // Scalars in double, then rounded to float as PyTorch does when it applies them to a float
+  // tensor.
   const float keep = static_cast<float>(1.0 - s.lr * s.weight_decay);
   const float w1 = static_cast<float>(1.0 - s.beta1);
   const float b2 = static_cast<float>(s.beta2);

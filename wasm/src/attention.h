@@ -19,8 +19,8 @@ namespace tg {
 
 // 32 rows: a block computes the scores of all its keys, masked ones included, so smaller blocks
 // waste less of the causal triangle (T = 128: 62.5% of T x T computed, against 75% at 64 rows); at
-// 16 rows the extra, smaller products cost more than they save (measured in WebAssembly, relaxed build:
-// 32 rows 1.0-1.26x faster than 64 at small..xl, 16 rows 0.82-1.0x of 32).
+// 16 rows the extra, smaller products cost more than they save (measured in WebAssembly, relaxed
+// build: 32 rows 1.0-1.26x faster than 64 at small..xl, 16 rows 0.82-1.0x of 32).
 constexpr int64_t kAttnRows = 32;
 
 // C (M,N) = A B (or += when accumulate), A(i,p) = a[i*a_rs + p*a_cs], B(p,j) = b[p*b_rs + j*b_cs].

@@ -7,9 +7,9 @@
 
 namespace tg {
 
-// logits: (N,V); targets: (N). Writes each row's log-sum-exp (lse, N) and loss (losses, N) in double
-// (exps in the logits' type, their sum and the log in double); returns the mean.
-// Rows are summed in order after the parallel part, so the result does not depend on thread count.
+// logits: (N,V); targets: (N). Writes each row's log-sum-exp (lse, N) and loss (losses, N) in
+// double (exps in the logits' type, their sum and the log in double); returns the mean. Rows are
+// summed in order after the parallel part, so the result does not depend on thread count.
 template <class F>
 double cross_entropy_forward(double* lse, double* losses, const F* logits, const int32_t* targets,
                              int64_t N, int64_t V, ThreadPool& pool) {

@@ -42,8 +42,8 @@ void windows_at(int32_t* x, int32_t* y, const uint8_t* data, const int64_t* star
   }
 }
 
-void draw_batch(int32_t* x, int32_t* y, const Corpus& corpus, int64_t ctx, int64_t B,
-                uint64_t seed, int64_t batch_index) {
+void draw_batch(int32_t* x, int32_t* y, const Corpus& corpus, int64_t ctx, int64_t B, uint64_t seed,
+                int64_t batch_index) {
   const uint64_t s0 = data_stream_state(seed);
   const uint64_t n_starts = static_cast<uint64_t>(corpus.n_train - ctx);
   for (int64_t r = 0; r < B; r++) {

@@ -21,10 +21,11 @@ std::string corpus_problem(int64_t n, double val_fraction, int64_t ctx);
 
 // Batch number batch_index of B rows: row r starts at (data output (batch_index*B + r) >> 11)
 // mod (n_train - ctx). x, y: (B, ctx) with y[r,t] = x[r,t+1] in the corpus.
-void draw_batch(int32_t* x, int32_t* y, const Corpus& corpus, int64_t ctx, int64_t B,
-                uint64_t seed, int64_t batch_index);
+void draw_batch(int32_t* x, int32_t* y, const Corpus& corpus, int64_t ctx, int64_t B, uint64_t seed,
+                int64_t batch_index);
 
-// Start of val window i of K = min(windows, n_val - ctx) (at least 1): i*(n_val-ctx-1) / max(K-1,1).
+// Start of val window i of K = min(windows, n_val - ctx) (at least 1): i*(n_val-ctx-1) /
+// max(K-1,1).
 int64_t eval_window_count(int64_t n_val, int64_t ctx, int64_t windows);
 int64_t eval_window_start(int64_t n_val, int64_t ctx, int64_t k, int64_t i);
 

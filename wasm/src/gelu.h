@@ -11,7 +11,8 @@ namespace tg {
 // out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); inp, out: (n)
 template <class F>
 void gelu_forward(F* out, const F* inp, int64_t n, ThreadPool& pool) {
-  pool.parallel_for(n, 4096, [&](int64_t i0, int64_t i1) { gelu_span(out + i0, inp + i0, i1 - i0); });
+  pool.parallel_for(n, 4096,
+                    [&](int64_t i0, int64_t i1) { gelu_span(out + i0, inp + i0, i1 - i0); });
 }
 
 // dinp = dout * gelu'(inp), overwritten (may alias dout).

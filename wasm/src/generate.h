@@ -1,6 +1,6 @@
-// Text generation (docs/determinism.md "Sampling" and "Context policy"), with or without a KV cache.
-// Both run Model::forward on the same windows (with the cache, over the new positions only), so
-// they emit the same tokens.
+// Text generation (docs/determinism.md "Sampling" and "Context policy"), with or without a KV
+// cache. Both run Model::forward on the same windows (with the cache, over the new positions only),
+// so they emit the same tokens.
 #pragma once
 #include <cstdint>
 
@@ -17,7 +17,7 @@ struct GenSession {
   bool use_cache = true;
   int64_t window_len = 0;  // tokens in model.gen_buffers().window
   int64_t cached_len = 0;  // of those, how many the KV cache holds (a prefix of the window)
-  int64_t last_row = -1;   // the row of model.logits() the last token was picked from (-1: none yet)
+  int64_t last_row = -1;  // the row of model.logits() the last token was picked from (-1: none yet)
 };
 
 // The context policy: a full window (ctx tokens) first restarts from its last ctx/2 tokens

@@ -42,8 +42,8 @@ constexpr int MR = 4, NV = 4;
 constexpr int NR = NV * kWidth;
 
 // Whether A with contiguous rows (inp, dout) is packed too. In WebAssembly the packed kernel's
-// single pointer and constant offsets pay for the packing (measured in Node: matmul 1.1-1.2x); natively the
-// in-place rows are faster (x86 addressing handles the row pointers for free).
+// single pointer and constant offsets pay for the packing (measured in Node: matmul 1.1-1.2x);
+// natively the in-place rows are faster (x86 addressing handles the row pointers for free).
 #if defined(TG_SIMD_WASM128)
 constexpr bool kPackA = true;
 #else
@@ -55,7 +55,8 @@ constexpr bool kPackA = false;
 // covers N up to 1024 (every Linear of tiny..xl). 144 is a multiple of every MR, 1024 of every NR.
 constexpr int64_t MC = 144, KC = 256, NC = 1024;
 static_assert(MC % MR == 0 && NC % NR == 0, "tiles must hold whole micro-panels");
-static_assert(KC * NC + MC * KC <= ThreadPool::kScratchFloats, "packed blocks must fit the scratch");
+static_assert(KC * NC + MC * KC <= ThreadPool::kScratchFloats,
+              "packed blocks must fit the scratch");
 
 // Below this many flops per chunk a GEMM is not split across threads: the wake-up and the
 // imbalance of a small split cost more than they save.
@@ -70,9 +71,10 @@ struct View {
 };
 
 // Packs columns [j0, j0+nb) × depth [p0, p0+kb) of B as NR-column micro-panels: panel q holds
-// dst[q*kb*NR + p*NR + j] = B(p0+p, j0+q*NR+j), columns past nb zero. B(p, j) = b.p[p*b.rs + j*b.cs];
-// one of the strides is 1: row-major weight or activations (rows copied p by p, each read once,
-// contiguously, and spread over the panels) or a transposed weight (gathered column by column).
+// dst[q*kb*NR + p*NR + j] = B(p0+p, j0+q*NR+j), columns past nb zero. B(p, j) = b.p[p*b.rs +
+// j*b.cs]; one of the strides is 1: row-major weight or activations (rows copied p by p, each read
+// once, contiguously, and spread over the panels) or a transposed weight (gathered column by
+// column).
 void pack_b_block(float* dst, View b, int64_t p0, int64_t kb, int64_t j0, int64_t nb) {
   if (b.cs == 1) {
     for (int64_t p = 0; p < kb; p++) {
@@ -98,12 +100,12 @@ void pack_b_block(float* dst, View b, int64_t p0, int64_t kb, int64_t j0, int64_
   }
 }
 
-// Packs rows [i0, i1) × depth [p0, p0+kb) of A as MR-row micro-panels: dst[(i - i0)*kb + p*MR + i%MR],
-// rows past i1 zero, so the micro-kernel reads A from one pointer at constant offsets. Always done for
-// an A with unit row stride (dout^T in the dweight product): read in place, such an A walks MR
-// adjacent floats per step at a stride of a whole dout row, a few KiB, and the rows of one
-// micro-panel fall into the same L1 sets and evict each other. For an A with contiguous rows, only
-// where kPackA says so (see there).
+// Packs rows [i0, i1) × depth [p0, p0+kb) of A as MR-row micro-panels: dst[(i - i0)*kb + p*MR +
+// i%MR], rows past i1 zero, so the micro-kernel reads A from one pointer at constant offsets.
+// Always done for an A with unit row stride (dout^T in the dweight product): read in place, such an
+// A walks MR adjacent floats per step at a stride of a whole dout row, a few KiB, and the rows of
+// one micro-panel fall into the same L1 sets and evict each other. For an A with contiguous rows,
+// only where kPackA says so (see there).
 void pack_a_block(float* dst, View a, int64_t i0, int64_t i1, int64_t p0, int64_t kb) {
   if (a.rs == 1) {
     // p outer: each source row segment [i0, i1) is read once, contiguously (i inner), and spread
@@ -143,8 +145,10 @@ inline void store_tile(const vf (&acc)[MR][NV], float* c, int64_t ldc, int64_t r
       for (int v = 0; v < NV; v++) {
         float* cp = c + i * ldc + v * kWidth;
         vf r = acc[i][v];
-        if (!overwrite) r = add(load(cp), r);
-        else if (bias) r = add(r, load(bias + v * kWidth));
+        if (!overwrite)
+          r = add(load(cp), r);
+        else if (bias)
+          r = add(r, load(bias + v * kWidth));
         store(cp, r);
       }
     return;
@@ -156,8 +160,10 @@ inline void store_tile(const vf (&acc)[MR][NV], float* c, int64_t ldc, int64_t r
     for (int64_t j = 0; j < cols; j++) {
       float r = tile[i * NR + j];
       float* cp = c + i * ldc + j;
-      if (!overwrite) *cp = *cp + r;
-      else *cp = bias ? r + bias[j] : r;
+      if (!overwrite)
+        *cp = *cp + r;
+      else
+        *cp = bias ? r + bias[j] : r;
     }
 }
 
@@ -175,8 +181,9 @@ inline void tile_step(vf (&acc)[MR][NV], const float* a, const float* b) {
 // rows past `rows` repeat the last row and are computed but not stored), b packed (kb, NR). Its MR
 // rows are MR sequential streams that the caches and prefetchers serve well.
 // Not inlined: on its own the compiler keeps all MR row pointers in registers.
-__attribute__((noinline)) void micro_kernel(int64_t kb, const float* const* a, int64_t a_cs, const float* b, float* c, int64_t ldc,
-                  int64_t rows, int64_t cols, const float* bias, bool overwrite) {
+__attribute__((noinline)) void micro_kernel(int64_t kb, const float* const* a, int64_t a_cs,
+                                            const float* b, float* c, int64_t ldc, int64_t rows,
+                                            int64_t cols, const float* bias, bool overwrite) {
   const float* ar[MR];
   for (int i = 0; i < MR; i++) ar[i] = a[i];
   vf acc[MR][NV];
@@ -200,8 +207,10 @@ __attribute__((noinline)) void micro_kernel(int64_t kb, const float* const* a, i
 // k costs two pointer increments instead of MR + 1. Same order of operations as micro_kernel.
 // Unrolling k (by 2 or 4) was slower in V8: clang hoists the loads of the unrolled steps, and the
 // extra live vectors spill.
-__attribute__((noinline)) void micro_kernel_packed(int64_t kb, const float* a, const float* b, float* c, int64_t ldc,
-                                                   int64_t rows, int64_t cols, const float* bias, bool overwrite) {
+__attribute__((noinline)) void micro_kernel_packed(int64_t kb, const float* a, const float* b,
+                                                   float* c, int64_t ldc, int64_t rows,
+                                                   int64_t cols, const float* bias,
+                                                   bool overwrite) {
   vf acc[MR][NV];
   for (int i = 0; i < MR; i++)
     for (int v = 0; v < NV; v++) acc[i][v] = zero();
@@ -222,8 +231,8 @@ struct Gemm {
   // once into `scratch` and then used by all the rows; the MC×KC block of A rows stays in L2 while
   // the jr loop walks the B micro-panels (each KC×NR, in L1).
   void block(int64_t r0, int64_t r1, int64_t c0, int64_t c1, float* scratch) const {
-    float* b_packed = scratch;             // (NC/NR panels) × KC × NR
-    float* a_packed = scratch + KC * NC;   // (MC/MR panels) × KC × MR, when A is packed
+    float* b_packed = scratch;            // (NC/NR panels) × KC × NR
+    float* a_packed = scratch + KC * NC;  // (MC/MR panels) × KC × MR, when A is packed
     for (int64_t jc = c0; jc < c1; jc += NC) {
       int64_t nb = std::min(NC, c1 - jc);
       for (int64_t pc = 0; pc < K; pc += KC) {
@@ -236,15 +245,18 @@ struct Gemm {
           if (packed) pack_a_block(a_packed, A, ic, ic_end, pc, kb);
           for (int64_t jr = 0; jr < nb; jr += NR)
             for (int64_t ir = ic; ir < ic_end; ir += MR) {
-              int64_t rows = std::min<int64_t>(MR, ic_end - ir), cols = std::min<int64_t>(NR, nb - jr);
+              int64_t rows = std::min<int64_t>(MR, ic_end - ir),
+                      cols = std::min<int64_t>(NR, nb - jr);
               float* c = C + ir * ldc + jc + jr;
               const float* bias_j = bias ? bias + jc + jr : nullptr;
               if (packed) {
-                micro_kernel_packed(kb, a_packed + (ir - ic) * kb, b_packed + jr * kb, c, ldc, rows, cols, bias_j, overwrite);
+                micro_kernel_packed(kb, a_packed + (ir - ic) * kb, b_packed + jr * kb, c, ldc, rows,
+                                    cols, bias_j, overwrite);
                 continue;
               }
               const float* a[MR];
-              for (int i = 0; i < MR; i++) a[i] = A.p + (ir + std::min<int64_t>(i, rows - 1)) * A.rs + pc * A.cs;
+              for (int i = 0; i < MR; i++)
+                a[i] = A.p + (ir + std::min<int64_t>(i, rows - 1)) * A.rs + pc * A.cs;
               micro_kernel(kb, a, A.cs, b_packed + jr * kb, c, ldc, rows, cols, bias_j, overwrite);
             }
         }
@@ -253,7 +265,8 @@ struct Gemm {
   }
 };
 
-// The empty cases: nothing to do, or an empty reduction (C = bias or 0; += nothing). True if handled.
+// The empty cases: nothing to do, or an empty reduction (C = bias or 0; += nothing). True if
+// handled.
 bool gemm_trivial(const Gemm& g) {
   if (g.M <= 0 || g.N <= 0) return true;
   if (g.K > 0) return false;
@@ -273,7 +286,8 @@ bool gemm_trivial(const Gemm& g) {
 void run_gemm(const Gemm& g, ThreadPool& pool) {
   if (gemm_trivial(g)) return;
   int64_t wanted = pool.size() == 1 ? 1 : int64_t(pool.size()) * ThreadPool::kChunksPerThread;
-  int64_t units = std::min<int64_t>(wanted, std::max<int64_t>(1, 2 * g.M * g.N * g.K / kMinFlopsPerChunk));
+  int64_t units =
+      std::min<int64_t>(wanted, std::max<int64_t>(1, 2 * g.M * g.N * g.K / kMinFlopsPerChunk));
   int64_t row_tiles = ceil_div(g.M, MR), col_tiles = ceil_div(g.N, NR);
   double a_moves = g.A.rs == 1 || kPackA ? 2.0 : 1.0;
   int64_t tm = 1, tn = 1;
@@ -291,8 +305,10 @@ void run_gemm(const Gemm& g, ThreadPool& pool) {
   pool.parallel_for_scratch(tm * tn, 1, [&](int64_t begin, int64_t end, float* scratch) {
     for (int64_t u = begin; u < end; u++) {
       int64_t r = u / tn, c = u % tn;
-      int64_t r0 = std::min(g.M, row_tiles * r / tm * MR), r1 = std::min(g.M, row_tiles * (r + 1) / tm * MR);
-      int64_t c0 = std::min(g.N, col_tiles * c / tn * NR), c1 = std::min(g.N, col_tiles * (c + 1) / tn * NR);
+      int64_t r0 = std::min(g.M, row_tiles * r / tm * MR),
+              r1 = std::min(g.M, row_tiles * (r + 1) / tm * MR);
+      int64_t c0 = std::min(g.N, col_tiles * c / tn * NR),
+              c1 = std::min(g.N, col_tiles * (c + 1) / tn * NR);
       if (r0 < r1 && c0 < c1) g.block(r0, r1, c0, c1, scratch);
     }
   });
@@ -301,21 +317,20 @@ void run_gemm(const Gemm& g, ThreadPool& pool) {
 }  // namespace
 
 void gemm_strided(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs,
-                  const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate,
-                  float* scratch) {
+                  const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
+                  bool accumulate, float* scratch) {
   Gemm g{M, N, K, View{a, a_rs, a_cs}, View{b, b_rs, b_cs}, c, ldc, nullptr, accumulate};
   if (!gemm_trivial(g)) g.block(0, M, 0, N, scratch);
 }
 
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t M, int64_t K, int64_t N, ThreadPool& pool) {
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
+                    int64_t K, int64_t N, ThreadPool& pool) {
   // out (M,N) = inp (M,K) · B with B(k,n) = weight[n*K + k]
   run_gemm(Gemm{M, N, K, View{inp, K, 1}, View{weight, 1, K}, out, N, bias, false}, pool);
 }
 
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t M, int64_t K, int64_t N,
-                     ThreadPool& pool) {
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t M, int64_t K, int64_t N, ThreadPool& pool) {
   // dinp (M,K) += dout (M,N) · weight (N,K)
   if (dinp)
     run_gemm(Gemm{M, K, N, View{dout, N, 1}, View{weight, K, 1}, dinp, K, nullptr, true}, pool);

@@ -8,16 +8,15 @@
 namespace tg {
 
 // out: (M,N) = inp (M,K) . weight(N,K)^T + bias(N)     bias may be null. out is overwritten.
-void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                    int64_t M, int64_t K, int64_t N, ThreadPool& pool);
+void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
+                    int64_t K, int64_t N, ThreadPool& pool);
 
 // Given dout (M,N), ACCUMULATES (+=) into
 //   dinp    (M,K) += dout . weight          (skipped if dinp is null)
 //   dweight (N,K) += dout^T . inp           (skipped if dweight is null)
 //   dbias   (N)   += sum over rows of dout  (skipped if dbias is null)
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int64_t M, int64_t K, int64_t N,
-                     ThreadPool& pool);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int64_t M, int64_t K, int64_t N, ThreadPool& pool);
 
 // General strided product on the calling thread, for kernels that parallelise over an outer loop
 // themselves (attention over (batch, head): S = Q·K^T, Y = P·V and their backward products):
@@ -26,7 +25,7 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // Fast when A has a unit stride (either one) and B any; `scratch` is ThreadPool::kScratchFloats
 // floats owned by this thread (the third argument of parallel_for_scratch's fn). Never allocates.
 void gemm_strided(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs,
-                  const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc, bool accumulate,
-                  float* scratch);
+                  const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
+                  bool accumulate, float* scratch);
 
 }  // namespace tg

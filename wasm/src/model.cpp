@@ -38,11 +38,14 @@ std::string config_problem(const Config& c) {
   // Within those bounds the exact int64 sizes could still overflow: estimate the arena in double
   // (parameters x 4 blocks + activations, generously) and refuse anything beyond 2^46 bytes.
   const double C = static_cast<double>(c.d_model), BT = static_cast<double>(c.batch) * c.ctx;
-  const double params = static_cast<double>(c.vocab + c.ctx) * C + c.n_layer * (12 * C * C + 13 * C);
-  const double bytes = 16 * params + 4 * BT * (c.n_layer * (20 * C + c.n_head + 8) + 16 * C + c.vocab + 8);
+  const double params =
+      static_cast<double>(c.vocab + c.ctx) * C + c.n_layer * (12 * C * C + 13 * C);
+  const double bytes =
+      16 * params + 4 * BT * (c.n_layer * (20 * C + c.n_head + 8) + 16 * C + c.vocab + 8);
   if (bytes > 70368744177664.0) {
     char buf[96];
-    std::snprintf(buf, sizeof buf, "config needs an arena of about %.3g TB: beyond any machine", bytes / 1e12);
+    std::snprintf(buf, sizeof buf, "config needs an arena of about %.3g TB: beyond any machine",
+                  bytes / 1e12);
     return buf;
   }
   return "";
@@ -254,7 +257,7 @@ void Model::forward(const int32_t* x, int64_t B, int64_t T, int64_t past) {
     LayerActs& a = acts_[l];
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, BT, C, cfg_.ln_eps,
                       pool);
-    matmul_forward(a.q, a.ln1, p.qw, p.qb, BT, C, C, pool);  // (B,T,C)
+    matmul_forward(a.q, a.ln1, p.qw, p.qb, BT, C, C, pool);             // (B,T,C)
     matmul_forward(a.k + past * C, a.ln1, p.kw, p.kb, BT, C, C, pool);  // after the cached keys
     matmul_forward(a.v + past * C, a.ln1, p.vw, p.vb, BT, C, C, pool);
     attention_forward(a.att, a.att_lse, att_scratch_, a.q, a.k, a.v, B, T, C, H, pool, past);
@@ -301,7 +304,7 @@ double Model::forward_backward(const int32_t* x, const int32_t* y, int64_t B, in
     // res3 = res2 + fc_out(gelu(fc_in(ln2(res2)))): dres_ flows to res2 unchanged and into the MLP.
     std::memset(dh_, 0, static_cast<size_t>(BT * 4 * C) * 4);
     matmul_backward(dh_, g.fcow, g.fcob, dres_, a.g, p.fcow, BT, 4 * C, C, pool);  // d gelu out
-    gelu_backward(dh_, a.h, dh_, BT * 4 * C, pool);                                   // d h
+    gelu_backward(dh_, a.h, dh_, BT * 4 * C, pool);                                // d h
     std::memset(dln_, 0, static_cast<size_t>(BT * C) * 4);
     matmul_backward(dln_, g.fcw, g.fcb, dh_, a.ln2, p.fcw, BT, C, 4 * C, pool);
     layernorm_backward(dres_, g.ln2w, g.ln2b, dln_, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd, BT, C,
@@ -315,8 +318,8 @@ double Model::forward_backward(const int32_t* x, const int32_t* y, int64_t B, in
     matmul_backward(dln_, g.qw, g.qb, dq_, a.ln1, p.qw, BT, C, C, pool);
     matmul_backward(dln_, g.kw, g.kb, dk_, a.ln1, p.kw, BT, C, C, pool);
     matmul_backward(dln_, g.vw, g.vb, dv_, a.ln1, p.vw, BT, C, C, pool);
-    layernorm_backward(dres_, g.ln1w, g.ln1b, dln_, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, BT,
-                       C, pool);
+    layernorm_backward(dres_, g.ln1w, g.ln1b, dln_, residual, p.ln1w, a.ln1_mean, a.ln1_rstd, BT, C,
+                       pool);
   }
   embedding_backward(gw_.wte, gw_.wpe, dres_, tokens_, B, T, C, pool);
   return loss;
@@ -325,7 +328,8 @@ double Model::forward_backward(const int32_t* x, const int32_t* y, int64_t B, in
 double Model::apply_update(const AdamWSettings& s) {
   ThreadPool& pool = *pool_;
   const double norm = grad_global_norm(grads_, P_, norm_partials_, pool);
-  if (!std::isfinite(norm)) return norm;  // the caller reports it; weights and moments stay as they were
+  if (!std::isfinite(norm))
+    return norm;  // the caller reports it; weights and moments stay as they were
   clip_gradients(grads_, P_, norm, s.grad_clip, pool);
   adam_steps++;
   for (const TensorInfo& t : manifest_)

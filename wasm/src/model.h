@@ -24,7 +24,7 @@ struct TensorInfo {
   std::string name;
   int64_t offset;  // element offset within a P-float block (weights, grads, m, v)
   int64_t numel;
-  bool decay;      // 2-D+ tensor: AdamW applies weight decay
+  bool decay;  // 2-D+ tensor: AdamW applies weight decay
   bool init_normal;
   double init_std;  // for init_normal tensors
   float init_fill;  // 0 or 1 otherwise
@@ -35,7 +35,8 @@ std::vector<TensorInfo> build_manifest(const Config& c);
 
 // One layer's tensors inside a P-float block (weights or grads). Linear weights are [out, in].
 struct LayerParams {
-  float *ln1w, *ln1b, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *ln2w, *ln2b, *fcw, *fcb, *fcow, *fcob;
+  float *ln1w, *ln1b, *qw, *qb, *kw, *kb, *vw, *vb, *ow, *ob, *ln2w, *ln2b, *fcw, *fcb, *fcow,
+      *fcob;
 };
 struct ParamViews {
   float *wte, *wpe;  // (V,C), (ctx,C)
@@ -109,7 +110,8 @@ class Model {
   float* moment_v() { return v_; }
   float* logits() { return logits_; }
   const float* logits() const { return logits_; }
-  // The (batch, ctx) token buffers a forward reads: drawing a batch straight into them saves a copy.
+  // The (batch, ctx) token buffers a forward reads: drawing a batch straight into them saves a
+  // copy.
   int32_t* tokens() { return tokens_; }
   int32_t* targets() { return targets_; }
   // The .tinygpt state, contiguous in the arena: i32 step | weights | m | v (4 + 12P bytes).

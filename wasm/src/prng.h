@@ -1,6 +1,7 @@
 // The portable PRNG of docs/determinism.md: SplitMix64 (counter-based) and Box-Muller normals built
-// from IEEE binary64 + - * / sqrt floor frexp only, so C++, Python and JS draw bit-identical numbers.
-// prng.cpp must be compiled with -ffp-contract=off: a fused multiply-add would round once, not twice.
+// from IEEE binary64 + - * / sqrt floor frexp only, so C++, Python and JS draw bit-identical
+// numbers. prng.cpp must be compiled with -ffp-contract=off: a fused multiply-add would round once,
+// not twice.
 #pragma once
 #include <cstdint>
 

@@ -3,7 +3,8 @@
 // One type and a handful of inline functions, with one back end chosen at compile time:
 //   TG_SIMD_AVX512   x86 with -mavx512f (e.g. -march=native on an AVX-512 CPU)   16 lanes, FMA
 //   TG_SIMD_AVX2     x86 with -mavx2 -mfma (e.g. -march=native on Zen/Haswell+)    8 lanes, FMA
-//   TG_SIMD_WASM128  Emscripten/clang with -msimd128 (wasm_simd128.h)               4 lanes; FMA only
+//   TG_SIMD_WASM128  Emscripten/clang with -msimd128 (wasm_simd128.h)               4 lanes; FMA
+//   only
 //                    with -mrelaxed-simd (the caller feature-detects and picks that build)
 //   TG_SIMD_SCALAR   anything else (the scalar WASM build, plain -O3)                1 lane
 // kSimdName says which one was compiled in, so benchmarks and the UI can report it.
@@ -25,8 +26,8 @@
 #if defined(__AVX512F__)
 #define TG_SIMD_AVX512 1
 // GCC 12's AVX-512 intrinsics pass a self-initialised `_mm512_undefined_ps()` as the unused merge
-// operand, which -Wmaybe-uninitialized reports at every inlined use (a GCC 12 regression, gone in 13).
-// The diagnostic's location is inside this header, so ignoring it here silences only that.
+// operand, which -Wmaybe-uninitialized reports at every inlined use (a GCC 12 regression, gone in
+// 13). The diagnostic's location is inside this header, so ignoring it here silences only that.
 #if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -66,10 +67,13 @@ inline vf div(vf a, vf b) { return _mm512_div_ps(a, b); }
 inline vf min(vf a, vf b) { return _mm512_min_ps(a, b); }
 inline vf max(vf a, vf b) { return _mm512_max_ps(a, b); }
 inline vf fma(vf a, vf b, vf c) { return _mm512_fmadd_ps(a, b, c); }
-inline vf round_nearest(vf a) { return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf round_nearest(vf a) {
+  return _mm512_roundscale_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 // 2^n for integral n in [-126, 127], built in the exponent bits
 inline vf exp2_int(vf n) {
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
+  return _mm512_castsi512_ps(
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23));
 }
 inline float reduce_add(vf v) { return _mm512_reduce_add_ps(v); }
 inline float reduce_max(vf v) { return _mm512_reduce_max_ps(v); }
@@ -90,9 +94,12 @@ inline vf div(vf a, vf b) { return _mm256_div_ps(a, b); }
 inline vf min(vf a, vf b) { return _mm256_min_ps(a, b); }
 inline vf max(vf a, vf b) { return _mm256_max_ps(a, b); }
 inline vf fma(vf a, vf b, vf c) { return _mm256_fmadd_ps(a, b, c); }
-inline vf round_nearest(vf a) { return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+inline vf round_nearest(vf a) {
+  return _mm256_round_ps(a, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
 inline vf exp2_int(vf n) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23));
 }
 inline float reduce_add(vf v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -173,12 +180,12 @@ inline float reduce_max(vf v) { return v; }
 #endif
 
 // exp(x), every back end the same polynomial (Cephes expf: range reduction by ln 2, degree-5
-// polynomial), within a few ulp of the true value for x in [-87.3, 88.37]; inputs outside are clamped
-// (so exp(-inf) gives 1.2e-38, not 0, and exp(+inf) gives 2.4e38). NaN in, unspecified out.
+// polynomial), within a few ulp of the true value for x in [-87.3, 88.37]; inputs outside are
+// clamped (so exp(-inf) gives 1.2e-38, not 0, and exp(+inf) gives 2.4e38). NaN in, unspecified out.
 inline vf exp(vf x) {
   x = min(max(x, set1(-87.3365f)), set1(88.37f));  // n <= 127: 2^n stays a normal float
   vf n = round_nearest(mul(x, set1(1.44269504088896341f)));
-  vf r = fma(n, set1(-0.693359375f), x);   // x - n ln2, ln2 in two parts for exactness
+  vf r = fma(n, set1(-0.693359375f), x);  // x - n ln2, ln2 in two parts for exactness
   r = fma(n, set1(2.12194440e-4f), r);
   vf y = set1(1.9875691500e-4f);
   y = fma(y, r, set1(1.3981999507e-3f));
@@ -192,9 +199,7 @@ inline vf exp(vf x) {
 
 // tanh(x) = 1 - 2 / (exp(2x) + 1): absolute error below 1e-7 (relative error grows near 0, where
 // tanh(x) ~ x; fine for GELU, which adds 1 to it).
-inline vf tanh(vf x) {
-  return sub(set1(1.0f), div(set1(2.0f), add(exp(add(x, x)), set1(1.0f))));
-}
+inline vf tanh(vf x) { return sub(set1(1.0f), div(set1(2.0f), add(exp(add(x, x)), set1(1.0f)))); }
 
 }  // namespace simd
 }  // namespace tg

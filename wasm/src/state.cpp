@@ -51,7 +51,8 @@ void import_state(Model& model, const uint8_t* buf, int64_t n) {
 }
 
 void export_state(const Model& model, uint8_t* out, bool with_moments) {
-  std::memcpy(out, model.state_bytes(), static_cast<size_t>(state_size(model.param_count(), with_moments)));
+  std::memcpy(out, model.state_bytes(),
+              static_cast<size_t>(state_size(model.param_count(), with_moments)));
 }
 
 }  // namespace tg

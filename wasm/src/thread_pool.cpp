@@ -117,7 +117,8 @@ void ThreadPool::Impl::run_chunks(uint64_t gen, float* my_scratch) {
     if (word >> 32 != (gen & 0xffffffffu)) return;
     int64_t chunks = int64_t((word >> 16) & 0xffff), next = int64_t(word & 0xffff);
     if (next >= chunks) return;
-    if (!claim.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire))
+    if (!claim.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel,
+                                     std::memory_order_acquire))
       continue;  // word now holds the current value
     int64_t begin, end;
     chunk_bounds(n, chunks, next, &begin, &end);
@@ -140,11 +141,14 @@ void ThreadPool::Impl::worker_loop(int index) {
 }
 
 ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(n_threads < 1 ? 1 : n_threads > kMaxThreads ? kMaxThreads : n_threads) {
+    : n_threads_(n_threads < 1             ? 1
+                 : n_threads > kMaxThreads ? kMaxThreads
+                                           : n_threads) {
   impl_ = new Impl();
   impl_->scratch = allocate_scratch(n_threads_);
   impl_->workers.reserve(size_t(n_threads_ - 1));
-  for (int i = 1; i < n_threads_; i++) impl_->workers.emplace_back([this, i] { impl_->worker_loop(i); });
+  for (int i = 1; i < n_threads_; i++)
+    impl_->workers.emplace_back([this, i] { impl_->worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {

@@ -1,5 +1,6 @@
 // The C shell of tinygpt_api.h: argument checks, error codes and messages around a tg::Run (run.h),
-// which does the work. Every entry point catches everything, so no C++ exception crosses into C or JS.
+// which does the work. Every entry point catches everything, so no C++ exception crosses into C or
+// JS.
 #include "tinygpt_api.h"
 
 #include <cmath>
@@ -83,8 +84,8 @@ int32_t check_tokens(const tg_model* m, const int32_t* t, int64_t n, const char*
   const int64_t V = m->run.model.config().vocab;
   for (int64_t i = 0; i < n; i++)
     if (t[i] < 0 || t[i] >= V)
-      return fail(TG_ERR_ARG, std::string(what) + "[" + std::to_string(i) + "] = " +
-                                  std::to_string(t[i]) + " is not a token in [0, " +
+      return fail(TG_ERR_ARG, std::string(what) + "[" + std::to_string(i) +
+                                  "] = " + std::to_string(t[i]) + " is not a token in [0, " +
                                   std::to_string(V) + ")");
   return TG_OK;
 }
@@ -152,9 +153,9 @@ tg_model* tg_create(const tg_config* config, int32_t batch, int32_t n_threads) {
     }
     auto h = std::make_unique<tg_model>(c, n_threads);
     if (!h->run.model.ok()) {
-      fail(TG_ERR_ALLOC, "could not allocate the model's arena of " +
-                             std::to_string(h->run.model.arena_bytes()) + " bytes" +
-                             (sizeof(size_t) < 8 ? " (a 32-bit build addresses at most 4 GiB)" : ""));
+      fail(TG_ERR_ALLOC,
+           "could not allocate the model's arena of " + std::to_string(h->run.model.arena_bytes()) +
+               " bytes" + (sizeof(size_t) < 8 ? " (a 32-bit build addresses at most 4 GiB)" : ""));
       return nullptr;
     }
     return h.release();
@@ -220,16 +221,15 @@ int32_t tg_set_hyper(tg_model* m, double lr, double beta1, double beta2, double 
   if (!(std::isfinite(lr) && lr > 0))
     return fail(TG_ERR_HYPER, "lr must be a positive finite number, got " + num(lr));
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
-    return fail(TG_ERR_HYPER, "beta1 and beta2 must be in [0, 1), got " + num(beta1) +
-                                  " and " + num(beta2));
+    return fail(TG_ERR_HYPER,
+                "beta1 and beta2 must be in [0, 1), got " + num(beta1) + " and " + num(beta2));
   if (!(std::isfinite(eps) && eps > 0))
     return fail(TG_ERR_HYPER, "eps must be a positive finite number, got " + num(eps));
   if (!(std::isfinite(weight_decay) && weight_decay >= 0))
-    return fail(TG_ERR_HYPER, "weightDecay must be a finite number >= 0, got " +
-                                  num(weight_decay));
+    return fail(TG_ERR_HYPER, "weightDecay must be a finite number >= 0, got " + num(weight_decay));
   if (!(grad_clip > 0))
-    return fail(TG_ERR_HYPER, "gradClip must be positive (+inf disables clipping), got " +
-                                  num(grad_clip));
+    return fail(TG_ERR_HYPER,
+                "gradClip must be positive (+inf disables clipping), got " + num(grad_clip));
   m->run.hyper = tg::AdamWSettings{lr, beta1, beta2, eps, weight_decay, grad_clip};
   m->run.has_hyper = true;
   return TG_OK;
@@ -286,7 +286,8 @@ double tg_train_step(tg_model* m) {
                          [&]() -> double { return step_result(m->run.train_step()); });
 }
 
-double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t) {
+double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows,
+                           int32_t t) {
   if (int32_t e = check_handle(m, "tg_train_step_batch")) return e;
   if (!m->run.has_hyper) return fail(TG_ERR_HYPER, "no hyper-parameters: call tg_set_hyper first");
   if (int32_t e = check_batch(m, x, y, rows, t, true)) return e;
@@ -295,7 +296,8 @@ double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int3
   });
 }
 
-double tg_forward_backward(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t) {
+double tg_forward_backward(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows,
+                           int32_t t) {
   if (int32_t e = check_handle(m, "tg_forward_backward")) return e;
   if (int32_t e = check_batch(m, x, y, rows, t, true)) return e;
   return guarded<double>("tg_forward_backward",
@@ -327,7 +329,9 @@ int64_t tg_step(const tg_model* m) {
   return m->run.model.step();
 }
 
-float* tg_weights(tg_model* m) { return check_handle(m, "tg_weights") ? nullptr : m->run.model.weights(); }
+float* tg_weights(tg_model* m) {
+  return check_handle(m, "tg_weights") ? nullptr : m->run.model.weights();
+}
 
 const float* tg_grads(const tg_model* m) {
   return check_handle(m, "tg_grads") ? nullptr : m->run.model.grads();
@@ -337,13 +341,16 @@ int32_t tg_gen_begin(tg_model* m, const int32_t* prompt, int32_t n_prompt, doubl
                      int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache) {
   if (int32_t e = check_handle(m, "tg_gen_begin")) return e;
   if (n_prompt < 1)
-    return fail(TG_ERR_ARG, "the prompt is empty: generation needs at least one token to start from");
+    return fail(TG_ERR_ARG,
+                "the prompt is empty: generation needs at least one token to start from");
   if (int32_t e = check_tokens(m, prompt, n_prompt, "prompt")) return e;
   if (!(temperature >= 0 && std::isfinite(temperature)))
-    return fail(TG_ERR_ARG, "temperature must be a finite number >= 0 (0 = greedy), got " +
-                                num(temperature));
-  if (top_k < 0) return fail(TG_ERR_ARG, "top-k must be >= 0 (0 = all tokens), got " + std::to_string(top_k));
-  if (sample_seed >= kMaxSeed) return fail(TG_ERR_ARG, "sample seed must be an integer in [0, 2^53)");
+    return fail(TG_ERR_ARG,
+                "temperature must be a finite number >= 0 (0 = greedy), got " + num(temperature));
+  if (top_k < 0)
+    return fail(TG_ERR_ARG, "top-k must be >= 0 (0 = all tokens), got " + std::to_string(top_k));
+  if (sample_seed >= kMaxSeed)
+    return fail(TG_ERR_ARG, "sample seed must be an integer in [0, 2^53)");
   return guarded<int32_t>("tg_gen_begin", [&]() -> int32_t {
     m->run.gen_begin(prompt, n_prompt, temperature, top_k, sample_seed, use_kv_cache != 0);
     return TG_OK;
@@ -353,14 +360,16 @@ int32_t tg_gen_begin(tg_model* m, const int32_t* prompt, int32_t n_prompt, doubl
 int32_t tg_gen_next(tg_model* m) {
   if (int32_t e = check_handle(m, "tg_gen_next")) return e;
   if (!m->run.gen.active)
-    return fail(TG_ERR_ARG, "no generation in progress: call tg_gen_begin first (training ends it)");
+    return fail(TG_ERR_ARG,
+                "no generation in progress: call tg_gen_begin first (training ends it)");
   return guarded<int32_t>("tg_gen_next", [&]() -> int32_t { return m->run.gen_next(); });
 }
 
 int32_t tg_gen_last_probs(const tg_model* m, float* out) {
   if (int32_t e = check_handle(m, "tg_gen_last_probs")) return e;
   if (!m->run.gen.active || m->run.gen.last_row < 0)
-    return fail(TG_ERR_ARG, "no token generated in this session: call tg_gen_begin and tg_gen_next first");
+    return fail(TG_ERR_ARG,
+                "no token generated in this session: call tg_gen_begin and tg_gen_next first");
   if (out == nullptr) return fail(TG_ERR_ARG, "tg_gen_last_probs: out is null");
   m->run.gen_last_probs(out);
   return TG_OK;
@@ -384,7 +393,8 @@ int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_
                     double temperature, int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache,
                     int32_t* out) {
   if (int32_t e = check_handle(m, "tg_generate")) return e;
-  if (max_new < 0) return fail(TG_ERR_ARG, "max new tokens must be >= 0, got " + std::to_string(max_new));
+  if (max_new < 0)
+    return fail(TG_ERR_ARG, "max new tokens must be >= 0, got " + std::to_string(max_new));
   if (max_new > 0 && out == nullptr) return fail(TG_ERR_ARG, "tg_generate: out is null");
   if (int32_t e = tg_gen_begin(m, prompt, n_prompt, temperature, top_k, sample_seed, use_kv_cache))
     return e;
@@ -406,8 +416,8 @@ int64_t tg_export_state(const tg_model* m, uint8_t* buf, int64_t cap, int32_t wi
   if (int32_t e = check_handle(m, "tg_export_state")) return e;
   const int64_t need = tg::state_size(m->run.model.param_count(), with_moments != 0);
   if (buf == nullptr || cap < need)
-    return fail(TG_ERR_ARG, "export buffer of " + std::to_string(cap) + " bytes is too small: the state needs " +
-                                std::to_string(need));
+    return fail(TG_ERR_ARG, "export buffer of " + std::to_string(cap) +
+                                " bytes is too small: the state needs " + std::to_string(need));
   tg::export_state(m->run.model, buf, with_moments != 0);
   return need;
 }

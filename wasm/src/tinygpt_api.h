@@ -1,13 +1,14 @@
-/* TinyGPT C API: what the JS worker (through Emscripten) and the native tests (through ctypes) call.
+/* TinyGPT C API: what the JS worker (through Emscripten) and the native tests (through ctypes)
+ * call.
  *
  * Ownership and lifetime
  *   - tg_create() returns an opaque handle that owns ONE arena, allocated at creation from a size
  *     computed up front (weights, grads, AdamW m and v, activations, which hold generation's KV
  *     cache, activation grads, scratch). Nothing is allocated or grown inside a training step, an
- *     eval, a generation step or a look inside (tg_attention, tg_gen_last_probs), so a WASM memory never grows while pool threads are running.
- *     tg_destroy() frees everything.
- *   - The corpus given to tg_set_corpus() is COPIED (the one allocation outside the arena, made only
- *     by that call); the caller may free its buffer afterwards.
+ *     eval, a generation step or a look inside (tg_attention, tg_gen_last_probs), so a WASM memory
+ * never grows while pool threads are running. tg_destroy() frees everything.
+ *   - The corpus given to tg_set_corpus() is COPIED (the one allocation outside the arena, made
+ * only by that call); the caller may free its buffer afterwards.
  *   - Pointers returned by tg_weights/tg_grads/tg_state_ptr point into the arena: valid until
  *     tg_destroy(); their contents change with every step.
  *   - A handle is not thread-safe: call it from one thread at a time (the model's own thread pool
@@ -41,27 +42,30 @@ extern "C" {
 #endif
 
 #define TG_OK 0
-#define TG_ERR_CONFIG (-1)    /* invalid model config: non-positive dims, nHead not dividing dModel... */
-#define TG_ERR_ARG (-2)       /* null handle/pointer, token out of range, shape larger than the arena */
-#define TG_ERR_STATE (-3)     /* state buffer of the wrong length, negative step, NaN/inf values */
-#define TG_ERR_HYPER (-4)     /* hyper-parameters missing or invalid (NaN or non-positive lr, ...) */
-#define TG_ERR_CORPUS (-5)    /* no corpus set, or too short for the context */
-#define TG_ERR_ALLOC (-6)     /* the arena (or the corpus copy) could not be allocated */
-#define TG_ERR_NONFINITE (-7) /* the loss or the gradient norm became NaN/inf: the update was skipped */
-#define TG_ERR_INTERNAL (-8)  /* an unexpected internal failure (a bug): the message says where */
+#define TG_ERR_CONFIG \
+  (-1)                  /* invalid model config: non-positive dims, nHead not dividing dModel... */
+#define TG_ERR_ARG (-2) /* null handle/pointer, token out of range, shape larger than the arena */
+#define TG_ERR_STATE (-3)  /* state buffer of the wrong length, negative step, NaN/inf values */
+#define TG_ERR_HYPER (-4)  /* hyper-parameters missing or invalid (NaN or non-positive lr, ...) */
+#define TG_ERR_CORPUS (-5) /* no corpus set, or too short for the context */
+#define TG_ERR_ALLOC (-6)  /* the arena (or the corpus copy) could not be allocated */
+#define TG_ERR_NONFINITE \
+  (-7) /* the loss or the gradient norm became NaN/inf: the update was skipped */
+#define TG_ERR_INTERNAL (-8) /* an unexpected internal failure (a bug): the message says where */
 
 typedef struct tg_model tg_model;
 
 const char* tg_last_error(void);
 int32_t tg_last_error_code(void);
 
-/* ---- creation ---------------------------------------------------------------------------------- */
+/* ---- creation ----------------------------------------------------------------------------------
+ */
 
 /* A model's configuration: a preset's dims and the "model" values of site/static/presets.json.
- * Each field is named after its presets.json key in snake_case (nLayer: n_layer). Callers fill it by
- * name from the layout wasm/scripts/api_signatures.py reads here, so a field added here (and in the
- * model) needs no change in any caller. Fields: int32_t or double only, so the layout is the same
- * in every build (Memory64 included). */
+ * Each field is named after its presets.json key in snake_case (nLayer: n_layer). Callers fill it
+ * by name from the layout wasm/scripts/api_signatures.py reads here, so a field added here (and in
+ * the model) needs no change in any caller. Fields: int32_t or double only, so the layout is the
+ * same in every build (Memory64 included). */
 typedef struct tg_config {
   int32_t n_layer;
   int32_t n_head;
@@ -92,7 +96,8 @@ const char* tg_tensor_name(const tg_model* m, int32_t i);
 int64_t tg_tensor_offset(const tg_model* m, int32_t i);
 int64_t tg_tensor_numel(const tg_model* m, int32_t i);
 
-/* ---- initialisation, hyper-parameters, data ---------------------------------------------------- */
+/* ---- initialisation, hyper-parameters, data ----------------------------------------------------
+ */
 
 /* Weights from the portable init stream of `seed`; m = v = 0; step = 0; data stream = (seed, 0). */
 int32_t tg_init(tg_model* m, uint64_t seed);
@@ -117,17 +122,20 @@ uint64_t tg_data_seed(const tg_model* m);
  * the stream (for tests and for callers that want to see the data). */
 int32_t tg_next_batch(tg_model* m, int32_t* x, int32_t* y);
 
-/* ---- training ---------------------------------------------------------------------------------- */
+/* ---- training ----------------------------------------------------------------------------------
+ */
 
 /* Draws the next batch (B = the batch given to tg_create, T = ctx), forward, backward, clip,
  * AdamW. Returns the mean loss before the update, or a negative code. */
 double tg_train_step(tg_model* m);
 
 /* The same on a caller-given batch x, y: (rows, t) tokens, 1 <= rows <= batch, 1 <= t <= ctx. */
-double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t);
+double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows,
+                           int32_t t);
 
 /* Forward + backward only (no clip, no update): the loss; grads (unclipped) via tg_grads. */
-double tg_forward_backward(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t);
+double tg_forward_backward(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows,
+                           int32_t t);
 
 /* Forward only: the mean loss of the batch. */
 double tg_forward_loss(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows, int32_t t);
@@ -144,11 +152,12 @@ int64_t tg_step(const tg_model* m);
 float* tg_weights(tg_model* m);
 const float* tg_grads(const tg_model* m);
 
-/* ---- generation -------------------------------------------------------------------------------- */
+/* ---- generation --------------------------------------------------------------------------------
+ */
 
-/* Appends up to max_new tokens after the prompt into out (capacity max_new). temperature 0 = greedy;
- * top_k 0 = all tokens; sample_seed keys the sample stream (determinism.md); use_kv_cache = 0 runs a
- * full recompute per token (same tokens, slower). Returns the number of tokens written. */
+/* Appends up to max_new tokens after the prompt into out (capacity max_new). temperature 0 =
+ * greedy; top_k 0 = all tokens; sample_seed keys the sample stream (determinism.md); use_kv_cache =
+ * 0 runs a full recompute per token (same tokens, slower). Returns the number of tokens written. */
 int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_t max_new,
                     double temperature, int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache,
                     int32_t* out);
@@ -165,16 +174,19 @@ int32_t tg_gen_next(tg_model* m);
  * been generated in the current session. Allocates nothing. */
 int32_t tg_gen_last_probs(const tg_model* m, float* out);
 
-/* ---- a look inside ------------------------------------------------------------------------------ */
+/* ---- a look inside ------------------------------------------------------------------------------
+ */
 
 /* The attention probabilities of one sequence: runs the forward over tokens (1 <= t <= ctx of them)
  * and writes, for every layer and head, softmax(q k^T / sqrt(d_model / n_head)) with the causal
- * mask into out: n_layer x n_head x t x t floats, row-major, out[((l * n_head + h) * t + i) * t + j]
- * = how much query i attends to key j (0 for j > i; each row sums to 1). out is caller memory and
- * nothing is allocated. The forward reuses generation's KV cache, so this ends a generation session. */
+ * mask into out: n_layer x n_head x t x t floats, row-major, out[((l * n_head + h) * t + i) * t +
+ * j] = how much query i attends to key j (0 for j > i; each row sums to 1). out is caller memory
+ * and nothing is allocated. The forward reuses generation's KV cache, so this ends a generation
+ * session. */
 int32_t tg_attention(tg_model* m, const int32_t* tokens, int32_t t, float* out);
 
-/* ---- state (.tinygpt state layout) -------------------------------------------------------------- */
+/* ---- state (.tinygpt state layout) --------------------------------------------------------------
+ */
 
 /* 4 + 4P bytes without moments, 4 + 12P with. */
 int64_t tg_state_bytes(const tg_model* m, int32_t with_moments);

@@ -39,29 +39,34 @@ inline float vec_exp_shifted(float* x, float shift, int64_t n) {
   return sum;
 }
 
-// GELU, tanh form: 0.5 x (1 + tanh(s (x + 0.044715 x^3))), s = sqrt(2/pi); tanh(u) = 1 - 2/(e^2u + 1)
+// GELU, tanh form: 0.5 x (1 + tanh(s (x + 0.044715 x^3))), s = sqrt(2/pi); tanh(u) = 1 - 2/(e^2u +
+// 1)
 constexpr double kGeluScale = 0.7978845608028654;
 constexpr double kGeluCubic = 0.044715;
 
 template <class F>
 inline F gelu_tanh(F u) {
-  return static_cast<F>(1) - static_cast<F>(2) / (std::exp(static_cast<F>(2) * u) + static_cast<F>(1));
+  return static_cast<F>(1) -
+         static_cast<F>(2) / (std::exp(static_cast<F>(2) * u) + static_cast<F>(1));
 }
 
 // out[i] = gelu(x[i])
 template <class F>
 inline void gelu_span(F* out, const F* x, int64_t n) {
-  const F s = static_cast<F>(kGeluScale), c = static_cast<F>(kGeluCubic), half = static_cast<F>(0.5);
+  const F s = static_cast<F>(kGeluScale), c = static_cast<F>(kGeluCubic),
+          half = static_cast<F>(0.5);
   for (int64_t i = 0; i < n; i++) {
     const F xi = x[i];
     out[i] = half * xi * (static_cast<F>(1) + gelu_tanh(s * (xi + c * xi * xi * xi)));
   }
 }
 
-// dx[i] = dout[i] * gelu'(x[i]); gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) s (1 + 3c x^2). dx may be dout.
+// dx[i] = dout[i] * gelu'(x[i]); gelu'(x) = 0.5 (1 + th) + 0.5 x (1 - th^2) s (1 + 3c x^2). dx may
+// be dout.
 template <class F>
 inline void gelu_grad_span(F* dx, const F* x, const F* dout, int64_t n) {
-  const F s = static_cast<F>(kGeluScale), c = static_cast<F>(kGeluCubic), half = static_cast<F>(0.5);
+  const F s = static_cast<F>(kGeluScale), c = static_cast<F>(kGeluCubic),
+          half = static_cast<F>(0.5);
   const F one = 1, three = 3;
   for (int64_t i = 0; i < n; i++) {
     const F xi = x[i];

@@ -50,7 +50,8 @@ int main() {
               create({1, 3, 8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
   expect_null("create: batch = -1", create({1, 2, 8, 8, 256, 1e-5, 0.02}, -1, 1), TG_ERR_CONFIG);
   expect_null("create: vocab = 0", create({1, 2, 8, 8, 0, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: layerNormEps = NaN", create({1, 2, 8, 8, 256, nan, 0.02}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: layerNormEps = NaN", create({1, 2, 8, 8, 256, nan, 0.02}, 2, 1),
+              TG_ERR_CONFIG);
   expect_null("create: n_threads = 0", create({1, 2, 8, 8, 256, 1e-5, 0.02}, 2, 0), TG_ERR_CONFIG);
   expect_null("create: config = NULL", tg_create(nullptr, 2, 1), TG_ERR_ARG);
   expect("arena_bytes_for: config = NULL", tg_arena_bytes_for(nullptr, 2), TG_ERR_ARG);
@@ -88,30 +89,35 @@ int main() {
   expect("set_corpus: valFraction = 1.5", tg_set_corpus(m, bytes, 42, 1.5), TG_ERR_CORPUS);
   expect("set_corpus: 42 bytes, valFraction 0.3", tg_set_corpus(m, bytes, 42, 0.3), TG_OK);
   const double loss = tg_train_step(m);
-  expect("train_step after set_corpus (loss >= 0)", loss >= 0 ? 0 : static_cast<long long>(loss), TG_OK);
+  expect("train_step after set_corpus (loss >= 0)", loss >= 0 ? 0 : static_cast<long long>(loss),
+         TG_OK);
   expect("eval: 0 windows", static_cast<long long>(tg_eval(m, 0)), TG_ERR_ARG);
 
   std::vector<int32_t> x(16, 65), y(16, 66);
-  expect("forward_backward: rows 3 > batch 2", static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 3, 8)),
-         TG_ERR_ARG);
-  expect("forward_backward: t 9 > ctx 8", static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 1, 9)),
-         TG_ERR_ARG);
+  expect("forward_backward: rows 3 > batch 2",
+         static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 3, 8)), TG_ERR_ARG);
+  expect("forward_backward: t 9 > ctx 8",
+         static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 1, 9)), TG_ERR_ARG);
   y[5] = 256;
-  expect("forward_backward: target 256", static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 2, 8)),
-         TG_ERR_ARG);
+  expect("forward_backward: target 256",
+         static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 2, 8)), TG_ERR_ARG);
   y[5] = -1;
-  expect("train_step_batch: target -1", static_cast<long long>(tg_train_step_batch(m, x.data(), y.data(), 2, 8)),
-         TG_ERR_ARG);
-  expect("forward_loss: null x", static_cast<long long>(tg_forward_loss(m, nullptr, y.data(), 2, 8)), TG_ERR_ARG);
+  expect("train_step_batch: target -1",
+         static_cast<long long>(tg_train_step_batch(m, x.data(), y.data(), 2, 8)), TG_ERR_ARG);
+  expect("forward_loss: null x",
+         static_cast<long long>(tg_forward_loss(m, nullptr, y.data(), 2, 8)), TG_ERR_ARG);
 
   const int64_t full = tg_state_bytes(m, 1), weights_only = tg_state_bytes(m, 0);
   std::vector<uint8_t> state(static_cast<size_t>(full));
-  expect("export: buffer one byte short", tg_export_state(m, state.data(), full - 1, 1), TG_ERR_ARG);
+  expect("export: buffer one byte short", tg_export_state(m, state.data(), full - 1, 1),
+         TG_ERR_ARG);
   expect("export: full state", tg_export_state(m, state.data(), full, 1), full);
   std::vector<float> before(tg_weights(m), tg_weights(m) + tg_param_count(m));
-  expect("import: truncated (full - 1 bytes)", tg_import_state(m, state.data(), full - 1), TG_ERR_STATE);
+  expect("import: truncated (full - 1 bytes)", tg_import_state(m, state.data(), full - 1),
+         TG_ERR_STATE);
   expect("import: 3 bytes", tg_import_state(m, state.data(), 3), TG_ERR_STATE);
-  expect("import: weights-only length + 4", tg_import_state(m, state.data(), weights_only + 4), TG_ERR_STATE);
+  expect("import: weights-only length + 4", tg_import_state(m, state.data(), weights_only + 4),
+         TG_ERR_STATE);
   expect("import: null buffer", tg_import_state(m, nullptr, full), TG_ERR_STATE);
   std::vector<uint8_t> bad = state;
   const int32_t negative = -3;
@@ -138,11 +144,13 @@ int main() {
   expect("generate: top-k -1", tg_generate(m, prompt, 2, 4, 1.0, -1, 0, 1, out), TG_ERR_ARG);
   expect("generate: null out", tg_generate(m, prompt, 2, 4, 1.0, 0, 0, 1, nullptr), TG_ERR_ARG);
   expect("gen_next without gen_begin", tg_gen_next(m), TG_ERR_ARG);
-  expect("generate: 20 tokens past ctx 8 (restarts)", tg_generate(m, prompt, 2, 20, 0.8, 5, 3, 1, out), 20);
+  expect("generate: 20 tokens past ctx 8 (restarts)",
+         tg_generate(m, prompt, 2, 20, 0.8, 5, 3, 1, out), 20);
 
   expect("null handle: train_step", static_cast<long long>(tg_train_step(nullptr)), TG_ERR_ARG);
   expect("null handle: import", tg_import_state(nullptr, state.data(), full), TG_ERR_ARG);
-  expect("tensor_name index -1", tg_tensor_name(m, -1) == nullptr ? tg_last_error_code() : 0, TG_ERR_ARG);
+  expect("tensor_name index -1", tg_tensor_name(m, -1) == nullptr ? tg_last_error_code() : 0,
+         TG_ERR_ARG);
   tg_destroy(m);
   tg_destroy(nullptr);
 

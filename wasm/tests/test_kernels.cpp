@@ -36,7 +36,8 @@ std::vector<F> random_vec(int64_t n, double scale = 1.0) {
 
 // max|a - n| / max|n| for one gradient tensor; prints and records a failure above tol.
 template <class A>
-void report(const char* kernel, const char* grad, const std::vector<A>& analytic, const Vec& numeric, double tol) {
+void report(const char* kernel, const char* grad, const std::vector<A>& analytic,
+            const Vec& numeric, double tol) {
   double diff = 0, scale = 0;
   for (size_t i = 0; i < analytic.size(); i++) {
     diff = std::fmax(diff, std::fabs(analytic[i] - numeric[i]));
@@ -92,7 +93,8 @@ void check_layernorm(tg::ThreadPool& pool) {
   Buf x = random_vec<F>(N * C, 2.0), w = random_vec<F>(C), b = random_vec<F>(C);
   Buf R = random_vec<F>(N * C), out(N * C), mean(N), rstd(N);
   auto loss = [&] {
-    tg::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C, 1e-5, pool);
+    tg::layernorm_forward(out.data(), mean.data(), rstd.data(), x.data(), w.data(), b.data(), N, C,
+                          1e-5, pool);
     return dot(out, R);
   };
   loss();
@@ -122,15 +124,17 @@ template <class F>
 void check_attention(tg::ThreadPool& pool, int64_t B, int64_t T, int64_t C, int64_t H) {
   using Buf = std::vector<F>;
   Buf q = random_vec<F>(B * T * C), k = random_vec<F>(B * T * C), v = random_vec<F>(B * T * C);
-  Buf R = random_vec<F>(B * T * C), y(B * T * C), lse(B * H * T), scratch(tg::attention_scratch_size(B, T, C, H));
+  Buf R = random_vec<F>(B * T * C), y(B * T * C), lse(B * H * T),
+      scratch(tg::attention_scratch_size(B, T, C, H));
   auto loss = [&] {
-    tg::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T, C, H, pool);
+    tg::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), B, T,
+                          C, H, pool);
     return dot(y, R);
   };
   loss();
   Buf dq(B * T * C), dk(B * T * C), dv(B * T * C);
-  tg::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), R.data(), q.data(), k.data(),
-                         v.data(), lse.data(), B, T, C, H, pool);
+  tg::attention_backward(dq.data(), dk.data(), dv.data(), scratch.data(), R.data(), q.data(),
+                         k.data(), v.data(), lse.data(), B, T, C, H, pool);
   const std::string name = "attention T=" + std::to_string(T) + " D=" + std::to_string(C / H);
   report(name.c_str(), "dq", dq, numeric_grad(q, loss), Fd<F>::tol);
   report(name.c_str(), "dk", dk, numeric_grad(k, loss), Fd<F>::tol);
@@ -145,7 +149,8 @@ void check_attention_past(tg::ThreadPool& pool, int64_t T, int64_t past, int64_t
   const int64_t fresh = T - past;
   Buf q = random_vec<F>(T * C), k = random_vec<F>(T * C), v = random_vec<F>(T * C);
   Buf y(T * C), lse(H * T), scratch(tg::attention_scratch_size(1, T, C, H));
-  tg::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), 1, T, C, H, pool);
+  tg::attention_forward(y.data(), lse.data(), scratch.data(), q.data(), k.data(), v.data(), 1, T, C,
+                        H, pool);
   Buf y_new(fresh * C), lse_new(H * fresh);
   tg::attention_forward(y_new.data(), lse_new.data(), scratch.data(), q.data() + past * C, k.data(),
                         v.data(), 1, fresh, C, H, pool, past);
@@ -161,7 +166,8 @@ template <class F>
 void check_embedding(tg::ThreadPool& pool) {
   using Buf = std::vector<F>;
   const int64_t B = 2, T = 4, C = 3, V = 5;
-  const std::vector<int32_t> tokens = {1, 3, 1, 0, 4, 4, 2, 1};  // repeats: the scatter-add collides
+  const std::vector<int32_t> tokens = {1, 3, 1, 0,
+                                       4, 4, 2, 1};  // repeats: the scatter-add collides
   Buf wte = random_vec<F>(V * C), wpe = random_vec<F>(T * C), R = random_vec<F>(B * T * C);
   Buf out(B * T * C);
   auto loss = [&] {
@@ -181,7 +187,10 @@ void check_cross_entropy(tg::ThreadPool& pool) {
   const std::vector<int32_t> targets = {0, 6, 3, 3, 2, 5};
   Buf logits = random_vec<F>(N * V, 3.0);
   std::vector<double> lse(N), losses(N);
-  auto loss = [&] { return tg::cross_entropy_forward(lse.data(), losses.data(), logits.data(), targets.data(), N, V, pool); };
+  auto loss = [&] {
+    return tg::cross_entropy_forward(lse.data(), losses.data(), logits.data(), targets.data(), N, V,
+                                     pool);
+  };
   loss();
   Buf dlogits(N * V);
   tg::cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), N, V, pool);
@@ -206,18 +215,20 @@ void check_residual(tg::ThreadPool& pool) {
 // Float, through the contract. The shapes are odd on purpose (they straddle any blocking), and
 // the backward must ACCUMULATE: gradients start at a known fill that is subtracted afterwards.
 void check_matmul(tg::ThreadPool& pool, int64_t M, int64_t K, int64_t N, bool with_bias) {
-  std::vector<float> inp = random_vec<float>(M * K), w = random_vec<float>(N * K), bias = random_vec<float>(N);
+  std::vector<float> inp = random_vec<float>(M * K), w = random_vec<float>(N * K),
+                     bias = random_vec<float>(N);
   std::vector<float> R = random_vec<float>(M * N), out(M * N);
   auto loss = [&] {
-    tg::matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, M, K, N, pool);
+    tg::matmul_forward(out.data(), inp.data(), w.data(), with_bias ? bias.data() : nullptr, M, K, N,
+                       pool);
     double s = 0;
     for (int64_t i = 0; i < M * N; i++) s += static_cast<double>(out[i]) * R[i];
     return s;
   };
   const float fill = 0.25f;
   std::vector<float> dinp(M * K, fill), dw(N * K, fill), db(N, fill);
-  tg::matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, R.data(), inp.data(), w.data(),
-                      M, K, N, pool);
+  tg::matmul_backward(dinp.data(), dw.data(), with_bias ? db.data() : nullptr, R.data(), inp.data(),
+                      w.data(), M, K, N, pool);
   // matmul is linear in each argument, so a large step has no truncation error in float.
   auto numeric = [&](std::vector<float>& x) {
     Vec g(x.size());
@@ -237,7 +248,8 @@ void check_matmul(tg::ThreadPool& pool, int64_t M, int64_t K, int64_t N, bool wi
     for (size_t i = 0; i < g.size(); i++) r[i] = g[i] - fill;
     return r;
   };
-  std::string name = "matmul " + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N);
+  std::string name =
+      "matmul " + std::to_string(M) + "x" + std::to_string(K) + "x" + std::to_string(N);
   report(name.c_str(), "dinp", minus_fill(dinp), numeric(inp), 1e-3);
   report(name.c_str(), "dweight", minus_fill(dw), numeric(w), 1e-3);
   if (with_bias) report(name.c_str(), "dbias", minus_fill(db), numeric(bias), 1e-3);
@@ -255,7 +267,8 @@ int main() {
     check_layernorm<double>(*pool);
     check_gelu<double>(*pool);
     check_attention<double>(*pool, 2, 5, 6, 2);
-    check_attention<double>(*pool, 1, 66, 4, 2);  // T > kAttnRows: several blocks of query rows, a partial last one
+    check_attention<double>(*pool, 1, 66, 4,
+                            2);  // T > kAttnRows: several blocks of query rows, a partial last one
     check_attention_past<double>(*pool, 5, 3, 6, 2);
     check_attention_past<double>(*pool, 70, 37, 4, 2);  // 33 new queries: two blocks
     check_embedding<double>(*pool);

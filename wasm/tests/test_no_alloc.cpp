@@ -40,7 +40,10 @@ void* operator new(size_t n) {
 void* operator new[](size_t n) { return operator new(n); }
 void* operator new(size_t n, std::align_val_t a) {
   g_allocations++;
-  if (void* p = std::aligned_alloc(static_cast<size_t>(a), (n + static_cast<size_t>(a) - 1) / static_cast<size_t>(a) * static_cast<size_t>(a))) return p;
+  if (void* p = std::aligned_alloc(
+          static_cast<size_t>(a),
+          (n + static_cast<size_t>(a) - 1) / static_cast<size_t>(a) * static_cast<size_t>(a)))
+    return p;
   throw std::bad_alloc();
 }
 void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
@@ -80,7 +83,8 @@ int main() {
   for (int i = 0; i < 40; i++) text += "It is the east, and Juliet is the sun. ";
   tg_init(m, 1);
   tg_set_hyper(m, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0);
-  tg_set_corpus(m, reinterpret_cast<const uint8_t*>(text.data()), static_cast<int64_t>(text.size()), 0.1);
+  tg_set_corpus(m, reinterpret_cast<const uint8_t*>(text.data()), static_cast<int64_t>(text.size()),
+                0.1);
   std::vector<int32_t> x(4 * 16, 73), y(4 * 16, 116), prompt = {84, 111}, out(40);
   std::vector<uint8_t> state(static_cast<size_t>(tg_state_bytes(m, 1)));
   tg_train_step(m);  // warm-up: lazily created pool state, if any, is not a per-step cost
