@@ -4,6 +4,7 @@ no threads. The page says so, trains with the single-threaded build, keeps the m
 offers the download. Its own module: it launches its own browser (one Playwright instance per thread)."""
 from __future__ import annotations
 
+import re
 import shutil
 
 import pytest
@@ -48,9 +49,9 @@ def test_without_a_secure_context_it_trains_in_memory_and_offers_the_download(se
     limits = page.locator("#preset-limits").inner_text()
     print(limits)
     assert page.locator("#preset option[value=behemoth]").is_disabled()
-    assert limits.startswith("Disabled here: behemoth (WebAssembly: needs 8.14 GiB; "
-                             "WebAssembly can address 4.00 GiB here "
-                             "(the Memory64 build needs threads: not a secure context")
+    # the need is the C++ core's arena for behemoth (about 8 GiB), whatever its exact layout
+    assert re.match(r"Disabled here: behemoth \(WebAssembly: needs 8\.\d\d GiB; WebAssembly can address 4\.00 GiB "
+                    r"here \(the Memory64 build needs threads: not a secure context", limits)
     text = train(page, "tiny", 20, seed=8)
     print(text)
     assert text.startswith("Finished: step 20/20")

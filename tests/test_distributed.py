@@ -21,6 +21,7 @@ from python_ref.config import ConfigError, DEFAULT_CORPUS
 from python_ref.data import Corpus
 from python_ref.distributed import Distributed
 from python_ref.train import RunOptions, new_run
+from support.tinygpt_native import NativeModel, state_bytes_of_file
 
 from conftest import ROOT
 
@@ -170,6 +171,16 @@ def test_fsdp_shards_follow_one_process_and_save_the_full_file(corpus_path, refe
     assert state.header["training"]["fsdp"] is True and state.header["training"]["gradAccum"] == 2
     same_file_but_run_metadata(out, reference[20])
     assert os.listdir(tmp_path) == ["fsdp.tinygpt"]
+    # the C++ core takes the file's state as it is and measures the validation loss the run recorded
+    training = state.header["training"]
+    with NativeModel(state.config, batch=training["batch"]) as native:
+        native.import_state(state_bytes_of_file(out))
+        native.set_corpus(corpus_path.read_bytes(), training["valFraction"])
+        cpp = native.eval(training["evalWindows"])
+    recorded = state.header["valHistory"][-1][1]
+    print(f"C++ core on the FSDP file: validation {cpp:.6f}, the run recorded {recorded:.6f} "
+          f"(rel diff {abs(cpp - recorded) / recorded:.1e})")
+    assert abs(cpp - recorded) / recorded < LOSS_RTOL
 
 
 def test_resume_across_world_sizes(corpus_path, reference, tmp_path):
