@@ -3,6 +3,7 @@
 Each torchrun launch costs a few seconds of start-up, so the module keeps to a handful of them;
 the one-process references run in this process.
 """
+import contextlib
 import os
 import signal
 import socket
@@ -28,6 +29,7 @@ from conftest import ROOT
 LOSS_RTOL = 1e-5     # the issue's bound on losses, N ranks vs one process
 WEIGHT_ATOL = 1e-5   # final weights and AdamW moments (measured max differences are printed)
 LAUNCH_TIMEOUT_S = 120
+RUN_ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +62,7 @@ def torchrun(*launcher_args) -> list[str]:
 
 def run_all(*commands, timeout=LAUNCH_TIMEOUT_S) -> list[subprocess.CompletedProcess]:
     """Run the commands side by side, each in its own session; whatever still runs at the end is stopped."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    procs = [subprocess.Popen(c, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    procs = [subprocess.Popen(c, cwd=ROOT, env=RUN_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True) for c in commands]
     deadline = time.monotonic() + timeout
     try:
@@ -85,6 +86,23 @@ def _stop_session(p: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(p.pid, signal.SIGKILL)
         p.wait()
+
+
+@contextlib.contextmanager
+def long_run_saved_once(corpus_path, out):
+    """2 ranks training 'forever' with a save every 5 steps, handed over once the first checkpoint exists;
+    whatever still runs afterwards is stopped."""
+    cmd = torchrun("--standalone", "--nproc_per_node", 2) + train_args(corpus_path, 100_000, out, "--save-every", 5)
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=RUN_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert out.exists(), proc.communicate(timeout=5)[1][-3000:] if proc.poll() is not None else "no checkpoint"
+        yield proc
+    finally:
+        _stop_session(proc)
 
 
 def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
@@ -204,23 +222,13 @@ def test_resume_across_world_sizes(corpus_path, reference, tmp_path):
 def test_a_dead_rank_stops_the_run_and_keeps_the_checkpoint(corpus_path, tmp_path):
     """SIGKILL one worker mid-run: the other reports it in one line, torchrun ends, nothing hangs."""
     out = tmp_path / "dead.tinygpt"
-    cmd = torchrun("--standalone", "--nproc_per_node", 2) + train_args(corpus_path, 100_000, out, "--save-every", 5)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert out.exists(), "no checkpoint"
+    with long_run_saved_once(corpus_path, out) as proc:
         workers = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()
         assert len(workers) == 2
         os.kill(int(workers[-1]), signal.SIGKILL)
         killed = time.monotonic()
         _, err = proc.communicate(timeout=60)
         waited = time.monotonic() - killed
-    finally:
-        _stop_session(proc)
     line = next(err_line for err_line in err.splitlines() if "lost the other ranks" in err_line)
     print(f"\none of 2 workers SIGKILLed: torchrun exited {proc.returncode} after {waited:.1f} s; "
           f"the survivor said:\n{line}")
@@ -272,21 +280,11 @@ def test_two_nodes_on_loopback_follow_one_process(corpus_path, reference, tmp_pa
 
 def test_sigterm_stops_every_rank_at_a_step_boundary_and_saves(corpus_path, tmp_path):
     out = tmp_path / "stopped.tinygpt"
-    cmd = torchrun("--standalone", "--nproc_per_node", 2) + train_args(corpus_path, 100_000, out, "--save-every", 5)
-    env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
-    try:
-        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
-        while not out.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert out.exists(), proc.communicate(timeout=5)[1][-3000:] if proc.poll() is not None else "no checkpoint"
+    with long_run_saved_once(corpus_path, out) as proc:
         proc.send_signal(signal.SIGTERM)  # torchrun passes it to both workers
         sent = time.monotonic()
         _, err = proc.communicate(timeout=60)
         waited = time.monotonic() - sent
-    finally:
-        _stop_session(proc)
     state = tinygpt_file.read_state(out)
     print(f"\nSIGTERM: all ranks gone {waited:.1f} s later; saved at step {state.step}")
     assert "interrupted: stopped at step" in err and waited < 25  # torchrun would SIGKILL laggards at 30 s

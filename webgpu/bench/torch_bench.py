@@ -78,7 +78,10 @@ def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.graph(captured):
             loss_out = step()
-        run = lambda: (captured.replay(), loss_out.clone())[1]  # noqa: E731
+
+        def run():
+            captured.replay()
+            return loss_out.clone()
     else:
         for x, y in batches[:warmup]:
             x_in.copy_(x), y_in.copy_(y)
