@@ -160,6 +160,7 @@ def test_corpora_that_cannot_train_are_refused_and_nothing_is_lost(server_url, p
     open_playground(page, server_url)
     train(page, "tiny", 10)
     loaded = page.evaluate("window.playground.loaded.id")
+    page.wait_for_function("window.playground.saved.length > 0")  # the run's last save is listed after "Finished"
     saved = page.evaluate("window.playground.saved.length")
     page.select_option("#corpus-source", "paste")
     short = b"abc" * 100

@@ -447,6 +447,7 @@ function onSample(e) {
 // ---- what each preset needs here ----
 
 async function showPresetInfo() {
+  corpus.refresh();  // the corpus's split depends on the preset's context, however the preset was set
   const name = $("preset").value;
   const config = configFromPresets(presets, name);
   const parts = [`${paramCount(config.model).toLocaleString("en")} parameters`];
@@ -489,7 +490,6 @@ $("preset").addEventListener("change", () => {
   $("steps").value = presets.presets[$("preset").value].steps;
   $("eta").textContent = "";
   showPresetInfo();
-  corpus.refresh();
 });
 $("backend").addEventListener("change", () => {
   try { $("backend-choice").textContent = chosenBackend().why; } catch (e) { $("backend-choice").textContent = e.message; }
