@@ -75,6 +75,9 @@ matmul_case("backward_weight", 70, 130, 300, "128x64", accumulate=True, residual
 matmul_case("backward_weight", 45, 37, 130, "32x32", bias_grad=True)
 matmul_case("backward_weight", 70, 33, 301, "32x64", bias_grad=True, splits=4)
 matmul_case("backward_input", 150, 140, 37, "128x128", bias=True, accumulate=True)
+for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # the 256-invocation tiles
+    matmul_case(form, 130, 67, 150, ("32x64w", "64x64w", "128x64w")[i], bias=form != "backward_weight", residual=True)
+    matmul_case(form, 37, 140, 29, ("64x64w", "128x64w", "32x64w")[i], accumulate=True)
 
 
 def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False):
@@ -158,21 +161,96 @@ layernorm_case(5, 200)
 layernorm_case(67, 333)  # rows not a multiple of a workgroup's, C past 256 and not a multiple of 32
 
 
-# --- GELU (tanh form)
-def gelu_case(n):
-    h = torch.tensor(np.linspace(-12, 12, n) + rng.standard_normal(n) * 0.01, dtype=torch.float64, requires_grad=True)
-    g = F.gelu(h, approximate="tanh")
-    dg = rng.standard_normal(n)
-    g.backward(torch.tensor(dg))
+def layernorm_params_case(rows, C):
+    """A block's two LayerNorms' weight and bias gradients in one dispatch."""
+    w_offs, n_params = [4, 4 + 2 * C + 7], 4 + 4 * C + 7 + 3
+    inputs, ref = {}, np.zeros(n_params)
+    for j, w_off in enumerate(w_offs):
+        x = rng.standard_normal((rows, C)) * 2 + 0.5
+        mean, rstd = x.mean(1), 1 / np.sqrt(x.var(1) + 1e-5)
+        dout = rng.standard_normal((rows, C))
+        xhat = (f32(x) - f32(mean)[:, None]) * f32(rstd)[:, None]
+        ref[w_off:w_off + C] = (dout * xhat).sum(0)
+        ref[w_off + C:w_off + 2 * C] = dout.sum(0)
+        inputs.update({f"x{j}": f32(x), f"dout{j}": f32(dout), f"stats{j}": f32(np.stack([mean, rstd], 1))})
+    add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=n_params), inputs,
+             lambda o: report(f"layernorm parameter gradients of two LayerNorms {rows}x{C}", o["grads"], ref, 1e-4))
+
+
+layernorm_params_case(130, 50)
+layernorm_params_case(67, 333)
+
+
+# --- GELU (tanh form), fused into the products around it: fc_in's forward writes h and gelu(h), fc_out's
+# input gradient is multiplied by gelu'(h) as it is stored
+def gelu64(h):
+    return F.gelu(torch.tensor(h, dtype=torch.float64), approximate="tanh").numpy()
+
+
+def gelu_grad64(h):
+    x = torch.tensor(h, dtype=torch.float64, requires_grad=True)
+    F.gelu(x, approximate="tanh").sum().backward()
+    return x.grad.numpy()
+
+
+def gelu_matmul_case(form, M, N, K, tile):
+    a = rng.standard_normal((M, K)) * 0.7
+    b = rng.standard_normal((N, K) if form == "forward" else (K, N)) * 0.7
+    prod = (a @ (b.T if form == "forward" else b)).ravel()
+    tol = 2e-6 * K * math.sqrt(K)
+    inputs = {"A": f32(a), "B": f32(b)}
+    if form == "forward":  # h = a·bᵀ + bias, spread over GELU's range (its tanh clamps past ±10)
+        bias = rng.standard_normal(N) * 4
+        inputs["bias"] = f32(bias)
+        h = prod + np.tile(bias, M)
+        name = f"matmul forward {M}x{N}x{K} tile {tile} +bias, gelu epilogue"
+        case = dict(bias=True, gelu=True)
+
+        def check(o):
+            report(f"{name}: h", o["C"], h, tol)
+            report(f"{name}: gelu(h) of the h stored", o["G"], gelu64(np.float32(o["C"])), 2e-6)
+            report(f"{name}: gelu(h)", o["G"], gelu64(h), 1.2 * tol + 2e-6)
+    else:  # d h = (dY·W) · gelu'(h)
+        hv = np.linspace(-12, 12, M * N) + rng.standard_normal(M * N) * 0.01
+        inputs["H"] = f32(hv)
+        ref = prod * gelu_grad64(np.float32(hv).astype(np.float64))
+        name = f"matmul backward_input {M}x{N}x{K} tile {tile}, gelu' epilogue"
+        case = dict(geluGrad=True)
+
+        def check(o):
+            report(name, o["C"], ref, 1.2 * tol + 1e-6 * float(np.max(np.abs(prod))))
+    add_case(dict(op="matmul", form=form, M=M, N=N, K=K, tile=tile, aOff=0, bOff=0, biasOff=0, **case), inputs, check)
+
+
+gelu_matmul_case("forward", 67, 130, 29, "32x64")
+gelu_matmul_case("forward", 33, 70, 40, "32x32w")
+gelu_matmul_case("backward_input", 70, 37, 41, "32x32")
+
+
+# --- split-K weight gradients of several products, their final sums in one dispatch (a block's end)
+def split_sums_case(products):
+    """products: [(M, N, K, tile, splits, bias_grad)], each into its own stretch of one C, with gaps."""
+    specs, inputs, ref, c_off = [], {}, [], 0
+    for i, (M, N, K, tile, splits, bias_grad) in enumerate(products):
+        a, b = rng.standard_normal((K, M)), rng.standard_normal((K, N))
+        out = (a.T @ b).ravel()
+        if bias_grad:
+            out = np.concatenate([out, a.sum(0)])
+        inputs[f"A{i}"], inputs[f"B{i}"] = f32(a), f32(b)
+        ref.append((c_off, out, 2e-6 * K * math.sqrt(K)))
+        specs.append(dict(M=M, N=N, K=K, tile=tile, splits=splits, biasGrad=bias_grad, cOff=c_off))
+        c_off += out.size + 13
+    name = f"matmul split-K sums of {len(products)} products in one dispatch"
 
     def check(o):
-        report(f"gelu forward n={n}", o["g"], g.detach().numpy(), 2e-6)
-        report(f"gelu backward n={n}", o["dh"], h.grad.numpy(), 1e-5)
+        for j, (off, out, tol) in enumerate(ref):
+            report(f"{name}: product {j}", np.asarray(o["C"])[off:off + out.size], out, tol)
 
-    add_case(dict(op="gelu", n=n), {"h": f32(h.detach().numpy()), "dg": f32(dg)}, check)
+    add_case(dict(op="matmul_split_sums", products=specs, cLen=c_off), inputs, check)
 
 
-gelu_case(1001)
+split_sums_case([(37, 53, 150, "64x64", 3, True), (20, 33, 301, "32x64", 4, False), (45, 37, 130, "128x64", 2, True),
+                 (16, 16, 200, "32x32", 5, True), (30, 20, 90, "32x32", 2, False), (9, 12, 70, "32x64", 3, True)])
 
 
 # --- embedding forward + deterministic scatter-add backward

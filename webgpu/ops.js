@@ -1,12 +1,11 @@
 // Recording helpers: one method per layer operation, named as its C++ function in wasm/src (which
-// may record several kernels), turning shapes and buffers into a kernel's uniforms and workgroup
-// counts. The trainer and the kernel tests both record through these. A method and the kernel it
-// records may share a name (geluForward): inside a method the name is the imported kernel.
+// may record several kernels, or none of its own when it is fused into another's epilogue),
+// turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
+// kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS } from "./kernels/matmul.js";
-import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups } from "./kernels/layernorm.js";
-import { geluForward, geluBackward } from "./kernels/gelu.js";
-import { embeddingForward, embeddingBackwardTokens, embeddingBackwardPositions } from "./kernels/embedding.js";
+import { matmulKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
+import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups, meanLoss } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid } from "./kernels/attention.js";
 import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS } from "./kernels/adamw.js";
@@ -36,34 +35,68 @@ export class Ops {
     this.pipelines = cachesByDevice.get(device);
     // bound where a kernel's optional input (bias, residual) is unused
     this.dummy = device.createBuffer({ label: "unused binding", size: 16, usage: GPUBufferUsage.STORAGE });
+    // bound where a kernel's optional output is unused: a buffer bound for writing may not also be
+    // bound for reading in the same dispatch
+    this.dummyOut = device.createBuffer({ label: "unused output", size: 16, usage: GPUBufferUsage.STORAGE });
   }
 
   /**
    * C[cOff..] (M,N) = op(A)·op(B) (+ bias) (+ C if accumulate) (+ R); offsets in elements; form: a
    * key of MATMUL_FORMS (forward, backward_input, backward_weight).
+   * gelu (a buffer): also gelu(C) into it, at C's indices (fc_in's forward: h and its activation).
+   * geluGradOf (a buffer, read at rOff): C = product · gelu'(geluGradOf), instead of R (fc_out's
+   * input gradient: the gradient w.r.t. fc_in's output h).
    * biasGrad (backward_weight only): also C[cOff + M·N + m] = Σ_k A[k, m], the Linear's bias gradient.
-   * splits > 1: split-K through `partials` (batches·splits·(M·N [+ M]) floats), see matmulKernel.
+   * splits > 1: split-K through `partials` from float partialsOff (a multiple of 64) on
+   * (batches·splits·(M·N [+ M]) floats), see matmulKernel; the final sum is recorded at once, or,
+   * given `sums` (a SplitSums), later with the others collected there (recordSplitSums).
    * batches > 1: that many products in one dispatch, operand i at offset + i·stride (strides:
    * {a, b, c, bias}); kcat > 1: the sum of kcat products (strides {a, b}) into one C.
    */
   matmul(plan, form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
-    accumulate = false, biasGrad = false, tile = chooseTile(form, M, N), splits = 1, partials = null,
-    batches = 1, kcat = 1, strides = {} }) {
+    accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = chooseTile(form, M, N), splits = 1,
+    partials = null, partialsOff = 0, sums = null, batches = 1, kcat = 1, strides = {} }) {
     if (biasGrad && (form !== "backward_weight" || bias || accumulate || R)) throw new Error("biasGrad: a plain backward_weight product only");
     if (batches > 1 && (kcat > 1 || R || (splits > 1 && (bias || accumulate)))) throw new Error("matmul batches: no kcat, residual, or split-K epilogue");
+    if ((gelu || geluGradOf) && (splits > 1 || batches > 1 || R || accumulate)) throw new Error("matmul gelu epilogues: one unsplit product, no residual or accumulate");
+    if (partialsOff % 64 !== 0) throw new Error(`partialsOff ${partialsOff} is not a multiple of 64 floats (256-byte binding offsets)`);
     const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0)
-      | (biasGrad ? MATMUL_FLAGS.biasGrad : 0);
+      | (biasGrad ? MATMUL_FLAGS.biasGrad : 0) | (gelu ? MATMUL_FLAGS.gelu : 0) | (geluGradOf ? MATMUL_FLAGS.geluGrad : 0);
     const grid = matmulGrid(M, N, tile), len = M * N + (biasGrad ? M : 0);
     const { a: a_zs = 0, b: b_zs = 0, c: c_zs = 0, bias: bias_zs = 0 } = strides;
     const uniforms = { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags,
       k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };
     if (splits === 1) {
-      return plan.add(matmulFor(form, tile, false, kcat > 1), uniforms, [A, B, bias ?? this.dummy, R ?? this.dummy, C], [grid[0], grid[1], batches]);
+      return plan.add(matmulFor(form, tile, false, kcat > 1), uniforms,
+        [A, B, bias ?? this.dummy, R ?? geluGradOf ?? this.dummy, C, gelu ?? this.dummyOut], [grid[0], grid[1], batches]);
     }
+    const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };
     plan.add(matmulFor(form, tile, true, kcat > 1), { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
-      [A, B, this.dummy, this.dummy, partials], [grid[0], grid[1], batches * splits]);
-    return plan.add(matmulSplitFinal, { len, N, splits, c_off: cOff, bias_off: biasOff, r_off: rOff, flags: flags & ~MATMUL_FLAGS.biasGrad, batches, c_zs },
-      [partials, bias ?? this.dummy, R ?? this.dummy, C], grid1d(Math.ceil((batches * len) / 256)));
+      [A, B, this.dummy, this.dummy, slabs, this.dummyOut], [grid[0], grid[1], batches * splits]);
+    const region = { src: partialsOff, len, N, splits, batches, c_off: cOff, c_zs, bias_off: biasOff, r_off: rOff,
+      flags: flags & ~MATMUL_FLAGS.biasGrad, buffers: [partials, bias ?? this.dummy, R ?? this.dummy, C] };
+    if (sums) return sums.add(region);
+    return this.recordSplitSums(plan, new SplitSums().add(region));
+  }
+
+  /** The final sums of the split-K products collected in `sums`, SPLIT_REGIONS per dispatch; empties it. */
+  recordSplitSums(plan, sums) {
+    for (let first = 0; first < sums.regions.length; first += SPLIT_REGIONS) {
+      const group = sums.regions.slice(first, first + SPLIT_REGIONS), values = {};
+      let end = 0;
+      for (let r = 0; r < SPLIT_REGIONS; r++) {
+        const g = group[r];
+        if (g) {
+          if (g.buffers.some((b, i) => b !== group[0].buffers[i])) throw new Error("split-K sums of one dispatch must share their buffers");
+          end += g.batches * g.len;
+        }
+        const fields = splitRegionFields(r);
+        [end, g?.src, g?.len, g?.N, g?.splits, g?.c_off, g?.c_zs, g?.bias_off, g?.r_off, g?.flags]
+          .forEach((v, i) => { values[fields[i]] = v ?? 0; });
+      }
+      plan.add(matmulSplitFinal, values, group[0].buffers, grid1d(Math.ceil(end / 256)));
+    }
+    sums.regions = [];
   }
 
   layernormForward(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
@@ -71,27 +104,43 @@ export class Ops {
     return plan.add(k.forward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(k.workgroups(rows)));
   }
 
-  /**
-   * dx (+)= LayerNorm backward; then the weight and bias gradients into grads (they must lie
-   * contiguously, bias right after weight, as in the manifest).
-   */
-  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads }) {
-    if (bOff !== wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
+  /** dx (+)= the gradient w.r.t. the LayerNorm's input (accumulate: added, as into the residual stream). */
+  layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate }) {
     const k = layernormKernels(C);
-    plan.add(k.backwardInput, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(k.workgroups(rows)));
-    plan.add(layernormBackwardParams, { rows, C, w_off: wOff }, [dout, x, stats, grads], [layernormBackwardParamsWorkgroups(C), 1]);
+    return plan.add(k.backwardInput, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(k.workgroups(rows)));
   }
 
-  geluForward(plan, { n, h, g }) { return plan.add(geluForward, { n }, [h, g], grid1d(Math.ceil(n / 256))); }
-  geluBackward(plan, { n, h, dg }) { return plan.add(geluBackward, { n }, [h, dg], grid1d(Math.ceil(n / 256))); }
+  /**
+   * The weight and bias gradients of up to LAYERNORM_PARAM_JOBS LayerNorms of `rows` rows of C in
+   * one dispatch; jobs: [{dout, x, stats, wOff}], each bias gradient right after its weight's (as in
+   * the manifest).
+   */
+  layernormBackwardParams(plan, { rows, C, jobs, grads }) {
+    if (jobs.length < 1 || jobs.length > LAYERNORM_PARAM_JOBS) throw new Error(`1 to ${LAYERNORM_PARAM_JOBS} LayerNorms per dispatch, got ${jobs.length}`);
+    const values = { rows, C }, buffers = [];
+    for (let j = 0; j < LAYERNORM_PARAM_JOBS; j++) {
+      const job = jobs[Math.min(j, jobs.length - 1)]; // unused jobs bind the last one's buffers
+      values[`w_off${j}`] = job.wOff;
+      buffers.push(job.dout, job.x, job.stats);
+    }
+    return plan.add(layernormBackwardParams, values, [...buffers, grads], [layernormBackwardParamsWorkgroups(C), jobs.length]);
+  }
+
+  /** Both halves of one LayerNorm's backward (its bias right after its weight in grads). */
+  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads }) {
+    if (bOff !== wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
+    this.layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate });
+    this.layernormBackwardParams(plan, { rows, C, jobs: [{ dout, x, stats, wOff }], grads });
+  }
 
   embeddingForward(plan, { rows, T, C, past, tokens, params, wteOff, wpeOff, out }) {
     return plan.add(embeddingForward, { rows, T, C, past, wte_off: wteOff, wpe_off: wpeOff }, [tokens, params, out], grid1d(Math.ceil((rows * C) / 256)));
   }
 
   embeddingBackward(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff }) {
-    plan.add(embeddingBackwardTokens, { V, C, wte_off: wteOff }, [order, dres, grads], grid1d(Math.ceil((V * C) / 256)));
-    plan.add(embeddingBackwardPositions, { B, T, C, wpe_off: wpeOff }, [dres, grads], grid1d(Math.ceil((T * C) / 256)));
+    const tokenGroups = Math.ceil((V * C) / 256);
+    return plan.add(embeddingBackward, { V, B, T, C, wte_off: wteOff, wpe_off: wpeOff, token_groups: tokenGroups },
+      [order, dres, grads], grid1d(tokenGroups + Math.ceil((T * C) / 256)));
   }
 
   /** losses: (rows) per-row losses; lossOut (optional): their mean. */
@@ -131,6 +180,12 @@ export class Ops {
 }
 
 export { NORM_PARTIALS };
+
+/** Split-K products whose final sums are recorded later, together (Ops.matmul's `sums`). */
+export class SplitSums {
+  constructor() { this.regions = []; }
+  add(region) { this.regions.push(region); return this; }
+}
 
 /** AdamW's uniforms for step t (1-based): bias corrections in binary64, as PyTorch computes them. */
 export function adamwValues(n, tr, t) {

@@ -5,7 +5,7 @@
 // loss, through a ring of mappable buffers so the next step is never stalled.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, adamwValues, NORM_PARTIALS } from "./ops.js";
+import { Ops, SplitSums, adamwValues, NORM_PARTIALS } from "./ops.js";
 import { chooseSplits, chooseTile } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 
@@ -35,23 +35,38 @@ const qkvStride = (n) => Math.ceil(n / 64) * 64; // bind-group offsets must be m
 /** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows. */
 const weightGradSplits = (M, N, rows) => chooseSplits(M, N, rows, chooseTile("backward_weight", M, N));
 
+/** Floats of a product's split-K slabs in the scratch, rounded to whole 256-byte binding offsets (0: no split). */
+function splitKSlabFloats(M, N, batches, rows) {
+  const splits = weightGradSplits(M, N, rows);
+  return splits > 1 ? Math.ceil((batches * splits * (M * N + M)) / 64) * 64 : 0;
+}
+
+// A block's split-K slabs stay side by side until one dispatch sums them all only while they are this
+// small: the sums must find the slabs still in L2. On an H100 (50 MiB of L2) xl's 52 MiB of slabs made
+// that step 6% slower than summing each product's slabs right after it; tiny–large (≤ 30 MiB) gained 2–14%.
+const GROUPED_SPLIT_SUMS_FLOATS = 8 * 2 ** 20;
+
 /**
- * Floats of the split-K scratch: weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY
- * fused in) have few output tiles and K = B·T, so they split K through this one buffer.
+ * The split-K plan of a step: weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY fused
+ * in) have few output tiles and K = B·T, so they split K into slabs of one scratch buffer. With
+ * `grouped`, a block's four products (and, in the last block, the head's) keep their slabs side by
+ * side until one dispatch at the block's end sums them all; otherwise each product's slabs are summed
+ * right after it, at the scratch's start. floats: the scratch's size.
  */
-function splitKFloats({ dModel: C, vocabSize: V }, rows) {
-  const shapes = [[V, C, 1], [C, 4 * C, 1], [4 * C, C, 1], [C, C, 3]]; // [M, N, batches]
-  return Math.max(16, ...shapes.map(([M, N, n]) => {
-    const splits = weightGradSplits(M, N, rows);
-    return splits > 1 ? n * splits * (M * N + M) : 0;
-  }));
+function splitKPlan({ dModel: C, vocabSize: V }, rows) {
+  const block = [[C, 4 * C, 1], [4 * C, C, 1], [C, C, 1], [C, C, 3]]; // [M, N, batches]: fc_out, fc_in, o_proj, q/k/v
+  const head = splitKSlabFloats(V, C, 1, rows);
+  const slabs = block.map(([M, N, n]) => splitKSlabFloats(M, N, n, rows));
+  const groupedFloats = head + slabs.reduce((a, b) => a + b, 0);
+  const grouped = groupedFloats <= GROUPED_SPLIT_SUMS_FLOATS;
+  return { grouped, floats: Math.max(16, grouped ? groupedFloats : Math.max(head, ...slabs)) };
 }
 
 const bufferBytes = (size) => Math.max(16, Math.ceil(size / 4) * 4);
 
-// Each plan's uniforms take 256 bytes per dispatch: at most 15 + 27L dispatches train a step (when
-// every weight gradient splits K), 4 + 8L evaluate and 3 + 10L decode a token.
-const uniformBytesBound = (L) => 256 * (22 + 45 * L);
+// Each plan's uniforms take 256 bytes per dispatch: at most 13 + 21L dispatches train a step (when
+// every weight gradient splits K), 4 + 7L evaluate and 3 + 9L decode a token.
+const uniformBytesBound = (L) => 256 * (20 + 37 * L);
 
 /**
  * Every buffer a Trainer for `config` creates (training, eval, generation, the state read-back) as
@@ -66,7 +81,8 @@ function trainerBuffers(config) {
   const add = (label, bytes, storage = true) => list.push({ label, bytes: bufferBytes(bytes), storage });
   for (const name of ["params", "grads", "adam m", "adam v"]) add(name, 4 * P);
   add("decay mask", 4 * Math.ceil(P / 32));
-  add("unused binding", 16); // Ops' stand-in for an unused optional input
+  add("unused binding", 16); // Ops' stand-ins for an unused optional input and output
+  add("unused output", 16);
   const activations = (label, B, T, kvT) => {
     const s = activationFloats(m, B, T, kvT);
     for (let l = 0; l < L; l++) {
@@ -79,8 +95,8 @@ function trainerBuffers(config) {
     add(`${label} targets`, 4 * s.ids);
   };
   activations("train", B, T, T); // eval runs on the same set
-  for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
-    ["d qkv", 3 * qkvStride(rows * C)], ["attention delta", B * H * T], ["split-K partials", splitKFloats(m, rows)],
+  for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
+    ["d qkv", 3 * qkvStride(rows * C)], ["attention delta", B * H * T], ["split-K partials", splitKPlan(m, rows).floats],
     ["token order", V + 1 + rows], ["loss", 4], ["norm partials", NORM_PARTIALS], ["norm and clip", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
@@ -201,6 +217,12 @@ export class Trainer {
     this._buildTraining();
   }
 
+  /** Dispatches (each a dependent GPU launch) of one training step, of one eval batch and of one decoded token. */
+  get dispatches() {
+    if (!this.genPlan) this._buildGeneration();
+    return { step: this.trainPlan.entries.length, eval: this.evalPlan.entries.length, decode: this.genPlan.entries.length };
+  }
+
   buffer(label, size, usage) {
     const b = this.device.createBuffer({ label, size: bufferBytes(size), usage });
     this.buffers.push(b);
@@ -264,8 +286,7 @@ export class Trainer {
       ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
       ops.layernormForward(plan, { rows, C, x: a.res2, params: P, wOff: o[n + "ln2.weight"], bOff: o[n + "ln2.bias"], out: a.ln2, stats: a.ln2s, eps });
-      ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, A: a.ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"] });
-      ops.geluForward(plan, { n: rows * 4 * C, h: a.h, g: a.g });
+      ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, A: a.ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });
       ops.matmul(plan, "forward", { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 });
     }
     ops.layernormForward(plan, { rows, C, x: A.res[L], params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], out: A.lnf, stats: A.lnfs, eps });
@@ -280,11 +301,22 @@ export class Trainer {
     const A = (this.act = this._activations("train", B, T, T));
     const S = U().STORAGE | U().COPY_SRC;
     const d = (this.dbuf = {
-      res: this.buffer("d res", 4 * rows * C, S), ln: this.buffer("d ln", 4 * rows * C, S), h: this.buffer("d h", 4 * rows * 4 * C, S),
+      // d ln2 keeps ln2's output gradient until the block's LayerNorm parameter sums, after ln1's backward
+      res: this.buffer("d res", 4 * rows * C, S), ln: this.buffer("d ln", 4 * rows * C, S), ln2: this.buffer("d ln2", 4 * rows * C, S),
+      h: this.buffer("d h", 4 * rows * 4 * C, S),
       att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C), delta: this.buffer("attention delta", 4 * B * H * T, S),
     });
-    d.splitK = this.buffer("split-K partials", 4 * splitKFloats(this.cfg, rows), S);
-    const weightGrad = (args) => ops.matmul(plan, "backward_weight", { ...args, K: rows, splits: weightGradSplits(args.M, args.N, rows), partials: d.splitK });
+    const splitK = splitKPlan(this.cfg, rows);
+    d.splitK = this.buffer("split-K partials", 4 * splitK.floats, S);
+    // grouped: a block's split-K weight gradients lie side by side in d.splitK, summed by one dispatch
+    // at the block's end (splitKPlan)
+    const sums = splitK.grouped ? new SplitSums() : null;
+    let slabsUsed = 0;
+    const weightGrad = (args) => {
+      const { M, N, batches = 1 } = args, partialsOff = slabsUsed;
+      if (sums) slabsUsed += splitKSlabFloats(M, N, batches, rows);
+      ops.matmul(plan, "backward_weight", { ...args, K: rows, splits: weightGradSplits(M, N, rows), partials: d.splitK, partialsOff, sums });
+    };
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
     this.orderHost = new Uint32Array(V + 1 + rows);
     this.cursorHost = new Uint32Array(V);
@@ -307,12 +339,12 @@ export class Trainer {
     for (let l = L - 1; l >= 0; l--) {
       const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
-      ops.matmul(plan, "backward_input", { M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h });
+      // d.h = (d.res · W_out) · gelu'(h): the gradient w.r.t. fc_in's output, GELU's backward fused in
+      ops.matmul(plan, "backward_input", { M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h, geluGradOf: a.h });
       weightGrad({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true });
-      ops.geluBackward(plan, { n: rows * 4 * C, h: a.h, dg: d.h });
-      ops.matmul(plan, "backward_input", { M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln });
+      ops.matmul(plan, "backward_input", { M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 });
       weightGrad({ M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true });
-      ops.layernormBackward(plan, { rows, C, dout: d.ln, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), bOff: w("ln2.bias"), dx: d.res, accumulate: true, grads: G });
+      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res, accumulate: true });
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
       ops.matmul(plan, "backward_input", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
       weightGrad({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
@@ -322,7 +354,13 @@ export class Trainer {
       // dW and db of each (three batches)
       ops.matmul(plan, "backward_input", { M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } });
       weightGrad({ M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } });
-      ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), bOff: w("ln1.bias"), dx: d.res, accumulate: true, grads: G });
+      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), dx: d.res, accumulate: true });
+      // what only the optimizer reads, once per block: both LayerNorms' parameter gradients, then
+      // (grouped) the split-K sums of the block's weight gradients (and, in the last block, the head's)
+      ops.layernormBackwardParams(plan, { rows, C, grads: G, jobs: [
+        { dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") }] });
+      if (sums) ops.recordSplitSums(plan, sums);
+      slabsUsed = 0;
     }
     ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
     ops.gradGlobalNorm(plan, { n: this.P, grads: G, partials: this.partials, scal: this.scal, clip: this.tr.gradClip });

@@ -1,9 +1,10 @@
 // Real-GPU benchmark of the WGSL trainer under Node (npm `webgpu`, Dawn on Vulkan):
 //   node webgpu/bench/bench.mjs [--presets small,medium,...] [--steps N] [--warmup N] [--sizes 1024,2048,4096]
-//                               [--profile 1] [--out FILE]
+//                               [--profile 1] [--out FILE] [--adapter-only 1]
 // Writes one JSON object (to FILE, else stdout — where Dawn's shader-compiler warnings also land): adapter, per-preset ms/step and tokens/s (one submit per step, the loss
 // read back through the ring without stalling), and matmul GFLOP/s (checked against float64 sums).
-// Never run this on a software adapter and call it a speed.
+// Never run this on a software adapter and call it a speed: --adapter-only 1 prints only the adapter (so a caller,
+// `tinygpt bench --all`, can tell SwiftShader from a GPU first). --sizes "" times no matmul.
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
@@ -18,12 +19,19 @@ const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
 const presetNames = (args.presets ?? "small,medium,large,xl,huge,massive").split(",");
 const steps = Number(args.steps ?? 30), warmup = Number(args.warmup ?? 5);
-const sizes = (args.sizes ?? "1024,2048,4096").split(",").map(Number);
+const sizes = (args.sizes ?? "1024,2048,4096").split(",").filter(Boolean).map(Number);
 
 const { device, info } = await nodeDevice();
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
-const out = { adapter: { vendor: info.vendor, architecture: info.architecture, device: info.device, description: info.description }, presets: [], matmul: [] };
+const adapter = { vendor: info.vendor, architecture: info.architecture, device: info.device, description: info.description,
+  isFallbackAdapter: info.isFallbackAdapter ?? null };
+if (args["adapter-only"]) {
+  console.log(JSON.stringify(adapter));
+  device.destroy();
+  process.exit(0);
+}
+const out = { adapter, presets: [], matmul: [] };
 
 for (const name of presetNames) {
   const config = configFromPresets(presets, name);
@@ -39,8 +47,9 @@ for (const name of presetNames) {
   const ms = (performance.now() - start) / steps;
   const tokens = config.training.batch * config.model.ctx;
   out.presets.push({ preset: name, params: trainer.P, batch: config.training.batch, ctx: config.model.ctx, msPerStep: ms,
-    tokensPerSecond: tokens / (ms / 1000), setupMs: start - t0, firstLoss: values[0], lastLoss: values[values.length - 1] });
-  console.error(`${name}: ${ms.toFixed(2)} ms/step, ${(tokens / (ms / 1000)).toFixed(0)} tokens/s, loss ${values[0].toFixed(3)} -> ${values[values.length - 1].toFixed(3)}`);
+    tokensPerSecond: tokens / (ms / 1000), setupMs: start - t0, firstLoss: values[0], lastLoss: values[values.length - 1],
+    dispatchesPerStep: trainer.trainPlan.entries.length });
+  console.error(`${name}: ${ms.toFixed(2)} ms/step (${trainer.trainPlan.entries.length} dispatches), ${(tokens / (ms / 1000)).toFixed(0)} tokens/s, loss ${values[0].toFixed(3)} -> ${values[values.length - 1].toFixed(3)}`);
   if (args.profile) out.presets[out.presets.length - 1].profile = await profile(trainer, name);
   trainer.destroy();
 }

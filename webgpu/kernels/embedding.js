@@ -1,7 +1,7 @@
 // Token + position embedding. The backward is a scatter-add without float atomics: the host sorts
 // the batch's positions by token (counting sort, O(B·T)), and one invocation per (token, channel)
 // sums its rows in ascending position order, so the result is deterministic. C++'s embedding_backward
-// is two kernels here: embedding_backward_tokens (wte) and embedding_backward_positions (wpe).
+// is one kernel here whose workgroups split between the token (wte) and position (wpe) sums.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
 // tokens: (rows) -> out: (rows,C) = wte[token] + wpe[past + t], t = row mod T
@@ -18,29 +18,26 @@ fn embedding_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
 }
 `);
 
-// order: [V+1 starts | rows positions sorted by token]; dres: (rows,C); grads[wte] += Σ rows of each token
-export const embeddingBackwardTokens = kernel("embedding_backward_tokens",
-  [["V", "u32"], ["C", "u32"], ["wte_off", "u32"]],
+// order: [V+1 starts | rows positions sorted by token]; dres: (B,T,C). The first token_groups
+// workgroups: grads[wte] += Σ rows of each token (one invocation per (token, channel)); the rest:
+// grads[wpe + t*C + c] = Σ_b dres[b,t,c].
+export const embeddingBackward = kernel("embedding_backward",
+  [["V", "u32"], ["B", "u32"], ["T", "u32"], ["C", "u32"], ["wte_off", "u32"], ["wpe_off", "u32"], ["token_groups", "u32"]],
   [["order", "read", "u32"], ["dres", "read"], ["grads", "rw"]], /* wgsl */ `${LINEAR_ID}
 @compute @workgroup_size(256)
-fn embedding_backward_tokens(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let i = linear_workgroup(wid, nwg) * 256u + li;
-  if (i >= p.V * p.C) { return; }
-  let v = i / p.C;
-  let c = i % p.C;
-  var s = 0.0;
-  for (var k = order[v]; k < order[v + 1u]; k++) { s = s + dres[order[p.V + 1u + k] * p.C + c]; }
-  grads[p.wte_off + i] = grads[p.wte_off + i] + s;
-}
-`);
-
-// dres: (B,T,C) -> grads[wpe + t*C + c] = Σ_b dres[b,t,c]
-export const embeddingBackwardPositions = kernel("embedding_backward_positions",
-  [["B", "u32"], ["T", "u32"], ["C", "u32"], ["wpe_off", "u32"]],
-  [["dres", "read"], ["grads", "rw"]], /* wgsl */ `${LINEAR_ID}
-@compute @workgroup_size(256)
-fn embedding_backward_positions(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let i = linear_workgroup(wid, nwg) * 256u + li;
+fn embedding_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+  let w = linear_workgroup(wid, nwg);
+  if (w < p.token_groups) {
+    let i = w * 256u + li;
+    if (i >= p.V * p.C) { return; }
+    let v = i / p.C;
+    let c = i % p.C;
+    var s = 0.0;
+    for (var k = order[v]; k < order[v + 1u]; k++) { s = s + dres[order[p.V + 1u + k] * p.C + c]; }
+    grads[p.wte_off + i] = grads[p.wte_off + i] + s;
+    return;
+  }
+  let i = (w - p.token_groups) * 256u + li;
   if (i >= p.T * p.C) { return; }
   var s = 0.0;
   for (var b = 0u; b < p.B; b++) { s = s + dres[b * p.T * p.C + i]; }

@@ -9,6 +9,8 @@
 // C 1280: 22 -> 15 µs), below it they are no faster.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
+const range = (n) => Array.from({ length: n }, (_, i) => i);
+
 // Opens the entry point: `row` (may be ≥ p.rows in the last workgroup: such lanes still reach every barrier
 // but read row `src` = p.rows - 1 and write nothing: `in_range`), `lane`, `base` = src's first element.
 const rowMain = (entryPoint, lanes) => /* wgsl */ `${LINEAR_ID}
@@ -116,10 +118,20 @@ const PARAM_ROW_LANES = 256 / PARAM_COLS;
 
 export const layernormBackwardParamsWorkgroups = (C) => Math.ceil(C / PARAM_COLS);
 
-// grads[w_off + c] = Σ_rows dout·x̂ (the weight's), grads[w_off + C + c] = Σ_rows dout (the bias's)
+/** LayerNorms whose parameter gradients one layernorm_backward_params dispatch computes (a block's two). */
+export const LAYERNORM_PARAM_JOBS = 2;
+
+// Job j (workgroup row wid.y = j): grads[w_off_j + c] = Σ_rows dout_j·x̂_j (the weight's),
+// grads[w_off_j + C + c] = Σ_rows dout_j (the bias's); x̂_j from x_j and stats_j. Both jobs have
+// `rows` rows of C; a job's buffers are bindings of their own (WGSL cannot pick a binding by index).
+const paramsSums = (j) => /* wgsl */ `for (var r = li / ${PARAM_COLS}u; r < p.rows; r += ${PARAM_ROW_LANES}u) {
+      let d = dout${j}[r * p.C + c];
+      dw = dw + d * (x${j}[r * p.C + c] - stats${j}[2u * r]) * stats${j}[2u * r + 1u];
+      db = db + d;
+    }`;
 export const layernormBackwardParams = kernel("layernorm_backward_params",
-  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"]],
-  [["dout", "read"], ["x", "read"], ["stats", "read"], ["grads", "rw"]],
+  [["rows", "u32"], ["C", "u32"], ...range(LAYERNORM_PARAM_JOBS).map((j) => [`w_off${j}`, "u32"])],
+  [...range(LAYERNORM_PARAM_JOBS).flatMap((j) => [[`dout${j}`, "read"], [`x${j}`, "read"], [`stats${j}`, "read"]]), ["grads", "rw"]],
   /* wgsl */ `
 var<workgroup> sums: array<vec2f, 256>;
 @compute @workgroup_size(256)
@@ -128,17 +140,16 @@ fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(local_i
   let c = min(wid.x * ${PARAM_COLS}u + col, p.C - 1u);
   var dw = 0.0;
   var db = 0.0;
-  for (var r = li / ${PARAM_COLS}u; r < p.rows; r += ${PARAM_ROW_LANES}u) {
-    let d = dout[r * p.C + c];
-    dw = dw + d * (x[r * p.C + c] - stats[2u * r]) * stats[2u * r + 1u];
-    db = db + d;
-  }
+  ${range(LAYERNORM_PARAM_JOBS).map((j) => `if (wid.y == ${j}u) {
+    ${paramsSums(j)}
+  }`).join(" else ")}
   sums[li] = vec2f(dw, db);
   workgroupBarrier();
   if (li >= ${PARAM_COLS}u || wid.x * ${PARAM_COLS}u + col >= p.C) { return; }
   var total = vec2f(0.0);
   for (var k = 0u; k < ${PARAM_ROW_LANES}u; k++) { total = total + sums[col + k * ${PARAM_COLS}u]; }
-  grads[p.w_off + c] = total.x;
-  grads[p.w_off + p.C + c] = total.y;
+  let w_off = ${range(LAYERNORM_PARAM_JOBS).slice(1).reduce((acc, j) => `select(${acc}, p.w_off${j}, wid.y == ${j}u)`, "p.w_off0")};
+  grads[w_off + c] = total.x;
+  grads[w_off + p.C + c] = total.y;
 }
 `);

@@ -8,8 +8,13 @@
 // big GPU they are latency-bound: the next K-slab is loaded into registers while the current one is
 // multiplied, and the tile is chosen per shape to put enough workgroups in flight (chooseTile).
 import { kernel, LINEAR_ID } from "./kernel.js";
+import { GELU_FNS } from "./gelu.js";
 
-export const MATMUL_FLAGS = { bias: 1, accumulate: 2, residual: 4, biasGrad: 8 };
+/**
+ * Epilogue flags. gelu: also G[idx] = gelu(C[idx]) (fc_in's forward: h and its activation in one
+ * pass); geluGrad: C = product · gelu'(R) (fc_out's input gradient, R = fc_in's output h).
+ */
+export const MATMUL_FLAGS = { bias: 1, accumulate: 2, residual: 4, biasGrad: 8, gelu: 16, geluGrad: 32 };
 
 /**
  * The forms, named by the product each computes for a Linear y = x·Wᵀ + b (wasm/src/matmul.h's
@@ -38,6 +43,10 @@ export const MATMUL_TILES = {
   "32x64": { WX: 16, WY: 8, BK: 16, TM: 4, TN: 4 },
   "32x32": { WX: 8, WY: 8, BK: 16, TM: 4, TN: 4 },
   "32x32w": { WX: 16, WY: 16, BK: 16, TM: 2, TN: 2 },
+  // 256 invocations with 2×4 to 8×4 outputs each: more FMAs per workgroup-memory read than 32x32w
+  "32x64w": { WX: 16, WY: 16, BK: 16, TM: 2, TN: 4 },
+  "64x64w": { WX: 16, WY: 16, BK: 16, TM: 4, TN: 4 },
+  "128x64w": { WX: 16, WY: 16, BK: 8, TM: 8, TN: 4 },
 };
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 const each = (I, J, f) => range(I).flatMap((i) => range(J).map((j) => f(i, j))).join("\n");
@@ -50,7 +59,8 @@ export const tileShape = (name) => {
 /**
  * split: the split-K form for products with few output tiles and a long K (weight gradients, K = B·T):
  * split z sums K-range [z·k_chunk, (z+1)·k_chunk) into a slab of p.len floats of `partials`, and
- * matmulSplitFinal adds the slabs in order (deterministic, no atomics) and applies the epilogue.
+ * matmulSplitFinal adds the slabs in order (deterministic, no atomics) and applies the epilogue,
+ * for several such products in one dispatch.
  * With flags.biasGrad (backward_weight only) the column sums of A, Σ_k A[k, m], land right after C's M·N values
  * (the manifest keeps each Linear's bias right after its weight): the first column of workgroups
  * sums the A tiles it already holds in workgroup memory.
@@ -85,8 +95,8 @@ export function matmulKernel(form, tile, split = false, kcat = false) {
     [["M", "u32"], ["N", "u32"], ["K", "u32"], ["a_off", "u32"], ["b_off", "u32"], ["c_off", "u32"],
       ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"], ["k_chunk", "u32"], ["len", "u32"],
       ["splits", "u32"], ["kcat", "u32"], ["a_zs", "u32"], ["b_zs", "u32"], ["c_zs", "u32"], ["bias_zs", "u32"]],
-    [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]],
-    /* wgsl */ `
+    [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"], ["G", "rw"]],
+    /* wgsl */ `${GELU_FNS}
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
 const AS = ${AS}u; const BS = ${BS}u;
 var<workgroup> As: array<f32, ${BK * AS}>; // [k][m]
@@ -111,7 +121,9 @@ fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: f32) {
   if ((p.flags & 1u) != 0u) { v = v + bias[bias_base + n]; }
   if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
   if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }
-  C[idx] = v;`}
+  if ((p.flags & 32u) != 0u) { v = v * gelu_grad(R[p.r_off + m * p.N + n]); }
+  C[idx] = v;
+  if ((p.flags & 16u) != 0u) { G[idx] = gelu(v); }`}
 }
 
 @compute @workgroup_size(${WX}, ${WY})
@@ -161,26 +173,38 @@ ${range(TM).map((i) => /* wgsl */ `    if (m0 + lid.y + ${i * WY}u < p.M) { C[sl
 `, entryPoint);
 }
 
-// partials: (batches·splits, len) -> C[c_off + i·c_zs ..][0, len) = Σ_z partials[i·splits + z] (+ bias)
-// (+ C) (+ R) for each batch i, z in order; len is M·N, or M·N + M with a fused bias gradient
-// (whose sums get no epilogue: flags are 0 then, as they are with batches)
+/** Split-K products whose sums one matmul_split_final dispatch finishes together. */
+export const SPLIT_REGIONS = 5;
+const REGION_FIELDS = ["end", "src", "len", "N", "splits", "c_off", "c_zs", "bias_off", "r_off", "flags"];
+/** The final's uniform fields of region r (r_end: its elements end at this global index). */
+export const splitRegionFields = (r) => REGION_FIELDS.map((f) => `r${r}_${f}`);
+
+// Up to SPLIT_REGIONS products, region r: partials[src ..] (batches·splits slabs of len) ->
+// C[c_off + i·c_zs ..][0, len) = Σ_z slab[i·splits + z] (+ bias) (+ C) (+ R) for each batch i, z in
+// order; len is M·N, or M·N + M with a fused bias gradient (whose sums get no epilogue: flags are 0
+// then, as they are with batches). Region r covers global indices [r-1's end, r's end).
 export const matmulSplitFinal = kernel("matmul_split_final",
-  [["len", "u32"], ["N", "u32"], ["splits", "u32"], ["c_off", "u32"], ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"],
-    ["batches", "u32"], ["c_zs", "u32"]],
+  range(SPLIT_REGIONS).flatMap((r) => splitRegionFields(r).map((f) => [f, "u32"])),
   [["partials", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"]], /* wgsl */ `${LINEAR_ID}
+fn finish(i_all: u32, src: u32, len: u32, N: u32, splits: u32, c_off: u32, c_zs: u32, bias_off: u32, r_off: u32, flags: u32) {
+  let batch = i_all / len;
+  let i = i_all - batch * len;
+  var v = 0.0;
+  for (var z = 0u; z < splits; z++) { v = v + partials[src + (batch * splits + z) * len + i]; }
+  let idx = c_off + batch * c_zs + i;
+  if ((flags & 1u) != 0u) { v = v + bias[bias_off + i % N]; }
+  if ((flags & 2u) != 0u) { v = v + C[idx]; }
+  if ((flags & 4u) != 0u) { v = v + R[r_off + i]; }
+  C[idx] = v;
+}
+
 @compute @workgroup_size(256)
 fn matmul_split_final(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let g = linear_workgroup(wid, nwg) * 256u + li;
-  if (g >= p.len * p.batches) { return; }
-  let batch = g / p.len;
-  let i = g - batch * p.len;
-  var v = 0.0;
-  for (var z = 0u; z < p.splits; z++) { v = v + partials[(batch * p.splits + z) * p.len + i]; }
-  let idx = p.c_off + batch * p.c_zs + i;
-  if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + i % p.N]; }
-  if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
-  if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + i]; }
-  C[idx] = v;
+${range(SPLIT_REGIONS).map((r) => /* wgsl */ `  if (g < p.r${r}_end) {
+    finish(g${r ? ` - p.r${r - 1}_end` : ""}, ${splitRegionFields(r).slice(1).map((f) => `p.${f}`).join(", ")});
+    return;
+  }`).join("\n")}
 }
 `);
 
@@ -191,14 +215,17 @@ export function tileCount(M, N, tile) {
 }
 
 /**
- * The tile for a product, from timing every tile on every preset's products on an H200
- * (webgpu/bench/matmul_tiles.mjs; docs/performance.md): these products are too small to fill a big
- * GPU, so small tiles with many invocations win (latency hiding beats register reuse) until there
- * are ≥ 512 tiles of 32×32; weight gradients (backward_weight, split-K below) take 128×64 once M·N ≥ 100k.
+ * The tile for a product, from timing every tile on every preset's products on an H200 and again on
+ * an H100 (webgpu/bench/matmul_tiles.mjs; docs/performance.md): these products are too small to fill
+ * a big GPU, so small tiles with many invocations win (latency hiding beats register reuse) until
+ * there are ≥ 512 tiles of 32×32; from a million outputs on, 64×64 tiles of 256 invocations (4×4 each)
+ * win by 6–20% (xl…massive's fc_in and its input gradient); weight gradients (backward_weight, split-K
+ * below) take 256-invocation tiles: 32×64, and 128×64 from 200k outputs on.
  */
 export function chooseTile(form, M, N) {
-  if (formOf(form).aT) return M * N >= 100_000 ? "128x64" : "32x64";
+  if (formOf(form).aT) return M * N >= 200_000 ? "128x64w" : "32x64w";
   if (tileCount(M, N, "128x128") >= 512) return "128x128"; // big squares: 128×128 reached 26-28 TFLOP/s at 4096³
+  if (M * N >= 1_000_000) return "64x64w";
   return tileCount(M, N, "32x32") >= 512 ? "32x64" : "32x32w";
 }
 

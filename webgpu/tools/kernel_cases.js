@@ -1,7 +1,7 @@
 // Single-kernel cases for tests/test_webgpu_kernels.py, independent of the host (browser or Node):
 // each case names an op, its shapes and its inputs (raw little-endian bytes by name); each output
 // comes back as a Float32Array. The Python side computes the references and compares.
-import { Ops, adamwValues, NORM_PARTIALS } from "../ops.js";
+import { Ops, SplitSums, adamwValues, NORM_PARTIALS } from "../ops.js";
 import { Plan } from "../plan.js";
 
 /** cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array} */
@@ -32,12 +32,26 @@ export async function runKernelCases(device, cases, inputs) {
   const run = {
     matmul(c, plan) {
       const len = c.M * c.N + (c.biasGrad ? c.M : 0), batches = c.batches ?? 1, cLen = c.cLen ?? len;
-      const C = c.accumulate ? input(`${c.id}_C0`) : empty(cLen);
+      const C = c.accumulate ? input(`${c.id}_C0`) : empty(cLen), G = c.gelu ? empty(cLen) : null;
       ops.matmul(plan, c.form, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, B: input(`${c.id}_B`), bOff: c.bOff,
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
-        accumulate: c.accumulate, biasGrad: c.biasGrad, tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(batches * c.splits * len) : null,
+        accumulate: c.accumulate, biasGrad: c.biasGrad, gelu: G, geluGradOf: c.geluGrad ? input(`${c.id}_H`) : null,
+        tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(batches * c.splits * len) : null,
         batches, kcat: c.kcat ?? 1, strides: c.strides ?? {} });
-      return { C: [C, cLen] };
+      return { C: [C, cLen], ...(G ? { G: [G, cLen] } : {}) };
+    },
+    // several split-K backward_weight products into one C, their sums in one dispatch
+    matmul_split_sums(c, plan) {
+      const slabFloats = (p) => Math.ceil((p.splits * (p.M * p.N + (p.biasGrad ? p.M : 0))) / 64) * 64;
+      const partials = empty(c.products.reduce((n, p) => n + slabFloats(p), 0)), C = empty(c.cLen), sums = new SplitSums();
+      let partialsOff = 0;
+      c.products.forEach((p, i) => {
+        ops.matmul(plan, "backward_weight", { M: p.M, N: p.N, K: p.K, A: input(`${c.id}_A${i}`), B: input(`${c.id}_B${i}`), C, cOff: p.cOff,
+          biasGrad: p.biasGrad, tile: p.tile, splits: p.splits, partials, partialsOff, sums });
+        partialsOff += slabFloats(p);
+      });
+      ops.recordSplitSums(plan, sums);
+      return { C: [C, c.cLen] };
     },
     layernorm(c, plan) {
       const { rows, C } = c, out = empty(rows * C), stats = empty(2 * rows), dx = input(`${c.id}_dx0`), grads = empty(c.nParams);
@@ -46,11 +60,12 @@ export async function runKernelCases(device, cases, inputs) {
       ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads });
       return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C], grads: [grads, c.nParams] };
     },
-    gelu(c, plan) {
-      const h = input(`${c.id}_h`), g = empty(c.n), dg = input(`${c.id}_dg`);
-      ops.geluForward(plan, { n: c.n, h, g });
-      ops.geluBackward(plan, { n: c.n, h, dg });
-      return { g: [g, c.n], dh: [dg, c.n] };
+    // two LayerNorms' parameter gradients in one dispatch
+    layernorm_params(c, plan) {
+      const { rows, C } = c, grads = empty(c.nParams);
+      const jobs = c.wOffs.map((wOff, j) => ({ dout: input(`${c.id}_dout${j}`), x: input(`${c.id}_x${j}`), stats: input(`${c.id}_stats${j}`), wOff }));
+      ops.layernormBackwardParams(plan, { rows, C, jobs, grads });
+      return { grads: [grads, c.nParams] };
     },
     embedding(c, plan) {
       const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);
