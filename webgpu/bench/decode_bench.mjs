@@ -1,0 +1,54 @@
+// Decode speed of the WGSL trainer under Node (npm `webgpu`, Dawn): Trainer.generate (KV cache)
+// against RecomputeDecoder (the whole window per token), same seeded weights, prompt and sampling.
+//   echo '{"preset": "tiny", "newTokens": 512, "prompt": [10], "temperature": 0.8, "topK": 40, "seed": 0}' \
+//     | node webgpu/bench/decode_bench.mjs
+// Prints one JSON line: {adapter, software, kv: {ms, tokens}, recompute: {ms, tokens}}, or {error}.
+// A software adapter (SwiftShader, llvmpipe) gives tokens but no speed: it is refused unless the job
+// says "allowSoftware" (the token-equality test). {"probe": true}: only {adapter, software}.
+// Run by python_ref/decode_bench.py.
+import { readFileSync } from "node:fs";
+import { nodeDevice } from "../node_gpu.js";
+import { Trainer } from "../trainer.js";
+import { RecomputeDecoder } from "../recompute_decoder.js";
+import { configFromPresets } from "../../site/static/js/model_config.js";
+
+// The page's rule (site/static/js/engines/webgpu_engine.js, isSoftware), which Node cannot import
+// from there without the server's URL layout and a built site/static/wasm.
+const isSoftware = (info) =>
+  info.isFallbackAdapter === true || /swiftshader|llvmpipe/i.test([info.vendor, info.architecture, info.device, info.description].join(" "));
+
+async function run(job) {
+  const { device, info } = await nodeDevice();
+  const adapter = [...new Set([info.vendor, info.architecture, info.description].filter(Boolean))].join(" ");
+  const software = isSoftware(info);
+  if (job.probe) return { adapter, software };
+  if (software && !job.allowSoftware) throw new Error(`the adapter is software (${adapter}): correct, not fast, so no speed figure`);
+
+  const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
+  const config = configFromPresets(presets, job.preset);
+  const trainer = new Trainer(device, config); // the preset's seeded initial weights
+  const recompute = new RecomputeDecoder(trainer);
+  const sampling = { temperature: job.temperature, topK: job.topK, seed: job.seed };
+  const timed = async (decoder, maxNewTokens) => {
+    const t0 = performance.now();
+    const tokens = await decoder.generate(job.prompt, { maxNewTokens, ...sampling });
+    return { ms: performance.now() - t0, tokens: Array.from(tokens) };
+  };
+  // warm-up: pipelines compile and the decode plan is recorded on first use
+  await timed(trainer, job.warmupTokens);
+  await timed(recompute, job.warmupTokens);
+  const result = { adapter, software, kv: await timed(trainer, job.newTokens), recompute: await timed(recompute, job.newTokens) };
+  recompute.destroy();
+  trainer.destroy();
+  device.destroy();
+  return result;
+}
+
+let result;
+try {
+  result = await run(JSON.parse(readFileSync(0, "utf8")));
+} catch (e) {
+  result = { error: String(e?.stack || e) };
+}
+process.stdout.write(JSON.stringify(result) + "\n");
+process.exit(result.error ? 1 : 0);
