@@ -1,7 +1,9 @@
 """The docs pages as a reader meets them: from the playground's header to each page and back, the
-performance chart drawn, a link between docs landing on its heading, and the styled 404 page;
-a screenshot of each for a human to look at."""
+performance chart drawn and its PNG plots loaded, a link between docs landing on its heading, and
+the styled 404 page; a screenshot of each for a human to look at."""
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -46,6 +48,19 @@ def test_performance_chart_is_drawn(page, server_url):
         path = SCREENSHOTS / f"docs_performance_chart_{i}.png"
         charts.nth(i).screenshot(path=str(path))
         print(f"chart screenshot {path}")
+
+
+def test_performance_plots_load(page, server_url):
+    """Each image link of performance.md (the PNGs of `tinygpt bench --all` in docs/bench) shows a picture."""
+    text = re.sub(r"<!--.*?-->", "", (ROOT / "docs" / "performance.md").read_text(), flags=re.S)  # not shown
+    links = re.findall(r"!\[[^\]]*\]\((bench/[^)]+\.png)\)", text)
+    page.goto(f"{server_url}/performance")
+    images = page.locator("article.doc img")
+    sizes = [images.nth(i).evaluate("img => img.decode().then(() => [img.naturalWidth, img.naturalHeight])")
+             for i in range(images.count())]
+    print(f"\n{len(links)} plots linked: {list(zip(links, sizes))}")
+    assert images.count() == len(links) and all(w > 0 and h > 0 for w, h in sizes)
+    assert page.errors == []
 
 
 def test_link_between_docs_lands_on_the_page(page, server_url):

@@ -1,8 +1,8 @@
 """The Starlette app: `/` renders site/templates/index.html, `/learn`, `/format`, … render docs/*.md
-(server/docs_pages.py), `/static` serves site/static, `/webgpu` serves the WebGPU trainer's runtime
-files (and nothing else of webgpu/), a missing path gets the styled 404 page, text is gzipped, and
-every response carries the headers of `_headers` (cross-origin isolation for WebAssembly threads,
-Cache-Control)."""
+(server/docs_pages.py) and `/bench` serves their PNG plots, `/static` serves site/static, `/webgpu`
+serves the WebGPU trainer's runtime files (and nothing else of webgpu/), a missing path gets the
+styled 404 page, text is gzipped, and every response carries the headers of `_headers`
+(cross-origin isolation for WebAssembly threads, Cache-Control)."""
 from __future__ import annotations
 
 import functools
@@ -17,7 +17,7 @@ from starlette.responses import FileResponse, HTMLResponse
 from starlette.routing import Mount, Route
 
 from server.compressed_files import CompressedStaticFiles
-from server.docs_pages import PAGES, render_doc
+from server.docs_pages import DOCS, PAGES, bench_images, render_doc
 from server.headers import ROOT, global_headers
 
 SITE = ROOT / "site"
@@ -92,14 +92,14 @@ class WithHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(site: Path = SITE) -> WithHeaders:
+def create_app(site: Path = SITE, docs: Path = DOCS) -> WithHeaders:
     # Rendered per request (a docs page's Markdown kept until its file changes): a dev server should
     # show template and docs edits without a restart.
     async def index(request):
         return HTMLResponse(render_index(site))
 
     async def doc(request):
-        return HTMLResponse(render_doc(template_env(site), request.url.path.strip("/")))
+        return HTMLResponse(render_doc(template_env(site), request.url.path.strip("/"), docs))
 
     # Browsers and tools still ask for /favicon.ico when a page has no icon link (or before reading it).
     async def favicon(request):
@@ -114,6 +114,8 @@ def create_app(site: Path = SITE) -> WithHeaders:
         Route("/favicon.ico", favicon),
         Mount("/static", CompressedStaticFiles(directory=site / "static"), name="static"),
         Mount("/webgpu", RuntimeFiles(WEBGPU, webgpu_runtime_files), name="webgpu"),
+        # the docs pages' PNG plots, where their relative links (bench/FILE.png) point from /performance
+        Mount("/bench", RuntimeFiles(docs / "bench", functools.partial(bench_images, docs)), name="bench"),
     ], exception_handlers={404: not_found})
     # Files come gzipped from CompressedStaticFiles (compressed once per version); this gzips the
     # rendered pages, 404s included, and passes those files through. Outside it, WithHeaders adds

@@ -1,6 +1,6 @@
 """`python -m server serve [--host H] [--port P]` runs the playground; `python -m server build
-[--out DIR]` writes it as static files (index.html, the docs pages, 404.html, static/, webgpu/,
-_headers) for any static host."""
+[--out DIR]` writes it as static files (index.html, the docs pages and their bench/*.png plots,
+404.html, static/, webgpu/, _headers) for any static host."""
 from __future__ import annotations
 
 import argparse
@@ -32,15 +32,20 @@ def unsafe_target(out: Path, site: Path) -> str | None:
     return None
 
 
-def write_docs_pages(out: Path) -> None:
+def write_docs_pages(out: Path, docs: Path | None = None) -> None:
     """The docs pages as <name>.html, which Netlify and Cloudflare Pages serve at /<name> (so the pages'
-    relative links resolve as on the dev server), and 404.html, which they serve for a missing path."""
+    relative links resolve as on the dev server), their plots as bench/*.png, and 404.html, which they
+    serve for a missing path."""
     from server.app import SITE, render_not_found, template_env
-    from server.docs_pages import PAGES, render_doc
+    from server.docs_pages import DOCS, PAGES, bench_images, render_doc
 
+    docs = docs or DOCS
     for name in PAGES:
-        (out / f"{name}.html").write_text(render_doc(template_env(SITE), name))
+        (out / f"{name}.html").write_text(render_doc(template_env(SITE), name, docs))
     (out / "404.html").write_text(render_not_found(SITE))
+    for image in bench_images(docs):  # where the pages' relative links (bench/FILE.png) point
+        (out / "bench").mkdir(exist_ok=True)
+        shutil.copyfile(docs / "bench" / image, out / "bench" / image)
 
 
 def serve(args) -> int:

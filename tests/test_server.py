@@ -218,7 +218,7 @@ def test_heading_anchors_follow_github():
 
 @pytest.mark.parametrize("path", sorted((ROOT / "docs/bench").glob("*.json")), ids=lambda p: p.name)
 def test_bench_chart_draws_one_line_per_backend(path):
-    from server.bench_chart import bench_svg, load_bench
+    from server.bench_chart import bench_svg, chart_series, load_bench
 
     data = load_bench(path)
     svg = ET.fromstring(bench_svg(data))
@@ -227,10 +227,24 @@ def test_bench_chart_draws_one_line_per_backend(path):
     labels = [t.text for t in svg.findall("s:text[@class='series-label']", ns)]
     title = svg.find("s:title", ns).text
     print(f"\n{path.name}: {title!r}; {len(lines)} lines {[line.get('data-series') for line in lines]}")
-    assert [line.get("data-series") for line in lines] == labels == [s["backend"] for s in data["series"]]
+    assert [line.get("data-series") for line in lines] == labels == [s["backend"] for s in chart_series(data)]
     assert data["device"] in title
-    for line, s in zip(lines, data["series"]):
+    for line, s in zip(lines, chart_series(data)):
         assert len(line.get("points").split()) == len(s["ms_per_step"])
+
+
+def test_bench_chart_of_many_series_draws_the_best_of_each_family():
+    from server.bench_chart import chart_series
+
+    series = [{"backend": f"WASM {b}", "family": "WASM", "ms_per_step": {"tiny": t, "small": s}}
+              for b, t, s in (("scalar", 40.0, 350.0), ("simd", 10.0, 90.0), ("relaxed", 8.0, 48.0))]
+    series += [{"backend": f"PyTorch {n}", "family": "PyTorch", "ms_per_step": {"tiny": 6.0 + n}} for n in range(5)]
+    series += [{"backend": "C++ native", "ms_per_step": {"tiny": 5.0, "small": 23.0}}]  # no family: its own line
+    lines = chart_series({"presets": ["tiny", "small"], "series": series})
+    print(f"\n{len(series)} series -> {lines}")
+    assert lines == [{"backend": "WASM (best)", "ms_per_step": {"tiny": 8.0, "small": 48.0}},
+                     {"backend": "PyTorch (best)", "ms_per_step": {"tiny": 6.0}}, series[-1]]
+    assert chart_series({"presets": ["tiny"], "series": series[:8]}) == series[:8]  # 8 fit: drawn as they are
 
 
 def test_bench_labels_stay_apart_and_inside():
@@ -254,6 +268,65 @@ def test_bench_file_errors_name_the_file(tmp_path):
     bad.write_text(json.dumps(good))
     with pytest.raises(ValueError, match=r"bad.json: series .* has presets \['giant'\] not in 'presets'"):
         load_bench(bad)
+
+
+def test_bench_file_of_too_many_lines_is_refused(tmp_path):
+    from server.bench_chart import load_bench
+
+    data = json.loads((ROOT / "docs/bench/gpu-h200-2026-11-22.json").read_text())
+    data["series"] = [dict(data["series"][0], backend=f"line {i}") for i in range(9)]
+    bad = tmp_path / "nine.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"nine.json: 9 series in 9 families, at most 8"):
+        load_bench(bad)
+
+
+def docs_with_a_plot(tmp_path):
+    """A copy of docs/ whose performance page links a PNG of docs/bench, as `tinygpt bench --all` makes."""
+    import shutil
+
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs)
+    (docs / "bench" / "plot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    with (docs / "performance.md").open("a") as f:
+        f.write("\n![Step time per preset](bench/plot.png)\n")
+    return docs
+
+
+def test_a_plot_of_docs_bench_is_an_image_of_the_page(tmp_path):
+    from server.app import template_env
+    from server.docs_pages import render_doc
+
+    docs = docs_with_a_plot(tmp_path)
+    html = render_doc(template_env(), "performance", docs=docs)
+    assert '<img src="bench/plot.png" alt="Step time per preset"' in html
+    (docs / "bench" / "plot.png").unlink()
+    with pytest.raises(FileNotFoundError, match="no plot.png"):  # a missing plot fails, never a broken image
+        render_doc(template_env(), "performance", docs=docs)
+
+
+def test_plots_are_served_as_png_and_nothing_else_of_docs_bench(tmp_path):
+    docs = docs_with_a_plot(tmp_path)
+    app = f"from server.app import create_app; import uvicorn; uvicorn.run(create_app(docs=__import__('pathlib')" \
+          f".Path({str(docs)!r})), host='127.0.0.1', port={{port}}, log_level='warning')"
+    with running_server([sys.executable, "-c", app]) as url:
+        status, headers, body = fetch(url + "/bench/plot.png")
+        print(f"\n/bench/plot.png: {status} {headers['Content-Type']} {len(body)} bytes")
+        assert status == 200 and headers["Content-Type"] == "image/png" and body.startswith(b"\x89PNG")
+        assert headers["Cross-Origin-Embedder-Policy"] == "require-corp"
+        for other in ("/bench/README.md", "/bench/gpu-h200-2026-11-22.json", "/bench/none.png"):
+            assert fetch(url + other)[0] == 404, other
+
+
+def test_build_copies_the_plots_where_the_pages_link_them(tmp_path):
+    from server.cli import write_docs_pages
+
+    docs = docs_with_a_plot(tmp_path)
+    out = tmp_path / "dist"
+    out.mkdir()
+    write_docs_pages(out, docs)
+    assert (out / "bench" / "plot.png").read_bytes() == (docs / "bench" / "plot.png").read_bytes()
+    assert '<img src="bench/plot.png"' in (out / "performance.html").read_text()  # /performance -> /bench/plot.png
 
 
 def test_performance_page_has_a_chart_per_marker(server_url):

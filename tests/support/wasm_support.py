@@ -53,17 +53,26 @@ def node_flags(spec: dict) -> list[str]:
     return ["--experimental-wasm-relaxed-simd"] if relaxed else []
 
 
-def run_node(spec: dict, tmp_path: Path, timeout: float = 600) -> dict:
-    """Runs one scenario in Node; returns its JSON result (fails the test with Node's error)."""
+def node_scenario(spec: dict, tmp_path: Path, timeout: float = 600) -> dict:
+    """Runs one scenario in Node; returns its JSON result, which has an "error" (with Node's stderr) when
+    it failed. Benchmarks record that error; tests fail on it (run_node)."""
     spec = dict(spec, wasmDir=str(WASM_DIR))
     spec_path = tmp_path / f"spec-{os.getpid()}-{id(spec)}.json"
     spec_path.write_text(json.dumps(spec))
     proc = subprocess.run(["node", *node_flags(spec), str(ROOT / "tests" / "wasm" / "node_driver.mjs"), str(spec_path)],
                           capture_output=True, text=True, timeout=timeout)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    result = json.loads(lines[-1]) if lines else {"error": f"no result; stderr:\n{proc.stderr}"}
+    result = json.loads(lines[-1]) if lines else {"error": "no result"}
     if proc.returncode != 0 or "error" in result:
-        pytest.fail(f"node scenario failed ({spec.get('build')}): {result.get('error')}\n{proc.stderr[-3000:]}")
+        result["error"] = f"{result.get('error', f'exit code {proc.returncode}')}\n{proc.stderr[-3000:]}".strip()
+    return result
+
+
+def run_node(spec: dict, tmp_path: Path, timeout: float = 600) -> dict:
+    """Runs one scenario in Node; returns its JSON result (fails the test with Node's error)."""
+    result = node_scenario(spec, tmp_path, timeout)
+    if "error" in result:
+        pytest.fail(f"node scenario failed ({spec.get('build')}): {result['error']}")
     return result
 
 
@@ -112,12 +121,14 @@ def static_server(isolated: bool = True, files_dir: Path | None = None):
 
 
 @contextlib.contextmanager
-def chromium_page(base_url: str):
-    """A headless Chromium (Debian's, never a playwright download) on tests/wasm/browser_page.html."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright not installed (make setup)")
+def headless_chromium(base_url: str):
+    """A headless Chromium (Debian's, never a playwright download) on tests/wasm/browser_page.html.
+    Without playwright: ImportError; without chromium: RuntimeError (benchmarks record either; tests
+    use chromium_page)."""
+    from playwright import sync_api
     exe = shutil.which("chromium")
     if not exe:
-        pytest.fail("chromium is not installed (make setup installs the Debian package)")
+        raise RuntimeError("chromium is not installed (make setup installs the Debian package)")
     with sync_api.sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=exe, args=CHROMIUM_ARGS, headless=True)
         try:
@@ -130,6 +141,16 @@ def chromium_page(base_url: str):
             yield page
         finally:
             browser.close()
+
+
+@contextlib.contextmanager
+def chromium_page(base_url: str):
+    """headless_chromium for a test: skipped without playwright, failed without chromium."""
+    pytest.importorskip("playwright.sync_api", reason="playwright not installed (make setup)")
+    if not shutil.which("chromium"):
+        pytest.fail("chromium is not installed (make setup installs the Debian package)")
+    with headless_chromium(base_url) as page:
+        yield page
 
 
 def run_browser(page, spec: dict, timeout_ms: int = 600_000) -> dict:

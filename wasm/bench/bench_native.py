@@ -22,31 +22,20 @@ from __future__ import annotations
 import argparse
 import ctypes
 import os
-import platform
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from python_ref.bench_machine import cpu_model
 from python_ref.config import model_config, presets_file, train_config
 from wasm.bench.matmul_lib import MatmulLib
 from wasm.scripts.api_ctypes import Binding
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_PRESETS = "tiny,small,medium,large,xl"
-
-
-def cpu_model() -> str:
-    try:
-        for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 STAT = statistics.median  # --stat min: the least-disturbed run, for a machine shared with others

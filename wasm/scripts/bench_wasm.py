@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -25,26 +24,26 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+from python_ref.bench_machine import cpu_model  # noqa: E402
 from support.wasm_support import NATIVE_LIB, chromium_page, model_spec, run_node, static_server  # noqa: E402
 
 STEPS = {"tiny": 12, "small": 8, "medium": 5, "large": 4, "xl": 4}
 CONFIGS = [("scalar", 1), ("simd", 1), ("threads", 1), ("threads", 2), ("relaxed", 1), ("relaxed", 2)]
 
 
-def cpu_model() -> str:
-    for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
-        if line.startswith("Model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
-
-
-def spec_for(preset: str, build: str, threads: int) -> dict:
+def fixed_batch_spec(preset: str, build: str, threads: int, steps: int) -> dict:
+    """The scenario that times `steps` training steps (the first one the warm-up) of a build on one
+    fixed batch, as tests/wasm/scenario.mjs runs it in Node and in a browser worker."""
     spec = model_spec(preset)
-    # The scalar build takes seconds per step at large/xl: fewer steps (still one warm-up + 2).
-    steps = max(3, STEPS[preset] // 2) if build == "scalar" else STEPS[preset]
     spec.update(build=build, prefer=build, threads=threads, initSeed=spec["training"]["seed"],
                 corpus=None, mode="fixed-batch", steps=steps)
     return spec
+
+
+def spec_for(preset: str, build: str, threads: int) -> dict:
+    # The scalar build takes seconds per step at large/xl: fewer steps (still one warm-up + 2).
+    steps = max(3, STEPS[preset] // 2) if build == "scalar" else STEPS[preset]
+    return fixed_batch_spec(preset, build, threads, steps)
 
 
 def reference_ms(preset: str, what: str, threads: int, corpus: bytes) -> float:

@@ -1,7 +1,8 @@
 """The PyTorch side of the comparison, on the same GPU: python_ref's fp32 training step per preset in
 each mode, and cuBLAS fp32 (TF32 off) matmul GFLOP/s.
 
-Modes (fp32, TF32 off; the same model code, presets and batches):
+Modes (fp32, TF32 off; the same model code, presets and batches; the step code is
+python_ref/bench_cuda.py, which `tinygpt bench --all` times too):
   eager              python_ref.bench.bench_preset: the step `tinygpt train` takes (one host sync per step)
   compile            torch.compile(model), otherwise eager
   cudagraph          one torch.cuda.CUDAGraph of forward + backward + clip + AdamW(fused, capturable),
@@ -21,83 +22,24 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from python_ref.bench import bench_preset  # noqa: E402
-from python_ref.config import DEFAULT_CORPUS, model_config, train_config  # noqa: E402
-from python_ref.data import BatchStream, Corpus  # noqa: E402
-from python_ref.model import TinyGPT  # noqa: E402
-
-MODES = ("eager", "compile", "cudagraph", "cudagraph+compile")
-
-
-def cublas_fp32(n: int, reps: int) -> float:
-    a = torch.randn(n, n, device="cuda")
-    b = torch.randn(n, n, device="cuda")
-    for _ in range(3):
-        a @ b.t()
-    torch.cuda.synchronize()
-    t = time.perf_counter()
-    for _ in range(reps):
-        a @ b.t()
-    torch.cuda.synchronize()
-    return 2 * n**3 / ((time.perf_counter() - t) / reps) / 1e9
+from python_ref.bench_cuda import MODES, cublas_fp32_gflops, fp32_only, preset_batches, static_step  # noqa: E402
+from python_ref.config import model_config, train_config  # noqa: E402
 
 
 def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool) -> dict:
     """ms/step of one mode; losses of every step, for the check against eager."""
     config, cfg = model_config(preset), train_config(preset)
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(cfg.valFraction, config.ctx)
-    stream = BatchStream(train, config.ctx, cfg.batch, cfg.seed)
-    batches = [tuple(torch.from_numpy(a).cuda() for a in stream.next()) for _ in range(warmup + steps)]
-    model = TinyGPT(config, cfg.seed).cuda()
-    params = list(model.parameters())
-    optimizer = torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weightDecay},
-         {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True, capturable=graph)
-    forward = torch.compile(model) if compiled else model
-    x_in, y_in = (torch.empty_like(t) for t in batches[0])
-
-    def step():
-        optimizer.zero_grad(set_to_none=False)
-        _, loss = forward(x_in, y_in)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.gradClip)
-        optimizer.step()
-        return loss.detach()
-
-    losses = []
-    started = time.perf_counter()
-    if graph:
-        # warm-up steps on a side stream (as CUDA graph capture requires), then one capture
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for x, y in batches[:warmup]:
-                x_in.copy_(x), y_in.copy_(y)
-                losses.append(step().clone())
-        torch.cuda.current_stream().wait_stream(side)
-        captured = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(captured):
-            loss_out = step()
-
-        def run():
-            captured.replay()
-            return loss_out.clone()
-    else:
-        for x, y in batches[:warmup]:
-            x_in.copy_(x), y_in.copy_(y)
-            losses.append(step())
-        run = step
-    torch.cuda.synchronize()
-    setup_s = time.perf_counter() - started
+    batches = preset_batches(preset, warmup + steps)
+    ready = static_step(preset, batches[:warmup], compiled, graph)
+    losses = list(ready.warmup_losses)
     start = time.perf_counter()
     for x, y in batches[warmup:]:
-        x_in.copy_(x), y_in.copy_(y)
-        losses.append(run())
+        losses.append(ready.step(x, y))
     torch.cuda.synchronize()
     ms = (time.perf_counter() - start) / steps * 1e3
     tokens = cfg.batch * config.ctx
     return {"preset": preset, "ms_per_step": round(ms, 3), "tokens_per_s": round(tokens / ms * 1e3, 1),
-            "setup_s": round(setup_s, 2), "losses": [float(v) for v in torch.stack(losses).cpu()]}
+            "setup_s": round(ready.setup_s, 2), "losses": [float(v) for v in torch.stack(losses).cpu()]}
 
 
 def eager_losses(preset: str, n: int) -> list[float]:
@@ -113,8 +55,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--sizes", default="1024,2048,4096")
     args = ap.parse_args()
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    fp32_only()
     modes = args.modes.split(",")
     if unknown := [m for m in modes if m not in MODES]:
         ap.error(f"unknown mode(s) {unknown}; choose from {MODES}")
@@ -134,7 +75,7 @@ def main():
                                        ("setup_s", "max_rel_loss_diff_vs_eager") if k in r}})
             print(name, mode, out["modes"][mode][-1], file=sys.stderr)
     for n in map(int, args.sizes.split(",")):
-        out["matmul"].append({"n": n, "gflops": cublas_fp32(n, 20)})
+        out["matmul"].append({"n": n, "gflops": cublas_fp32_gflops(n, 20)})
     print(json.dumps(out, indent=1, default=str))
 
 
