@@ -31,8 +31,8 @@ def test_every_dumped_variant_compiles(tmp_path):
         code = (tmp_path / f).read_text()
         assert code.startswith(f"// {f[:-5]}:"), f
         assert len(re.findall(r"@compute", code)) == 1, f
-    families = {"matmul_forward", "matmul_backward_input", "matmul_backward_weight", "matmul_split_final",
-                "layernorm_forward", "layernorm_backward_input", "layernorm_backward_params",
+    families = {"matmul_forward", "matmul_backward_input", "matmul_backward_weight", "matmul_pair",
+                "matmul_split_final", "layernorm_forward", "layernorm_backward_input", "layernorm_backward_params",
                 "embedding_forward", "embedding_backward",
                 "cross_entropy_forward", "cross_entropy_backward", "mean_loss", "attention_forward",
                 "attention_backward_q", "attention_backward_kv", "grad_global_norm_partials", "clip_coefficient",

@@ -227,6 +227,31 @@ gelu_matmul_case("forward", 33, 70, 40, "32x32w")
 gelu_matmul_case("backward_input", 70, 37, 41, "32x32")
 
 
+def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None):
+    """A Linear's backward in one dispatch: dX = dY·W (· gelu'(H)) and dW = dYᵀ·X with db = Σ dY."""
+    dy, w, x = rng.standard_normal((R, n_out)), rng.standard_normal((n_out, n_in)), rng.standard_normal((R, n_in))
+    dx = dy @ w
+    inputs = {"dY": f32(dy), "W": f32(w), "X": f32(x)}
+    if gelu:
+        h = rng.standard_normal((R, n_in)) * 3
+        inputs["H"] = f32(h)
+        dx = dx * gelu_grad64(np.float32(h).astype(np.float64))
+    dw = np.concatenate([(dy.T @ x).ravel(), dy.sum(0)])
+    name = (f"matmul pair R={R} {n_out}->{n_in} split-K {splits}{' gelu' if gelu else ''}"
+            f"{f' tiles {tiles}' if tiles else ''}")
+
+    def check(o):
+        report(f"{name}: dX", o["dX"], dx.ravel(), 2.4e-6 * n_out * math.sqrt(n_out))
+        report(f"{name}: dW, db", o["dW"], dw, 2e-6 * R * math.sqrt(R))
+
+    add_case(dict(op="matmul_pair", R=R, Nout=n_out, Nin=n_in, splits=splits, gelu=gelu, tiles=tiles), inputs, check)
+
+
+matmul_pair_case(130, 37, 70, 3, gelu=True)
+matmul_pair_case(70, 45, 33, 1, tiles=["64x64w", "128x64w"])
+matmul_pair_case(200, 29, 140, 4, tiles=["128x128", "32x64w"])
+
+
 # --- split-K weight gradients of several products, their final sums in one dispatch (a block's end)
 def split_sums_case(products):
     """products: [(M, N, K, tile, splits, bias_grad)], each into its own stretch of one C, with gaps."""

@@ -3,7 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups, meanLoss } from "./kernels/cross_entropy.js";
@@ -17,6 +17,14 @@ function matmulFor(form, tile, split, kcat) {
   if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat));
   return matmulKernels.get(key);
 }
+const pairKernels = new Map();
+function matmulPairFor(first, second) {
+  const key = JSON.stringify([first, second]);
+  if (!pairKernels.has(key)) pairKernels.set(key, matmulPairKernel(first, second));
+  return pairKernels.get(key);
+}
+// A pair's tiles must share an invocation layout: the 128-invocation 32×64 tile becomes its 256-invocation twin
+const PAIR_TILE = { "32x64": "32x64w" };
 const attentionKernels = new Map();
 function attentionFor(D) {
   if (!attentionKernels.has(D)) {
@@ -53,9 +61,40 @@ export class Ops {
    * batches > 1: that many products in one dispatch, operand i at offset + i·stride (strides:
    * {a, b, c, bias}); kcat > 1: the sum of kcat products (strides {a, b}) into one C.
    */
-  matmul(plan, form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
+  matmul(plan, form, args) {
+    const d = this._matmulDispatch(form, args);
+    const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat), d.uniforms, d.buffers, d.grid);
+    return d.region ? this._splitFinal(plan, d.region, args.sums) : index;
+  }
+
+  /**
+   * Two products in one dispatch, sharing A: a Linear's input gradient (form backward_input, its
+   * geluGradOf allowed) and its weight gradient (backward_weight, split-K or not, with the same
+   * options as matmul). Neither reads what the other writes, so no barrier separates them.
+   */
+  matmulPair(plan, inputGrad, weightGrad) {
+    if (inputGrad.A !== weightGrad.A) throw new Error("matmulPair: both products read the same A");
+    if (inputGrad.bias || inputGrad.gelu || weightGrad.bias || weightGrad.R || weightGrad.gelu || weightGrad.geluGradOf) {
+      throw new Error("matmulPair: an input gradient (geluGradOf allowed) and a plain weight gradient (biasGrad allowed)");
+    }
+    const pair = (form, a) => {
+      const tile = a.tile ?? chooseTile(form, a.M, a.N);
+      return this._matmulDispatch(form, { ...a, tile: PAIR_TILE[tile] ?? tile });
+    };
+    const x = pair("backward_input", inputGrad), w = pair("backward_weight", weightGrad);
+    const spec = (form, d) => ({ form, tile: d.tile, split: d.split, kcat: d.kcat });
+    const values = { count0: x.grid[0] * x.grid[1] * x.grid[2], gx0: x.grid[0], gy0: x.grid[1], gx1: w.grid[0], gy1: w.grid[1] };
+    for (const [s, d] of [["0", x], ["1", w]]) for (const [f, v] of Object.entries(d.uniforms)) values[`${f}${s}`] = v;
+    const [A, B0, , R0, C0] = x.buffers, [, B1, , , C1] = w.buffers;
+    const index = plan.add(matmulPairFor(spec("backward_input", x), spec("backward_weight", w)), values, [A, B0, R0, C0, B1, C1],
+      grid1d(values.count0 + w.grid[0] * w.grid[1] * w.grid[2]));
+    return w.region ? this._splitFinal(plan, w.region, weightGrad.sums) : index;
+  }
+
+  /** One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region (see matmul). */
+  _matmulDispatch(form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
     accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = chooseTile(form, M, N), splits = 1,
-    partials = null, partialsOff = 0, sums = null, batches = 1, kcat = 1, strides = {} }) {
+    partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {} }) {
     if (biasGrad && (form !== "backward_weight" || bias || accumulate || R)) throw new Error("biasGrad: a plain backward_weight product only");
     if (batches > 1 && (kcat > 1 || R || (splits > 1 && (bias || accumulate)))) throw new Error("matmul batches: no kcat, residual, or split-K epilogue");
     if ((gelu || geluGradOf) && (splits > 1 || batches > 1 || R || accumulate)) throw new Error("matmul gelu epilogues: one unsplit product, no residual or accumulate");
@@ -66,15 +105,20 @@ export class Ops {
     const { a: a_zs = 0, b: b_zs = 0, c: c_zs = 0, bias: bias_zs = 0 } = strides;
     const uniforms = { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags,
       k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };
-    if (splits === 1) {
-      return plan.add(matmulFor(form, tile, false, kcat > 1), uniforms,
-        [A, B, bias ?? this.dummy, R ?? geluGradOf ?? this.dummy, C, gelu ?? this.dummyOut], [grid[0], grid[1], batches]);
+    const split = splits > 1;
+    if (!split) {
+      return { tile, split, kcat: kcat > 1, uniforms, grid: [grid[0], grid[1], batches], region: null,
+        buffers: [A, B, bias ?? this.dummy, R ?? geluGradOf ?? this.dummy, C, gelu ?? this.dummyOut] };
     }
     const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };
-    plan.add(matmulFor(form, tile, true, kcat > 1), { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
-      [A, B, this.dummy, this.dummy, slabs, this.dummyOut], [grid[0], grid[1], batches * splits]);
-    const region = { src: partialsOff, len, N, splits, batches, c_off: cOff, c_zs, bias_off: biasOff, r_off: rOff,
-      flags: flags & ~MATMUL_FLAGS.biasGrad, buffers: [partials, bias ?? this.dummy, R ?? this.dummy, C] };
+    return { tile, split, kcat: kcat > 1, uniforms: { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
+      grid: [grid[0], grid[1], batches * splits], buffers: [A, B, this.dummy, this.dummy, slabs, this.dummyOut],
+      region: { src: partialsOff, len, N, splits, batches, c_off: cOff, c_zs, bias_off: biasOff, r_off: rOff,
+        flags: flags & ~MATMUL_FLAGS.biasGrad, buffers: [partials, bias ?? this.dummy, R ?? this.dummy, C] } };
+  }
+
+  /** A split product's final sum: collected into `sums`, or recorded now. */
+  _splitFinal(plan, region, sums) {
     if (sums) return sums.add(region);
     return this.recordSplitSums(plan, new SplitSums().add(region));
   }

@@ -46,6 +46,12 @@ function splitKSlabFloats(M, N, batches, rows) {
 // that step 6% slower than summing each product's slabs right after it; tiny–large (≤ 30 MiB) gained 2–14%.
 const GROUPED_SPLIT_SUMS_FLOATS = 8 * 2 ** 20;
 
+// A Linear's two backward products share a dispatch (Ops.matmulPair) only while the block's biggest
+// product (rows × 4C outputs) is this small. H100, ms/step, separate vs paired (medians of 3): tiny
+// 0.69 vs 0.42, small 0.91 vs 0.82, medium 1.56 vs 1.58, then slower: large 3.63 vs 3.79, massive
+// 15.5 vs 17.0 (a pair takes 256-invocation tiles only, and two products' registers).
+const PAIRED_MAX_OUTPUTS = 500_000;
+
 /**
  * The split-K plan of a step: weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY fused
  * in) have few output tiles and K = B·T, so they split K into slabs of one scratch buffer. With
@@ -64,9 +70,10 @@ function splitKPlan({ dModel: C, vocabSize: V }, rows) {
 
 const bufferBytes = (size) => Math.max(16, Math.ceil(size / 4) * 4);
 
-// Each plan's uniforms take 256 bytes per dispatch: at most 13 + 21L dispatches train a step (when
-// every weight gradient splits K), 4 + 7L evaluate and 3 + 9L decode a token.
-const uniformBytesBound = (L) => 256 * (20 + 37 * L);
+// Each plan's uniforms take 256 bytes per dispatch (a pair of products: 256 too): at most 14 + 24L
+// dispatches train a step (unpaired, every weight gradient splitting K, each summed apart), 4 + 7L
+// evaluate and 3 + 9L decode a token.
+const uniformBytesBound = (L) => 256 * (21 + 40 * L);
 
 /**
  * Every buffer a Trainer for `config` creates (training, eval, generation, the state read-back) as
@@ -312,10 +319,16 @@ export class Trainer {
     // at the block's end (splitKPlan)
     const sums = splitK.grouped ? new SplitSums() : null;
     let slabsUsed = 0;
-    const weightGrad = (args) => {
-      const { M, N, batches = 1 } = args, partialsOff = slabsUsed;
+    // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one
+    // dispatch while the model is small enough for a step to be paid per dispatch (PAIRED_MAX_OUTPUTS)
+    const paired = rows * 4 * C <= PAIRED_MAX_OUTPUTS;
+    const linearBackward = (inputGrad, weightGrad) => {
+      const { M, N, batches = 1 } = weightGrad, partialsOff = slabsUsed;
       if (sums) slabsUsed += splitKSlabFloats(M, N, batches, rows);
-      ops.matmul(plan, "backward_weight", { ...args, K: rows, splits: weightGradSplits(M, N, rows), partials: d.splitK, partialsOff, sums });
+      const dW = { ...weightGrad, K: rows, splits: weightGradSplits(M, N, rows), partials: d.splitK, partialsOff, sums };
+      if (paired) return ops.matmulPair(plan, inputGrad, dW);
+      ops.matmul(plan, "backward_input", inputGrad);
+      ops.matmul(plan, "backward_weight", dW);
     };
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
     this.orderHost = new Uint32Array(V + 1 + rows);
@@ -333,27 +346,26 @@ export class Trainer {
     ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses, lossOut: this.lossBuf });
     // backward; A.logits now holds d(loss)/d(logits): (rows,V)
     const wte = o["token_embedding.weight"];
-    ops.matmul(plan, "backward_input", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.ln });
-    weightGrad({ M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
+    linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.ln }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
     ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[L], stats: A.lnfs, params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], dx: d.res, accumulate: false, grads: G });
     for (let l = L - 1; l >= 0; l--) {
       const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
       // d.h = (d.res · W_out) · gelu'(h): the gradient w.r.t. fc_in's output, GELU's backward fused in
-      ops.matmul(plan, "backward_input", { M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h, geluGradOf: a.h });
-      weightGrad({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true });
-      ops.matmul(plan, "backward_input", { M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 });
-      weightGrad({ M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true });
+      linearBackward({ M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h, geluGradOf: a.h },
+        { M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true });
+      linearBackward({ M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
+        { M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true });
       ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res, accumulate: true });
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
-      ops.matmul(plan, "backward_input", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
-      weightGrad({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
+      linearBackward({ M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att },
+        { M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
       const dqkv = d.qkv;
       ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: dqkv.q, dk: dqkv.k, dv: dqkv.v });
       // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
       // dW and db of each (three batches)
-      ops.matmul(plan, "backward_input", { M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } });
-      weightGrad({ M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } });
+      linearBackward({ M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
+        { M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } });
       ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), dx: d.res, accumulate: true });
       // what only the optimizer reads, once per block: both LayerNorms' parameter gradients, then
       // (grouped) the split-K sums of the block's weight gradients (and, in the last block, the head's)

@@ -70,7 +70,17 @@ export const tileShape = (name) => {
  * kcat: instead, the kcat products A_i·B_i (K each, strides a_zs and b_zs) are summed into one C, as
  * one product over K·kcat: the input gradient dq·Wq + dk·Wk + dv·Wv in one dispatch.
  */
-export function matmulKernel(form, tile, split = false, kcat = false) {
+const MATMUL_UNIFORMS = ["M", "N", "K", "a_off", "b_off", "c_off", "bias_off", "r_off", "flags", "k_chunk", "len",
+  "splits", "kcat", "a_zs", "b_zs", "c_zs", "bias_zs"];
+const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"], ["G", "rw"]];
+
+/**
+ * One product as WGSL: its workgroup memory, loads, store and `fn product<s>(wid, lid, li)` computing
+ * the tile of workgroup wid. s suffixes every name (uniform fields, functions, workgroup arrays) so
+ * that two products can share a shader; buffers: the binding name of each of A, B, bias, R, C, G, or
+ * null where this product never uses it (its epilogue then has no such step).
+ */
+function productBody(form, tile, split, kcat, s, buffers) {
   const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(tile);
   const { aT, bT } = formOf(form);
   // a slab loaded k-fastest is stored transposed: a warp then stores BK k-rows × 32/BK columns, and a
@@ -90,13 +100,16 @@ export function matmulKernel(form, tile, split = false, kcat = false) {
   ].join("\n");
   // k: index into the (concatenated) K range; kcat picks the product it belongs to
   const kSplit = (k) => kcat ? /* wgsl */ `let kz = ${k} / p.K; let kr = ${k} - kz * p.K;` : /* wgsl */ `let kz = 0u; let kr = ${k};`;
-  const entryPoint = `matmul_${form}`;
-  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}`,
-    [["M", "u32"], ["N", "u32"], ["K", "u32"], ["a_off", "u32"], ["b_off", "u32"], ["c_off", "u32"],
-      ["bias_off", "u32"], ["r_off", "u32"], ["flags", "u32"], ["k_chunk", "u32"], ["len", "u32"],
-      ["splits", "u32"], ["kcat", "u32"], ["a_zs", "u32"], ["b_zs", "u32"], ["c_zs", "u32"], ["bias_zs", "u32"]],
-    [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"], ["G", "rw"]],
-    /* wgsl */ `${GELU_FNS}
+  const has = (b) => buffers[b] !== null;
+  const epilogue = [
+    has("bias") && /* wgsl */ `if ((p.flags & 1u) != 0u) { v = v + bias[bias_base + n]; }`,
+    /* wgsl */ `if ((p.flags & 2u) != 0u) { v = v + C[idx]; }`,
+    has("R") && /* wgsl */ `if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }`,
+    has("R") && /* wgsl */ `if ((p.flags & 32u) != 0u) { v = v * gelu_grad(R[p.r_off + m * p.N + n]); }`,
+    /* wgsl */ `C[idx] = v;`,
+    has("G") && /* wgsl */ `if ((p.flags & 16u) != 0u) { G[idx] = gelu(v); }`,
+  ].filter(Boolean).join("\n  ");
+  const body = /* wgsl */ `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
 const AS = ${AS}u; const BS = ${BS}u;
 var<workgroup> As: array<f32, ${BK * AS}>; // [k][m]
@@ -117,18 +130,10 @@ fn load_b(base: u32, k: u32, n: u32) -> f32 {
 fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: f32) {
   if (m >= p.M || n >= p.N) { return; }
   let idx = slab + m * p.N + n;
-  ${split ? "C[idx] = acc;" : /* wgsl */ `var v = acc;
-  if ((p.flags & 1u) != 0u) { v = v + bias[bias_base + n]; }
-  if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
-  if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }
-  if ((p.flags & 32u) != 0u) { v = v * gelu_grad(R[p.r_off + m * p.N + n]); }
-  C[idx] = v;
-  if ((p.flags & 16u) != 0u) { G[idx] = gelu(v); }`}
+  ${split ? "C[idx] = acc;" : `var v = acc;\n  ${epilogue}`}
 }
 
-@compute @workgroup_size(${WX}, ${WY})
-fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
-        @builtin(local_invocation_index) li: u32) {
+fn product(wid: vec3u, lid: vec3u, li: u32) {
   let m0 = wid.y * BM;
   let n0 = wid.x * BN;
   let batch = wid.z / p.splits;
@@ -170,7 +175,60 @@ ${each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + lid.y + ${i *
 ${range(TM).map((i) => /* wgsl */ `    if (m0 + lid.y + ${i * WY}u < p.M) { C[slab + p.M * p.N + m0 + lid.y + ${i * WY}u] = s${i}; }`).join("\n")}
   }
 }
+`;
+  // suffix the names; map the buffer names to their bindings
+  return body
+    .replace(/\bp\.(\w+)/g, (_, f) => `p.${f}${s}`)
+    .replace(/\b(BM|BN|BK|AS|BS|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
+    .replace(/\b(A|B|bias|R|C|G)\[/g, (_, b) => `${buffers[b]}[`);
+}
+
+const ALL_BUFFERS = Object.fromEntries(MATMUL_BUFFERS.map(([b]) => [b, b]));
+
+export function matmulKernel(form, tile, split = false, kcat = false) {
+  const { WX, WY } = tileShape(tile);
+  const entryPoint = `matmul_${form}`;
+  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}`,
+    MATMUL_UNIFORMS.map((f) => [f, "u32"]), MATMUL_BUFFERS, /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS)}
+@compute @workgroup_size(${WX}, ${WY})
+fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
+        @builtin(local_invocation_index) li: u32) {
+  product(wid, lid, li);
+}
 `, entryPoint);
+}
+
+/**
+ * Two products that read the same A in one dispatch: an input gradient dX = dY·W (its GELU epilogue
+ * allowed) and the weight gradient dW = dYᵀ·X (split-K or not, bias gradient fused) of one Linear.
+ * Neither needs the other, so they need no barrier between them: the first `count0` workgroups (of a
+ * 1-D grid) compute the first product, the rest the second. Both tiles must have the same invocation
+ * layout. Uniforms: the matmul fields suffixed 0 and 1, count0, and each product's grid width gx and
+ * height gy (z: batches × splits). Bindings: A (shared), B0, R0, C0, B1, C1.
+ */
+export function matmulPairKernel(first, second) {
+  const t0 = tileShape(first.tile), t1 = tileShape(second.tile);
+  if (t0.WX !== t1.WX || t0.WY !== t1.WY) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocation layout`);
+  const name = (k) => `${k.form}_${k.tile}${k.split ? "_split" : ""}${k.kcat ? "_kcat" : ""}`;
+  const body = (k, s) => productBody(k.form, k.tile, k.split, k.kcat, s, { A: "A", B: `B${s}`, bias: null, R: s === "0" ? "R0" : null, C: `C${s}`, G: null });
+  return kernel(`matmul_pair_${name(first)}_${name(second)}`,
+    [...["0", "1"].flatMap((s) => MATMUL_UNIFORMS.map((f) => [`${f}${s}`, "u32"])),
+      ["count0", "u32"], ["gx0", "u32"], ["gy0", "u32"], ["gx1", "u32"], ["gy1", "u32"]],
+    [["A", "read"], ["B0", "read"], ["R0", "read"], ["C0", "rw"], ["B1", "read"], ["C1", "rw"]],
+    /* wgsl */ `${GELU_FNS}${LINEAR_ID}${body(first, "0")}${body(second, "1")}
+fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
+
+@compute @workgroup_size(${t0.WX}, ${t0.WY})
+fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+        @builtin(local_invocation_id) lid: vec3u, @builtin(local_invocation_index) li: u32) {
+  let w = linear_workgroup(wid, nwg);
+  if (w < p.count0) {
+    product0(tile_of(w, p.gx0, p.gy0), lid, li);
+  } else {
+    product1(tile_of(w - p.count0, p.gx1, p.gy1), lid, li);
+  }
+}
+`, "matmul_pair");
 }
 
 /** Split-K products whose sums one matmul_split_final dispatch finishes together. */

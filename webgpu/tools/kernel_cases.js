@@ -60,6 +60,14 @@ export async function runKernelCases(device, cases, inputs) {
       ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads });
       return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C], grads: [grads, c.nParams] };
     },
+    // a Linear's input and weight gradients in one dispatch: dX = dY·W (times gelu'(H)), dW = dYᵀ·X (+ db)
+    matmul_pair(c, plan) {
+      const { R, Nout, Nin, splits } = c, dY = input(`${c.id}_dY`), dX = empty(R * Nin), dW = empty(Nout * Nin + Nout);
+      const partials = splits > 1 ? empty(splits * (Nout * Nin + Nout)) : null;
+      ops.matmulPair(plan, { M: R, N: Nin, K: Nout, A: dY, B: input(`${c.id}_W`), C: dX, geluGradOf: c.gelu ? input(`${c.id}_H`) : null, tile: c.tiles?.[0] },
+        { M: Nout, N: Nin, K: R, A: dY, B: input(`${c.id}_X`), C: dW, biasGrad: true, splits, partials, tile: c.tiles?.[1] });
+      return { dX: [dX, R * Nin], dW: [dW, Nout * Nin + Nout] };
+    },
     // two LayerNorms' parameter gradients in one dispatch
     layernorm_params(c, plan) {
       const { rows, C } = c, grads = empty(c.nParams);
