@@ -1,6 +1,6 @@
 """wasm/src/matmul.cpp, thread_pool.cpp and simd.h's exp/tanh against numpy float64, through the ctypes library of
-wasm/bench/matmul_lib.py: awkward shapes, 1 and 2 threads, the += semantics of the backward, the
-null-pointer skips, bit-identical results for any thread count, and the parallel_for contract.
+wasm/bench/matmul_lib.py: awkward shapes, 1 and 2 threads, the few-row (decode) forward, the += semantics of
+the backward, the null-pointer skips, bit-identical results for any thread count, and the parallel_for contract.
 The "portable" build (no -march) runs simd.h's scalar back end, the code of the scalar WASM build."""
 import numpy as np
 import pytest
@@ -50,6 +50,35 @@ def test_forward_and_backward_match_float64(lib, threads, M, K, N):
     print(f"[{lib.simd}] threads={threads} M,K,N={M},{K},{N} max rel err " +
           " ".join(f"{k}={v:.2e}" for k, v in errs.items()))
     assert max(errs.values()) < TOL, errs
+
+
+# The few-row forward (M <= 8: a KV-cache decode step has M = 1) takes dot products with the weight
+# rows in place instead of the packed GEMM: awkward K and N (no multiple of 4, 8 or 16 lanes, K past
+# its last full vector), an odd row, both sides of the 8-row switch, and widths whose columns split
+# across threads (2·M·K flops per output column against the 2^20 of a chunk).
+FEW_ROW_SHAPES = [(1, 1, 1), (1, 7, 13), (2, 19, 37), (3, 97, 131), (1, 1000, 1100), (3, 777, 1027),
+                  (8, 35, 23), (9, 35, 23)]
+
+
+@pytest.mark.parametrize("M,K,N", FEW_ROW_SHAPES)
+def test_few_row_forward_matches_float64(lib, M, K, N):
+    x, w, b, _ = operands(M, K, N, seed=4)
+    xw = x.astype(np.float64) @ w.astype(np.float64).T
+    refs = {"bias": xw + b, "no bias": xw}
+    outs = {}
+    for threads in (1, 2):
+        with lib.pool(threads) as pool:
+            for label, bias in (("bias", b), ("no bias", None)):
+                out = np.full((M, N), np.nan, np.float32)
+                lib.forward(pool, out, x, w, bias)
+                outs[label, threads] = out
+    errs = {f"{label}, {t}T": rel_err(out, refs[label]) for (label, t), out in outs.items()}
+    diff = max(float(np.abs(out.astype(np.float64) - refs[label]).max()) for (label, _), out in outs.items())
+    print(f"[{lib.simd}] few rows M,K,N={M},{K},{N}: max |diff| {diff:.2e}, max rel err " +
+          " ".join(f"{k}={v:.2e}" for k, v in errs.items()))
+    assert max(errs.values()) < TOL, errs
+    for label in refs:  # columns split across threads: each output is still computed by one tile
+        assert np.array_equal(outs[label, 1], outs[label, 2])
 
 
 @pytest.mark.parametrize("skip", ["dinp", "dweight", "dbias"])

@@ -8,6 +8,8 @@
 namespace tg {
 
 // out: (M,N) = inp (M,K) . weight(N,K)^T + bias(N)     bias may be null. out is overwritten.
+// A few rows (a KV-cache decode step's one) are summed in another order than many: the same row
+// agrees to rounding between the two, not bit for bit. Either way, bit-identical for any pool.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
                     int64_t K, int64_t N, ThreadPool& pool);
 
