@@ -72,8 +72,8 @@ const bufferBytes = (size) => Math.max(16, Math.ceil(size / 4) * 4);
 
 // Each plan's uniforms take 256 bytes per dispatch (a pair of products: 256 too): at most 14 + 24L
 // dispatches train a step (unpaired, every weight gradient splitting K, each summed apart), 4 + 7L
-// evaluate and 3 + 9L decode a token.
-const uniformBytesBound = (L) => 256 * (21 + 40 * L);
+// evaluate, and 3 + 9L decode a token or prefill a window.
+const uniformBytesBound = (L) => 256 * (24 + 49 * L);
 
 /**
  * Every buffer a Trainer for `config` creates (training, eval, generation, the state read-back) as
@@ -108,6 +108,7 @@ function trainerBuffers(config) {
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
   activations("generate", 1, 1, T);
+  activations("prefill", 1, T, T);
   add("logits readback", 4 * V, false);
   add("state readback", 4 * P, false); // exportState() and weights(): one at a time
   return list;
@@ -525,12 +526,42 @@ export class Trainer {
   }
 
   _buildGeneration() {
-    this.gen = this._activations("generate", 1, 1, this.cfg.ctx);
+    const ctx = this.cfg.ctx;
+    this.gen = this._activations("generate", 1, 1, ctx);
     this.genPlan = new Plan(this.device, this.ops.pipelines, "decode");
     this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
     this.genPlan.freeze();
+    // prefill: one forward of a whole window (padded to ctx) whose k and v land in the decode's KV
+    // cache at positions 0..: a prompt, or the window after a restart, costs one forward, not one per
+    // token (causal attention keeps the padding out of the window's rows; decoding overwrites its k, v)
+    const pre = this._activations("prefill", 1, ctx, ctx);
+    pre.layers = pre.layers.map((a, l) => ({ ...a, qkv: null, k: this.gen.layers[l].k, v: this.gen.layers[l].v }));
+    this.prefill = pre;
+    this.prefillPlan = new Plan(this.device, this.ops.pipelines, "prefill");
+    this._recordForward(this.prefillPlan, pre, { B: 1, T: ctx, past: 0, logitRows: ctx });
+    this.prefillPlan.freeze();
+    this.prefillTokens = new Uint32Array(ctx);
     this.genLogits = this.buffer("logits readback", 4 * this.cfg.vocabSize, U().MAP_READ | U().COPY_DST);
     this.genToken = new Uint32Array(1);
+  }
+
+  /** Fills the KV cache with `tokens` (2..ctx) at positions 0.. in one forward; returns the last one's logits. */
+  async _prefill(tokens) {
+    if (!this.genPlan) this._buildGeneration();
+    const V = this.cfg.vocabSize;
+    this.prefillTokens.fill(0);
+    this.prefillTokens.set(tokens);
+    this.device.queue.writeBuffer(this.prefill.tokens, 0, this.prefillTokens);
+    const enc = this.device.createCommandEncoder({ label: "prefill" });
+    const pass = enc.beginComputePass();
+    this.prefillPlan.encode(pass);
+    pass.end();
+    enc.copyBufferToBuffer(this.prefill.logits, 4 * (tokens.length - 1) * V, this.genLogits, 0, 4 * V);
+    this.device.queue.submit([enc.finish()]);
+    await mapForReading(this.genLogits, "logits");
+    const logits = new Float32Array(this.genLogits.getMappedRange()).slice();
+    this.genLogits.unmap();
+    return logits;
   }
 
   /** Feeds one token at position `pos` through the KV cache; with read, returns its logits. */
@@ -566,7 +597,7 @@ export class Trainer {
    * Generates maxNewTokens bytes after `prompt` (bytes) with the KV cache, calling onToken(byte, logits) as each
    * one is sampled (logits: the Float32Array (V) it was sampled from). Context policy (docs/determinism.md, as python_ref/sample.py's advance_window):
    * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
-   * 0.., and the cache is rebuilt; prompt tokens go through the same policy.
+   * 0.., and the cache is rebuilt (one prefill forward); prompt tokens go through the same policy.
    * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
    */
   async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null, signal = null } = {}) {
@@ -580,11 +611,7 @@ export class Trainer {
       window.push(token);
     };
     for (const t of prompt) advance(t);
-    const rebuild = async () => {
-      let logits = null;
-      for (let i = 0; i < window.length && !aborted(); i++) logits = await this._decode(window[i], i, i === window.length - 1);
-      return logits;
-    };
+    const rebuild = () => (window.length === 1 ? this._decode(window[0], 0, true) : this._prefill(window));
     let logits = await rebuild();
     const out = [];
     for (let n = 0; n < maxNewTokens && !aborted(); n++) {
@@ -647,7 +674,7 @@ export class Trainer {
   }
 
   destroy() {
-    for (const p of [this.trainPlan, this.evalPlan, this.genPlan]) if (p) p.destroy();
+    for (const p of [this.trainPlan, this.evalPlan, this.genPlan, this.prefillPlan]) if (p) p.destroy();
     for (const b of this.buffers) b.destroy();
     this.buffers = [];
   }
