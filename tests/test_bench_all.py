@@ -187,12 +187,6 @@ def test_decode_follows_the_selected_backends(monkeypatch):
     assert decode["errors"] == [{"engine": "native", "preset": "small", "error": "RuntimeError: tg_generate failed"}]
 
 
-def test_decode_is_skipped_without_the_decode_bench(monkeypatch):
-    monkeypatch.setitem(sys.modules, "python_ref.decode_bench", None)  # import raises ImportError
-    assert bench_all.run_decode(catalogue(threads=1), ["tiny"], 512) == {
-        "skipped": "decode bench not installed (python_ref/decode_bench.py)"}
-
-
 def test_decode_plot_is_drawn_when_there_are_figures(monkeypatch, tmp_path):
     from python_ref.bench_plots import draw_plots
 
