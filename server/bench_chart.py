@@ -17,7 +17,7 @@ from pathlib import Path
 # Okabe–Ito: eight colours that stay distinct for the common colour-vision deficiencies.
 COLOURS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442")
 WIDTH, HEIGHT = 760, 380
-LEFT, RIGHT, TOP, BOTTOM = 64, 210, 48, 44  # the right margin holds the line labels
+LEFT, RIGHT, TOP, BOTTOM = 64, 250, 48, 44  # the right margin holds the line labels (up to ~30 characters)
 LABEL_GAP = 14  # px between two line labels, so labels of lines that end close together stay legible
 DEVICE_CHARS, LINE = 96, 15  # the device line wraps at about the chart's width, each further line 15 px lower
 
