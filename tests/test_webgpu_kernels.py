@@ -34,8 +34,11 @@ def report(name, got, ref, tol):
 
 
 # --- matmul: the three forms, every tile, bias / residual / accumulate / fused bias gradient, operand offsets
-def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=False, splits=None, bias_grad=False):
-    a_off, b_off, bias_off = 5, 7, 3
+def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=False, splits=None, bias_grad=False,
+                vec=None):
+    """vec: operands placed for vec4 reads (offsets and contiguous extents multiples of 4), and
+    the vec4 kernel asked for; otherwise odd offsets, so the scalar kernel."""
+    a_off, b_off, bias_off = (4, 8, 3) if vec else (5, 7, 3)
     a = rng.standard_normal((K, M) if form == "backward_weight" else (M, K))
     b = rng.standard_normal((N, K) if form == "forward" else (K, N))
     ref = ((a.T if form == "backward_weight" else a) @ (b.T if form == "forward" else b)).ravel()
@@ -57,10 +60,11 @@ def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=Fals
         ref = np.concatenate([ref, a.sum(0)])
     name = (f"matmul {form} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}"
             f"{' +=' if accumulate else ''}{' +bias-grad' if bias_grad else ''}"
-            f"{f' split-K {splits}' if splits else ''}")
+            f"{f' split-K {splits}' if splits else ''}{' vec4' if vec else ''}")
     tol = 2e-6 * K * math.sqrt(K)
     add_case(dict(op="matmul", form=form, M=M, N=N, K=K, tile=tile, aOff=a_off, bOff=b_off, biasOff=bias_off,
-                  bias=bias, residual=residual, accumulate=accumulate, splits=splits, biasGrad=bias_grad), inputs,
+                  bias=bias, residual=residual, accumulate=accumulate, splits=splits, biasGrad=bias_grad, vec=vec),
+             inputs,
              lambda out: report(name, out["C"], ref, tol))
 
 
@@ -78,13 +82,26 @@ matmul_case("backward_input", 150, 140, 37, "128x128", bias=True, accumulate=Tru
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # the 256-invocation tiles
     matmul_case(form, 130, 67, 150, ("32x64w", "64x64w", "128x64w")[i], bias=form != "backward_weight", residual=True)
     matmul_case(form, 37, 140, 29, ("64x64w", "128x64w", "32x64w")[i], accumulate=True)
+# vec4 reads of A and B, every form on every tile (68 rows, 44 of K: partial tiles and K-steps)
+ALL_TILES = ("128x128", "128x64", "64x64", "64x32", "32x64", "32x32", "32x32w", "32x64w", "64x64w", "128x64w",
+             "32x32w-k32", "32x64w-k32")
+for i, form in enumerate(("forward", "backward_input", "backward_weight")):
+    for j, tile in enumerate(ALL_TILES):
+        matmul_case(form, 68, 132, 44, tile, vec=True, bias=(i + j) % 2 == 0 and form != "backward_weight",
+                    residual=(i + j) % 3 == 0, accumulate=(i + j) % 3 == 1)
+matmul_case("backward_weight", 36, 52, 300, "32x64w", bias_grad=True, splits=3, vec=True)
+for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # 32-deep K-steps, scalar reads
+    matmul_case(form, 37, 53, 70, ("32x32w-k32", "32x64w-k32")[i % 2], bias=form != "backward_weight", residual=True)
+matmul_case("backward_weight", 45, 37, 301, "32x32w-k32", bias_grad=True, splits=4)
+matmul_case("backward_weight", 68, 132, 300, "128x64w", bias_grad=True, splits=4, vec=True)
+matmul_case("forward", 1, 256, 48, "32x32w", bias=True, vec=True)  # a decode step's logits
 
 
-def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False):
+def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False, vec=None):
     """n products in one dispatch (operand i at offset + i·stride, strides with slack), or with
-    kcat their sum into one C."""
+    kcat their sum into one C; vec: slack that keeps each operand on a multiple of 4 floats."""
     a_shape, b_shape = ((K, M) if form == "backward_weight" else (M, K)), ((N, K) if form == "forward" else (K, N))
-    a_zs, b_zs = int(np.prod(a_shape)) + 3, int(np.prod(b_shape)) + 5
+    a_zs, b_zs = int(np.prod(a_shape)) + (4 if vec else 3), int(np.prod(b_shape)) + (8 if vec else 5)
     a = [rng.standard_normal(a_shape) for _ in range(n)]
     b = [rng.standard_normal(b_shape) for _ in range(n)]
     def flat(mats, zs):
@@ -112,10 +129,11 @@ def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_gr
         strides["c"] = c_zs
     keep = ~np.isnan(ref)
     name = (f"matmul {form} {M}x{N}x{K} tile {tile} {'kcat' if kcat else 'batches'} {n}{' +bias' if bias else ''}"
-            f"{' +bias-grad' if bias_grad else ''}{f' split-K {splits}' if splits else ''}")
+            f"{' +bias-grad' if bias_grad else ''}{f' split-K {splits}' if splits else ''}{' vec4' if vec else ''}")
     tol = 2e-6 * n * K * math.sqrt(n * K)
     add_case(dict(op="matmul", form=form, M=M, N=N, K=K, tile=tile, aOff=0, bOff=0, biasOff=0, bias=bias, splits=splits,
-                  biasGrad=bias_grad, batches=1 if kcat else n, kcat=n if kcat else 1, strides=strides, cLen=c_len),
+                  biasGrad=bias_grad, batches=1 if kcat else n, kcat=n if kcat else 1, strides=strides, cLen=c_len,
+                  vec=vec),
              inputs,
              lambda out: report(name, np.asarray(out["C"])[keep], ref[keep], tol))
 
@@ -126,6 +144,10 @@ batched_matmul_case("backward_weight", 37, 29, 130, 3, "32x64", bias_grad=True, 
 batched_matmul_case("backward_weight", 20, 33, 70, 3, "32x32", bias_grad=True)
 batched_matmul_case("backward_input", 70, 37, 29, 3, "32x32w", kcat=True)  # their input gradient
 batched_matmul_case("backward_input", 45, 21, 40, 3, "32x64", kcat=True, splits=2)
+batched_matmul_case("forward", 68, 36, 28, 3, "64x64w", bias=True, vec=True)
+batched_matmul_case("backward_weight", 36, 28, 132, 3, "128x64w", bias_grad=True, splits=3, vec=True)
+batched_matmul_case("backward_input", 68, 36, 28, 3, "128x128", kcat=True, vec=True)
+batched_matmul_case("backward_input", 44, 20, 40, 3, "32x64w", kcat=True, splits=2, vec=True)
 
 
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)
@@ -225,6 +247,8 @@ def gelu_matmul_case(form, M, N, K, tile):
 gelu_matmul_case("forward", 67, 130, 29, "32x64")
 gelu_matmul_case("forward", 33, 70, 40, "32x32w")
 gelu_matmul_case("backward_input", 70, 37, 41, "32x32")
+gelu_matmul_case("forward", 68, 132, 44, "64x64w")  # aligned: vec4 reads
+gelu_matmul_case("backward_input", 68, 36, 44, "32x64")
 
 
 def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None):
@@ -250,6 +274,8 @@ def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None):
 matmul_pair_case(130, 37, 70, 3, gelu=True)
 matmul_pair_case(70, 45, 33, 1, tiles=["64x64w", "128x64w"])
 matmul_pair_case(200, 29, 140, 4, tiles=["128x128", "32x64w"])
+matmul_pair_case(130, 36, 68, 3, gelu=True)  # vec4 reads (both widths multiples of 4)
+matmul_pair_case(70, 44, 32, 1, tiles=["64x64w", "128x64w"])
 
 
 # --- split-K weight gradients of several products, their final sums in one dispatch (a block's end)

@@ -3,7 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups, meanLoss } from "./kernels/cross_entropy.js";
@@ -12,19 +12,20 @@ import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS } f
 import { PipelineCache } from "./plan.js";
 
 const matmulKernels = new Map();
-function matmulFor(form, tile, split, kcat) {
-  const key = `${form}_${tile}_${split}_${kcat}`;
-  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat));
+function matmulFor(form, tile, split, kcat, vec) {
+  const key = `${form}_${tile}_${split}_${kcat}_${vec}`;
+  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat, vec));
   return matmulKernels.get(key);
 }
 const pairKernels = new Map();
-function matmulPairFor(first, second) {
-  const key = JSON.stringify([first, second]);
-  if (!pairKernels.has(key)) pairKernels.set(key, matmulPairKernel(first, second));
+function matmulPairFor(first, second, vec) {
+  const key = JSON.stringify([first, second, vec]);
+  if (!pairKernels.has(key)) pairKernels.set(key, matmulPairKernel(first, second, vec));
   return pairKernels.get(key);
 }
-// A pair's tiles must share an invocation layout: the 128-invocation 32×64 tile becomes its 256-invocation twin
-const PAIR_TILE = { "32x64": "32x64w" };
+// A pair's tiles must share an invocation layout: the 128-invocation 32×32 tile (4×4 each) becomes
+// the 256-invocation one (2×2 each, the input gradients' choice at tiny and small)
+const PAIR_TILE = { "32x32": "32x32w-k32" };
 const attentionKernels = new Map();
 function attentionFor(D) {
   if (!attentionKernels.has(D)) {
@@ -60,10 +61,11 @@ export class Ops {
    * given `sums` (a SplitSums), later with the others collected there (recordSplitSums).
    * batches > 1: that many products in one dispatch, operand i at offset + i·stride (strides:
    * {a, b, c, bias}); kcat > 1: the sum of kcat products (strides {a, b}) into one C.
+   * vec (default: whenever vecAligned allows): read A and B 4 floats at a time.
    */
   matmul(plan, form, args) {
     const d = this._matmulDispatch(form, args);
-    const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat), d.uniforms, d.buffers, d.grid);
+    const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat, d.vec), d.uniforms, d.buffers, d.grid);
     return d.region ? this._splitFinal(plan, d.region, args.sums) : index;
   }
 
@@ -81,12 +83,12 @@ export class Ops {
       const tile = a.tile ?? chooseTile(form, a.M, a.N);
       return this._matmulDispatch(form, { ...a, tile: PAIR_TILE[tile] ?? tile });
     };
-    const x = pair("backward_input", inputGrad), w = pair("backward_weight", weightGrad);
+    const x = pair("backward_input", inputGrad), w = pair("backward_weight", weightGrad), vec = x.vec && w.vec;
     const spec = (form, d) => ({ form, tile: d.tile, split: d.split, kcat: d.kcat });
     const values = { count0: x.grid[0] * x.grid[1] * x.grid[2], gx0: x.grid[0], gy0: x.grid[1], gx1: w.grid[0], gy1: w.grid[1] };
     for (const [s, d] of [["0", x], ["1", w]]) for (const [f, v] of Object.entries(d.uniforms)) values[`${f}${s}`] = v;
     const [A, B0, , R0, C0] = x.buffers, [, B1, , , C1] = w.buffers;
-    const index = plan.add(matmulPairFor(spec("backward_input", x), spec("backward_weight", w)), values, [A, B0, R0, C0, B1, C1],
+    const index = plan.add(matmulPairFor(spec("backward_input", x), spec("backward_weight", w), vec), values, [A, B0, R0, C0, B1, C1],
       grid1d(values.count0 + w.grid[0] * w.grid[1] * w.grid[2]));
     return w.region ? this._splitFinal(plan, w.region, weightGrad.sums) : index;
   }
@@ -94,7 +96,10 @@ export class Ops {
   /** One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region (see matmul). */
   _matmulDispatch(form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
     accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = chooseTile(form, M, N), splits = 1,
-    partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {} }) {
+    partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined }) {
+    const aligned = vecAligned(form, { M, N, K, aOff, bOff, strides });
+    if (vec && !aligned) throw new Error(`matmul ${form} ${M}x${N}x${K}: operands not aligned for vec4 reads`);
+    vec = vec ?? aligned;
     if (biasGrad && (form !== "backward_weight" || bias || accumulate || R)) throw new Error("biasGrad: a plain backward_weight product only");
     if (batches > 1 && (kcat > 1 || R || (splits > 1 && (bias || accumulate)))) throw new Error("matmul batches: no kcat, residual, or split-K epilogue");
     if ((gelu || geluGradOf) && (splits > 1 || batches > 1 || R || accumulate)) throw new Error("matmul gelu epilogues: one unsplit product, no residual or accumulate");
@@ -107,11 +112,11 @@ export class Ops {
       k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };
     const split = splits > 1;
     if (!split) {
-      return { tile, split, kcat: kcat > 1, uniforms, grid: [grid[0], grid[1], batches], region: null,
+      return { tile, split, kcat: kcat > 1, vec, uniforms, grid: [grid[0], grid[1], batches], region: null,
         buffers: [A, B, bias ?? this.dummy, R ?? geluGradOf ?? this.dummy, C, gelu ?? this.dummyOut] };
     }
     const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };
-    return { tile, split, kcat: kcat > 1, uniforms: { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
+    return { tile, split, kcat: kcat > 1, vec, uniforms: { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
       grid: [grid[0], grid[1], batches * splits], buffers: [A, B, this.dummy, this.dummy, slabs, this.dummyOut],
       region: { src: partialsOff, len, N, splits, batches, c_off: cOff, c_zs, bias_off: biasOff, r_off: rOff,
         flags: flags & ~MATMUL_FLAGS.biasGrad, buffers: [partials, bias ?? this.dummy, R ?? this.dummy, C] } };

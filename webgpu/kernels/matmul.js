@@ -4,9 +4,11 @@
 // the forward's R epilogue.
 // A WX×WY workgroup owns a BM×BN tile (BM = WY·TM, BN = WX·TN); invocation (tx, ty) owns rows
 // ty + WY·i and columns tx + WX·j (interleaved, so workgroup-memory reads and global writes are
-// contiguous across a warp). TinyGPT's products are small (a few hundred rows and columns), so on a
-// big GPU they are latency-bound: the next K-slab is loaded into registers while the current one is
-// multiplied, and the tile is chosen per shape to put enough workgroups in flight (chooseTile).
+// contiguous across a warp), or, where it owns 4k of them, runs of 4 read as vec4s (slabGeometry).
+// Operands laid out on multiples of 4 floats are loaded as vec4s too (vecAligned). TinyGPT's products
+// are small (a few hundred rows and columns), so on a big GPU they are latency-bound: the next K-slab
+// is loaded into registers while the current one is multiplied, and the tile is chosen per shape to
+// put enough workgroups in flight (chooseTile).
 import { kernel, LINEAR_ID } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
 
@@ -34,7 +36,7 @@ const formOf = (form) => {
   return f;
 };
 
-/** Tile shapes by name "BMxBN" (threads = WX·WY ≤ 256, workgroup memory ≤ 16 KiB). */
+/** Tile shapes by name "BMxBN[w][-kBK]" (threads = WX·WY ≤ 256, workgroup memory ≤ 16 KiB). */
 export const MATMUL_TILES = {
   "128x128": { WX: 16, WY: 16, BK: 8, TM: 8, TN: 8 },
   "128x64": { WX: 8, WY: 16, BK: 8, TM: 8, TN: 8 },
@@ -47,6 +49,9 @@ export const MATMUL_TILES = {
   "32x64w": { WX: 16, WY: 16, BK: 16, TM: 2, TN: 4 },
   "64x64w": { WX: 16, WY: 16, BK: 16, TM: 4, TN: 4 },
   "128x64w": { WX: 16, WY: 16, BK: 8, TM: 8, TN: 4 },
+  // a K-step of 32: half the barriers, twice the loads in flight, for long K on few tiles
+  "32x32w-k32": { WX: 16, WY: 16, BK: 32, TM: 2, TN: 2 },
+  "32x64w-k32": { WX: 16, WY: 16, BK: 32, TM: 2, TN: 4 },
 };
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 const each = (I, J, f) => range(I).flatMap((i) => range(J).map((j) => f(i, j))).join("\n");
@@ -75,28 +80,71 @@ const MATMUL_UNIFORMS = ["M", "N", "K", "a_off", "b_off", "c_off", "bias_off", "
 const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"], ["G", "rw"]];
 
 /**
+ * A product's slab geometry: vA/vB, whether an invocation owns its rows (columns) in runs of 4 and
+ * reads them from workgroup memory as vec4s (rows 4·ty + 4·WY·g + c; otherwise rows ty + WY·i,
+ * interleaved, read one by one): for an 8×8 tile, 4 reads per 64 FMAs instead of 16. AS/BS: the
+ * row strides of the slabs in workgroup memory. A slab loaded k-fastest is stored transposed: a warp
+ * then stores BK k-rows × 32/BK columns, and a row stride ≡ 32/BK (mod 32 banks) spreads those stores
+ * over the banks (≥ 4 where rows are read as vec4s, which need a row stride that is a multiple of 4).
+ */
+function slabGeometry(form, tile) {
+  const { BM, BN, BK, TM, TN } = tileShape(tile);
+  const { aT, bT } = formOf(form);
+  const vA = TM % 4 === 0, vB = TN % 4 === 0;
+  const pad = (v) => (v ? Math.max(4, 32 / BK) : 32 / BK);
+  return { vA, vB, AS: BM + (aT ? 0 : pad(vA)), BS: BN + (bT ? pad(vB) : 0) };
+}
+
+/** The workgroup arrays of a product's two slabs: As [k][m] and Bs [k][n]. */
+function slabArrays(form, tile) {
+  const { BK } = tileShape(tile), { vA, vB, AS, BS } = slabGeometry(form, tile);
+  return [{ name: "As", type: vA ? "vec4f" : "f32", length: (BK * AS) / (vA ? 4 : 1) },
+    { name: "Bs", type: vB ? "vec4f" : "f32", length: (BK * BS) / (vB ? 4 : 1) }];
+}
+
+/**
  * One product as WGSL: its workgroup memory, loads, store and `fn product<s>(wid, lid, li)` computing
  * the tile of workgroup wid. s suffixes every name (uniform fields, functions, workgroup arrays) so
  * that two products can share a shader; buffers: the binding name of each of A, B, bias, R, C, G, or
  * null where this product never uses it (its epilogue then has no such step).
+ * vec: A and B are bound as array<vec4f> and read 4 floats at a time along their contiguous axis
+ * (vecAligned says when a product allows it): a quarter of the load instructions and index sums.
+ * shared: the workgroup arrays are declared by the caller (slabArrays), as As and Bs, unsuffixed.
  */
-function productBody(form, tile, split, kcat, s, buffers) {
+function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null) {
   const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(tile);
   const { aT, bT } = formOf(form);
-  // a slab loaded k-fastest is stored transposed: a warp then stores BK k-rows × 32/BK columns, and a
-  // row stride ≡ 32/BK (mod 32 banks) puts those 32 stores in 32 different banks
-  const pad = 32 / BK, AS = BM + (aT ? 0 : pad), BS = BN + (bT ? pad : 0);
-  const LA = (BK * BM) / threads, LB = (BK * BN) / threads;
-  if (!Number.isInteger(LA) || !Number.isInteger(LB)) throw new Error(`tile ${tile}: slab not divisible by ${threads} invocations`);
-  const aCoord = aT ? "let kk = e / BM; let mm = e % BM;" : "let mm = e / BK; let kk = e % BK;";
-  const bCoord = bT ? "let nn = e / BK; let kb = e % BK;" : "let kb = e / BN; let nn = e % BN;";
+  const { vA, vB, AS, BS } = slabGeometry(form, tile);
+  const rowOf = (i) => (vA ? `lid.y * 4u + ${Math.floor(i / 4) * WY * 4 + (i % 4)}u` : `lid.y + ${i * WY}u`);
+  const colOf = (j) => (vB ? `lid.x * 4u + ${Math.floor(j / 4) * WX * 4 + (j % 4)}u` : `lid.x + ${j * WX}u`);
+  // workgroup-memory element (k, m) of A's slab and (k, n) of B's, as an assignable reference
+  const atA = (k, m) => (vA ? `As[(${k}) * ${AS / 4}u + (${m}) / 4u][(${m}) % 4u]` : `As[(${k}) * AS + ${m}]`);
+  const atB = (k, n) => (vB ? `Bs[(${k}) * ${BS / 4}u + (${n}) / 4u][(${n}) % 4u]` : `Bs[(${k}) * BS + ${n}]`);
+  // Each invocation loads L vec4s (or scalars) of each slab per K-step; a guard where the slab does
+  // not divide evenly among the invocations.
+  const W = vec ? 4 : 1;
+  const slabA = (BK * BM) / W, slabB = (BK * BN) / W;
+  const LA = Math.ceil(slabA / threads), LB = Math.ceil(slabB / threads);
+  if (slabA % Math.min(slabA, threads) || slabB % Math.min(slabB, threads)) throw new Error(`tile ${tile}: slab not divisible among ${threads} invocations`);
+  // per loaded element e: its slab coordinates (and which W of them it covers)
+  const aCoord = aT ? `let kk = e / ${BM / W}u; let mm = e % ${BM / W}u * ${W}u;` : `let mm = e / ${BK / W}u; let kk = e % ${BK / W}u * ${W}u;`;
+  const bCoord = bT ? `let nn = e / ${BK / W}u; let kb = e % ${BK / W}u * ${W}u;` : `let kb = e / ${BN / W}u; let nn = e % ${BN / W}u * ${W}u;`;
+  const guard = (slab, r) => ((r + 1) * threads > slab ? `if (e < ${slab}u) ` : "");
   const fetch = (k0) => [
-    ...range(LA).map((r) => /* wgsl */ `    { let e = li + ${r * threads}u; ${aCoord} ra${r} = load_a(a_base, m0 + mm, ${k0} + kk); }`),
-    ...range(LB).map((r) => /* wgsl */ `    { let e = li + ${r * threads}u; ${bCoord} rb${r} = load_b(b_base, ${k0} + kb, n0 + nn); }`),
+    ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} ${guard(slabA, r)}{ ra${r} = load_a(a_base, m0 + mm, ${k0} + kk); } }`),
+    ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} ${guard(slabB, r)}{ rb${r} = load_b(b_base, ${k0} + kb, n0 + nn); } }`),
   ].join("\n");
+  // a vec4 loaded along m (aT) or n (!bT) lands in one row of the slab: one vec4 store where that
+  // row is read as vec4s
+  const stashA = (r) => !vec ? `${atA("kk", "mm")} = ra${r};`
+    : aT ? (vA ? `As[kk * ${AS / 4}u + mm / 4u] = ra${r};` : range(4).map((c) => `${atA("kk", `mm + ${c}u`)} = ra${r}[${c}];`).join(" "))
+      : range(4).map((c) => `${atA(`kk + ${c}u`, "mm")} = ra${r}[${c}];`).join(" ");
+  const stashB = (r) => !vec ? `${atB("kb", "nn")} = rb${r};`
+    : !bT ? (vB ? `Bs[kb * ${BS / 4}u + nn / 4u] = rb${r};` : range(4).map((c) => `${atB("kb", `nn + ${c}u`)} = rb${r}[${c}];`).join(" "))
+      : range(4).map((c) => `${atB(`kb + ${c}u`, "nn")} = rb${r}[${c}];`).join(" ");
   const stash = [
-    ...range(LA).map((r) => /* wgsl */ `    { let e = li + ${r * threads}u; ${aCoord} As[kk * AS + mm] = ra${r}; }`),
-    ...range(LB).map((r) => /* wgsl */ `    { let e = li + ${r * threads}u; ${bCoord} Bs[kb * BS + nn] = rb${r}; }`),
+    ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} ${guard(slabA, r)}{ ${stashA(r)} } }`),
+    ...range(LB).map((r) => `    { let e = li + ${r * threads}u; ${bCoord} ${guard(slabB, r)}{ ${stashB(r)} } }`),
   ].join("\n");
   // k: index into the (concatenated) K range; kcat picks the product it belongs to
   const kSplit = (k) => kcat ? /* wgsl */ `let kz = ${k} / p.K; let kr = ${k} - kz * p.K;` : /* wgsl */ `let kz = 0u; let kr = ${k};`;
@@ -109,22 +157,20 @@ function productBody(form, tile, split, kcat, s, buffers) {
     /* wgsl */ `C[idx] = v;`,
     has("G") && /* wgsl */ `if ((p.flags & 16u) != 0u) { G[idx] = gelu(v); }`,
   ].filter(Boolean).join("\n  ");
+  const T = vec ? "vec4f" : "f32", zero = vec ? "vec4f(0.0)" : "0.0";
+  // with vec, (m, k) starts a run of 4 along the contiguous axis, all in range when m (or k) is
+  const load = (X, base, first, second, transposed, row, col) => /* wgsl */ `
+fn load_${X.toLowerCase()}(base: u32, ${first}: u32, ${second}: u32) -> ${T} {
+  if (${X === "A" ? "m >= p.M || k >= p.K * p.kcat" : "k >= p.K * p.kcat || n >= p.N"}) { return ${zero}; }
+  ${kSplit("k")}
+  return ${X}[${vec ? "(" : ""}base + kz * p.${X.toLowerCase()}_zs + ${transposed ? row : col}${vec ? ") / 4u" : ""}];
+}`;
   const body = /* wgsl */ `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
 const AS = ${AS}u; const BS = ${BS}u;
-var<workgroup> As: array<f32, ${BK * AS}>; // [k][m]
-var<workgroup> Bs: array<f32, ${BK * BS}>; // [k][n]
-
-fn load_a(base: u32, m: u32, k: u32) -> f32 {
-  if (m >= p.M || k >= p.K * p.kcat) { return 0.0; }
-  ${kSplit("k")}
-  return A[base + kz * p.a_zs + ${aT ? "kr * p.M + m" : "m * p.K + kr"}];
-}
-fn load_b(base: u32, k: u32, n: u32) -> f32 {
-  if (k >= p.K * p.kcat || n >= p.N) { return 0.0; }
-  ${kSplit("k")}
-  return B[base + kz * p.b_zs + ${bT ? "n * p.K + kr" : "kr * p.N + n"}];
-}
+${shared ? "" : slabArrays(form, tile).map(({ name, type, length }) => `var<workgroup> ${name}: array<${type}, ${length}>;`).join("\n")}
+${load("A", "a_base", "m", "k", aT, "kr * p.M + m", "m * p.K + kr")}
+${load("B", "b_base", "k", "n", bT, "n * p.K + kr", "kr * p.N + n")}
 
 // slab: this workgroup's output base (its batch's C, or its split's partial slab)
 fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: f32) {
@@ -143,8 +189,8 @@ fn product(wid: vec3u, lid: vec3u, li: u32) {
   // backend keeps them in registers
 ${each(TM, TN, (i, j) => /* wgsl */ `  var c${i}_${j} = 0.0;`)}
 ${range(TM).map((i) => /* wgsl */ `  var s${i} = 0.0; // Σ_k A[k, row i] for the fused bias gradient`).join("\n")}
-${range(LA).map((r) => /* wgsl */ `  var ra${r} = 0.0;`).join("\n")}
-${range(LB).map((r) => /* wgsl */ `  var rb${r} = 0.0;`).join("\n")}
+${range(LA).map((r) => /* wgsl */ `  var ra${r} = ${zero};`).join("\n")}
+${range(LB).map((r) => /* wgsl */ `  var rb${r} = ${zero};`).join("\n")}
   let bias_grad = ${aT ? "(p.flags & 8u) != 0u && wid.x == 0u" : "false"};
   let k_total = p.K * p.kcat;
   let k_begin = (wid.z % p.splits) * p.k_chunk;
@@ -159,8 +205,10 @@ ${stash}
 ${fetch("(k0 + BK)")}
     }
     for (var k = 0u; k < BK; k++) {
-${range(TM).map((i) => /* wgsl */ `      let a${i} = As[k * AS + lid.y + ${i * WY}u];`).join("\n")}
-${range(TN).map((j) => /* wgsl */ `      let b${j} = Bs[k * BS + lid.x + ${j * WX}u];`).join("\n")}
+${vA ? range(TM / 4).map((g) => `      let av${g} = As[k * ${AS / 4}u + lid.y + ${g * WY}u];`).join("\n") : ""}
+${vB ? range(TN / 4).map((g) => `      let bv${g} = Bs[k * ${BS / 4}u + lid.x + ${g * WX}u];`).join("\n") : ""}
+${range(TM).map((i) => `      let a${i} = ${vA ? `av${Math.floor(i / 4)}[${i % 4}]` : `As[k * AS + lid.y + ${i * WY}u]`};`).join("\n")}
+${range(TN).map((j) => `      let b${j} = ${vB ? `bv${Math.floor(j / 4)}[${j % 4}]` : `Bs[k * BS + lid.x + ${j * WX}u]`};`).join("\n")}
 ${each(TM, TN, (i, j) => /* wgsl */ `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
       if (bias_grad) {
 ${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
@@ -170,26 +218,39 @@ ${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
   }
   let slab = ${split ? "wid.z * p.len" : "p.c_off + batch * p.c_zs"};
   let bias_base = p.bias_off + batch * p.bias_zs;
-${each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + lid.y + ${i * WY}u, n0 + lid.x + ${j * WX}u, c${i}_${j});`)}
+${each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(j)}, c${i}_${j});`)}
   if (bias_grad && lid.x == 0u) {
-${range(TM).map((i) => /* wgsl */ `    if (m0 + lid.y + ${i * WY}u < p.M) { C[slab + p.M * p.N + m0 + lid.y + ${i * WY}u] = s${i}; }`).join("\n")}
+${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[slab + p.M * p.N + m0 + ${rowOf(i)}] = s${i}; }`).join("\n")}
   }
 }
 `;
   // suffix the names; map the buffer names to their bindings
   return body
     .replace(/\bp\.(\w+)/g, (_, f) => `p.${f}${s}`)
-    .replace(/\b(BM|BN|BK|AS|BS|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
+    .replace(shared ? /\b(BM|BN|BK|AS|BS|load_a|load_b|store|product)\b/g : /\b(BM|BN|BK|AS|BS|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
     .replace(/\b(A|B|bias|R|C|G)\[/g, (_, b) => `${buffers[b]}[`);
+}
+
+/**
+ * Whether a product may read A and B as vec4s: every run of 4 along their contiguous axes lies
+ * inside one row and starts at a multiple of 4 floats (offsets and strides in floats).
+ */
+export function vecAligned(form, { M, N, K, aOff = 0, bOff = 0, strides = {} }) {
+  const { aT, bT } = formOf(form);
+  return [aT ? M : K, bT ? K : N, aOff, bOff, strides.a ?? 0, strides.b ?? 0].every((x) => x % 4 === 0);
 }
 
 const ALL_BUFFERS = Object.fromEntries(MATMUL_BUFFERS.map(([b]) => [b, b]));
 
-export function matmulKernel(form, tile, split = false, kcat = false) {
+// A and B bound as array<vec4f> in the vec variants
+const vecBuffers = (buffers, vec, read4) => buffers.map(([n, mode]) => (vec && read4.includes(n) ? [n, mode, "vec4f"] : [n, mode]));
+
+export function matmulKernel(form, tile, split = false, kcat = false, vec = false) {
   const { WX, WY } = tileShape(tile);
   const entryPoint = `matmul_${form}`;
-  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}`,
-    MATMUL_UNIFORMS.map((f) => [f, "u32"]), MATMUL_BUFFERS, /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS)}
+  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}`,
+    MATMUL_UNIFORMS.map((f) => [f, "u32"]), vecBuffers(MATMUL_BUFFERS, vec, ["A", "B"]),
+    /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS, vec)}
 @compute @workgroup_size(${WX}, ${WY})
 fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
         @builtin(local_invocation_index) li: u32) {
@@ -204,18 +265,26 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id
  * Neither needs the other, so they need no barrier between them: the first `count0` workgroups (of a
  * 1-D grid) compute the first product, the rest the second. Both tiles must have the same invocation
  * layout. Uniforms: the matmul fields suffixed 0 and 1, count0, and each product's grid width gx and
- * height gy (z: batches × splits). Bindings: A (shared), B0, R0, C0, B1, C1.
+ * height gy (z: batches × splits). Bindings: A (shared), B0, R0, C0, B1, C1. vec: both products read
+ * A and B as vec4s.
  */
-export function matmulPairKernel(first, second) {
+export function matmulPairKernel(first, second, vec = false) {
   const t0 = tileShape(first.tile), t1 = tileShape(second.tile);
   if (t0.WX !== t1.WX || t0.WY !== t1.WY) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocation layout`);
   const name = (k) => `${k.form}_${k.tile}${k.split ? "_split" : ""}${k.kcat ? "_kcat" : ""}`;
-  const body = (k, s) => productBody(k.form, k.tile, k.split, k.kcat, s, { A: "A", B: `B${s}`, bias: null, R: s === "0" ? "R0" : null, C: `C${s}`, G: null });
-  return kernel(`matmul_pair_${name(first)}_${name(second)}`,
+  // A workgroup computes one of the two products, so both use the same workgroup arrays, sized for
+  // the larger (two sets would exceed 16 KiB for tiles with 32-deep K-steps)
+  const [a0, a1] = [first, second].map((k) => slabArrays(k.form, k.tile));
+  const shared = a0.every((x, i) => x.type === a1[i].type);
+  const bytes = (arrays) => arrays.reduce((n, x) => n + x.length * (x.type === "f32" ? 4 : 16), 0);
+  if (!shared && bytes(a0) + bytes(a1) > 16384) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} need more than 16 KiB of workgroup memory`);
+  const arrays = shared ? a0.map((x, i) => `var<workgroup> ${x.name}: array<${x.type}, ${Math.max(x.length, a1[i].length)}>;`).join("\n") : "";
+  const body = (k, s) => productBody(k.form, k.tile, k.split, k.kcat, s, { A: "A", B: `B${s}`, bias: null, R: s === "0" ? "R0" : null, C: `C${s}`, G: null }, vec, shared);
+  return kernel(`matmul_pair_${name(first)}_${name(second)}${vec ? "_vec4" : ""}`,
     [...["0", "1"].flatMap((s) => MATMUL_UNIFORMS.map((f) => [`${f}${s}`, "u32"])),
       ["count0", "u32"], ["gx0", "u32"], ["gy0", "u32"], ["gx1", "u32"], ["gy1", "u32"]],
-    [["A", "read"], ["B0", "read"], ["R0", "read"], ["C0", "rw"], ["B1", "read"], ["C1", "rw"]],
-    /* wgsl */ `${GELU_FNS}${LINEAR_ID}${body(first, "0")}${body(second, "1")}
+    vecBuffers([["A", "read"], ["B0", "read"], ["R0", "read"], ["C0", "rw"], ["B1", "read"], ["C1", "rw"]], vec, ["A", "B0", "B1"]),
+    /* wgsl */ `${GELU_FNS}${LINEAR_ID}${arrays}${body(first, "0")}${body(second, "1")}
 fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
 
 @compute @workgroup_size(${t0.WX}, ${t0.WY})
@@ -273,26 +342,27 @@ export function tileCount(M, N, tile) {
 }
 
 /**
- * The tile for a product, from timing every tile on every preset's products on an H200 and again on
- * an H100 (webgpu/bench/matmul_tiles.mjs; docs/performance.md): these products are too small to fill
- * a big GPU, so small tiles with many invocations win (latency hiding beats register reuse) until
- * there are ≥ 512 tiles of 32×32; from a million outputs on, 64×64 tiles of 256 invocations (4×4 each)
- * win by 6–20% (xl…massive's fc_in and its input gradient); weight gradients (backward_weight, split-K
- * below) take 256-invocation tiles: 32×64, and 128×64 from 200k outputs on.
+ * The tile for a product, from timing every tile on every preset's products on an H100
+ * (webgpu/bench/matmul_tiles.mjs, vec4 reads; docs/performance.md §11). These products are too small
+ * to fill a big GPU, and what they pay for is each K-step's latency, so: below 250k outputs the
+ * 256-invocation 2×2 tile with 32-deep K-steps (half the steps of BK 16); up to a million outputs,
+ * 32×32 tiles of 128 invocations (4×4 each, vec4 reads); from a million on 64×64 tiles of 256
+ * invocations; big squares (≥ 512 tiles of 128×128) 128×128. Weight gradients (long K = B·T) take
+ * 32×32 tiles split along K (chooseSplits).
  */
 export function chooseTile(form, M, N) {
-  if (formOf(form).aT) return M * N >= 200_000 ? "128x64w" : "32x64w";
-  if (tileCount(M, N, "128x128") >= 512) return "128x128"; // big squares: 128×128 reached 26-28 TFLOP/s at 4096³
+  if (tileCount(M, N, "128x128") >= 512) return "128x128"; // 30–35 TFLOP/s at 4096³ (H100)
+  if (formOf(form).aT) return "32x32";
   if (M * N >= 1_000_000) return "64x64w";
-  return tileCount(M, N, "32x32") >= 512 ? "32x64" : "32x32w";
+  return M * N < 250_000 ? "32x32w-k32" : "32x32";
 }
 
 /**
- * How many K-splits a product gets: enough to reach ~512 workgroups when its output has few tiles
+ * How many K-splits a product gets: enough to reach ~1024 workgroups when its output has few tiles
  * (each split still gets ≥ 64 of K). 1 = no split.
  */
 export function chooseSplits(M, N, K, tile) {
-  return Math.max(1, Math.min(16, Math.floor(K / 64), Math.ceil(512 / tileCount(M, N, tile))));
+  return Math.max(1, Math.min(16, Math.floor(K / 64), Math.ceil(1024 / tileCount(M, N, tile))));
 }
 
 /** K per split: a multiple of the tile's BK (K: the whole, concatenated K). */
