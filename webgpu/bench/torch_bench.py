@@ -22,12 +22,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from python_ref.bench import bench_preset  # noqa: E402
-from python_ref.bench_cuda import MODES, cublas_fp32_gflops, fp32_only, preset_batches, static_step  # noqa: E402
+from python_ref.bench_cuda import LOSS_RING, MODES, cublas_fp32_gflops, fp32_only, preset_batches, static_step  # noqa: E402
 from python_ref.config import model_config, train_config  # noqa: E402
 
 
 def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool) -> dict:
     """ms/step of one mode; losses of every step, for the check against eager."""
+    if warmup + steps > LOSS_RING:
+        raise ValueError(f"at most {LOSS_RING} steps: a graphed step keeps that many losses")
     config, cfg = model_config(preset), train_config(preset)
     batches = preset_batches(preset, warmup + steps)
     ready = static_step(preset, batches[:warmup], compiled, graph)
