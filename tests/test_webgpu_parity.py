@@ -1,0 +1,32 @@
+"""webgpu/bench/parity.py: the WGSL trainer in Node against python_ref, step by step, on the adapter at hand
+(here Dawn on SwiftShader; on the GPU machine the real GPU, through run_device.sh PARITY=1)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from conftest import ROOT
+
+SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
+
+
+def test_parity_script_compares_the_trainers(tmp_path):
+    out = tmp_path / "parity.json"
+    r = subprocess.run([sys.executable, str(ROOT / "webgpu/bench/parity.py"), "--presets", "tiny", "--steps", "3",
+                        "--out", str(out)], env=dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD),
+                       capture_output=True, text=True, timeout=600)
+    print(r.stdout.strip())
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert row["preset"] == "tiny" and row["steps"] == 3 and row["passed"]
+    assert row["adapter"] == "swiftshader" and row["maxRelativeDifference"] < 1e-5
+
+
+def test_parity_script_fails_past_the_bar(tmp_path):
+    r = subprocess.run([sys.executable, str(ROOT / "webgpu/bench/parity.py"), "--presets", "tiny", "--steps", "2",
+                        "--bar", "0"], env=dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD),
+                       capture_output=True, text=True, timeout=600)
+    print(r.stdout.strip())
+    assert r.returncode == 1 and "FAILED" in r.stdout
