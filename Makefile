@@ -17,7 +17,7 @@ apt_install = { $(APT_GET) install $(1) >/dev/null 2>&1 || { $(APT_GET) update >
 
 SETUP_TARGETS :=
 BUILD_TARGETS :=
-include python_ref/python.mk
+include python_ref/python.mk site/site.mk
 -include wasm/native.mk wasm/emscripten.mk webgpu/webgpu.mk
 
 .PHONY: setup build serve test lint
