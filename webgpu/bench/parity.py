@@ -17,22 +17,18 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from python_ref.bench_cuda import fp32_only  # noqa: E402
-from python_ref.config import DEFAULT_CORPUS, model_config, train_config  # noqa: E402
-from python_ref.data import BatchStream, Corpus  # noqa: E402
+from python_ref.bench_cuda import fp32_only, preset_batches  # noqa: E402
+from python_ref.config import model_config, train_config  # noqa: E402
 from python_ref.model import TinyGPT  # noqa: E402
 from python_ref.train import make_optimizer, train_step  # noqa: E402
 
 
 def reference_losses(preset: str, steps: int, device: str) -> list[float]:
     """python_ref's losses of the preset's first `steps` training steps."""
-    config, cfg = model_config(preset), train_config(preset)
-    model = TinyGPT(config, cfg.seed).to(device)
+    cfg = train_config(preset)
+    model = TinyGPT(model_config(preset), cfg.seed).to(device)
     optimizer = make_optimizer(model, cfg)
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(cfg.valFraction, config.ctx)
-    stream = BatchStream(train, config.ctx, cfg.batch, cfg.seed)
-    return [train_step(model, optimizer, *(torch.from_numpy(a).to(device) for a in stream.next()), cfg.gradClip)
-            for _ in range(steps)]
+    return [train_step(model, optimizer, x, y, cfg.gradClip) for x, y in preset_batches(preset, steps, device)]
 
 
 def wgsl_losses(preset: str, steps: int, node: str) -> dict:

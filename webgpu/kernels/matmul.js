@@ -158,19 +158,20 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
     has("G") && /* wgsl */ `if ((p.flags & 16u) != 0u) { G[idx] = gelu(v); }`,
   ].filter(Boolean).join("\n  ");
   const T = vec ? "vec4f" : "f32", zero = vec ? "vec4f(0.0)" : "0.0";
-  // with vec, (m, k) starts a run of 4 along the contiguous axis, all in range when m (or k) is
-  const load = (X, base, first, second, transposed, row, col) => /* wgsl */ `
-fn load_${X.toLowerCase()}(base: u32, ${first}: u32, ${second}: u32) -> ${T} {
+  // with vec, (m, k) starts a run of 4 along the contiguous axis, all in range when m (or k) is;
+  // A is loaded at (m, k), B at (k, n); index: the element's offset in its (batch's) operand
+  const load = (X, index) => /* wgsl */ `
+fn load_${X.toLowerCase()}(base: u32, ${X === "A" ? "m: u32, k: u32" : "k: u32, n: u32"}) -> ${T} {
   if (${X === "A" ? "m >= p.M || k >= p.K * p.kcat" : "k >= p.K * p.kcat || n >= p.N"}) { return ${zero}; }
   ${kSplit("k")}
-  return ${X}[${vec ? "(" : ""}base + kz * p.${X.toLowerCase()}_zs + ${transposed ? row : col}${vec ? ") / 4u" : ""}];
+  return ${X}[${vec ? "(" : ""}base + kz * p.${X.toLowerCase()}_zs + ${index}${vec ? ") / 4u" : ""}];
 }`;
   const body = /* wgsl */ `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
 const AS = ${AS}u; const BS = ${BS}u;
 ${shared ? "" : slabArrays(form, tile).map(({ name, type, length }) => `var<workgroup> ${name}: array<${type}, ${length}>;`).join("\n")}
-${load("A", "a_base", "m", "k", aT, "kr * p.M + m", "m * p.K + kr")}
-${load("B", "b_base", "k", "n", bT, "n * p.K + kr", "kr * p.N + n")}
+${load("A", aT ? "kr * p.M + m" : "m * p.K + kr")}
+${load("B", bT ? "n * p.K + kr" : "kr * p.N + n")}
 
 // slab: this workgroup's output base (its batch's C, or its split's partial slab)
 fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: f32) {

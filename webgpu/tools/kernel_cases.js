@@ -37,7 +37,7 @@ export async function runKernelCases(device, cases, inputs) {
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
         accumulate: c.accumulate, biasGrad: c.biasGrad, gelu: G, geluGradOf: c.geluGrad ? input(`${c.id}_H`) : null,
         tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(batches * c.splits * len) : null,
-        batches, kcat: c.kcat ?? 1, strides: c.strides ?? {}, vec: c.vec ?? undefined });
+        batches, kcat: c.kcat ?? 1, strides: c.strides ?? {}, vec: c.vec });
       return { C: [C, cLen], ...(G ? { G: [G, cLen] } : {}) };
     },
     // several split-K backward_weight products into one C, their sums in one dispatch
