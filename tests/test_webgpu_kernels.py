@@ -203,6 +203,56 @@ layernorm_params_case(130, 50)
 layernorm_params_case(67, 333)
 
 
+# --- LayerNorm as a forward product's prologue: C = LayerNorm(x)·Wᵀ (+ bias), the LayerNorm's output and
+# statistics stored for the backward (the trainer's ln1 -> q/k/v, ln2 -> fc_in, ln_f -> head)
+def layernorm_matmul_case(M, N, K, tile, vec, batches=1, first=0, bias=False, gelu=False):
+    """first: rows of x before the product's (its A offset: the head's last rows when generating)."""
+    eps = 1e-5
+    w_off, lb_off = (4, 4 + K) if vec else (3, 3 + K)  # the LayerNorm's weight and bias, then W
+    b_off = lb_off + K + (4 if vec else 1)  # an odd offset: the scalar kernel
+    x = rng.standard_normal((first + M, K)) * 2 + 3  # |mean| > std, as in a residual stream
+    g, beta = rng.standard_normal(K), rng.standard_normal(K)
+    mean, rstd = x.mean(1), 1 / np.sqrt(x.var(1) + eps)
+    y = (x - mean[:, None]) * rstd[:, None] * g + beta
+    w = rng.standard_normal((batches, N, K))
+    params = np.zeros(b_off + batches * N * K)
+    params[b_off:] = w.ravel()
+    params[w_off:w_off + K], params[lb_off:lb_off + K] = g, beta
+    ref = np.concatenate([y[first:] @ w[i].T for i in range(batches)], 1)  # (M, batches·N): batch i in C's columns
+    inputs = {"A": f32(x), "B": f32(params)}
+    if bias:
+        bv = rng.standard_normal((batches, N))
+        inputs["bias"] = f32(bv)
+        ref = ref + bv.reshape(1, -1)
+    ref = np.concatenate([ref[:, i * N:(i + 1) * N].ravel() for i in range(batches)])
+    name = (f"matmul forward {M}x{N}x{K} tile {tile} LayerNorm prologue{' vec4' if vec else ''}"
+            f"{f' batches {batches}' if batches > 1 else ''}{f' rows from {first}' if first else ''}"
+            f"{' +bias' if bias else ''}{' gelu' if gelu else ''}")
+    tol = 2e-6 * K * math.sqrt(K) * 4
+
+    def check(o):
+        report(f"{name}: product", o["C"], ref, tol)
+        if gelu:
+            report(f"{name}: gelu(h) of the h stored", o["G"], gelu64(np.float32(o["C"])), 2e-6)
+        report(f"{name}: LayerNorm output", o["LN"][first * K:], y[first:].ravel(), 1e-5)
+        report(f"{name}: mean/rstd", o["LNS"][2 * first:], np.stack([mean, rstd], 1)[first:].ravel(), 1e-5)
+
+    add_case(dict(op="matmul", form="forward", M=M, N=N, K=K, tile=tile, aOff=first * K, bOff=b_off, biasOff=0,
+                  bias=bias, gelu=gelu, batches=batches, vec=vec, cLen=batches * M * N,
+                  strides={"b": N * K, "c": M * N, "bias": N} if batches > 1 else {},
+                  ln={"wOff": w_off, "bOff": lb_off, "eps": eps}),
+             inputs, check)
+
+
+for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "32x64w", "128x64w")):
+    layernorm_matmul_case(70, 44, 36, tile, vec=True, bias=i % 2 == 0)
+    layernorm_matmul_case(37, 21, 30, tile, vec=False)
+layernorm_matmul_case(68, 20, 48, "32x32", vec=True, batches=3, bias=True)  # q, k, v from ln1
+layernorm_matmul_case(66, 132, 24, "32x32w-k32", vec=True, bias=True, gelu=True)  # fc_in from ln2
+layernorm_matmul_case(1, 70, 48, "32x32w-k32", vec=True, first=5)  # a decode step's logits from ln_f
+layernorm_matmul_case(9, 33, 200, "32x32", vec=False, first=3)
+
+
 # --- GELU (tanh form), fused into the products around it: fc_in's forward writes h and gelu(h), fc_out's
 # input gradient is multiplied by gelu'(h) as it is stored
 def gelu64(h):
@@ -348,7 +398,6 @@ def cross_entropy_case(rows, V=256, backward=True):
 
     def check(o):
         report(f"{name} losses", o["losses"], loss_rows.detach().numpy(), 2e-5)
-        report(f"{name} mean", o["mean"], [loss.item()], 2e-5)
         if backward:
             report(f"{name} dlogits", o["logits"], logits.grad.numpy().ravel(), 1e-7)
         else:
@@ -429,8 +478,10 @@ attention_cached_case(5, 7, 16, 2, 16)
 
 
 # --- global norm, clip, AdamW (decay on the masked parameters only)
-def adamw_case(n, grad_scale, t):
+def adamw_case(n, grad_scale, t, rows=37):
+    """Also the step's mean loss over `rows` row losses, which the clip coefficient's dispatch computes."""
     training = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weightDecay=0.1, gradClip=1.0)
+    losses = rng.random(rows) * 5
     params, m = rng.standard_normal(n), rng.standard_normal(n) * 0.01
     v = rng.random(n) * 1e-4
     grads = rng.standard_normal(n) * grad_scale
@@ -452,17 +503,19 @@ def adamw_case(n, grad_scale, t):
     def check(o):
         report(f"{name} norm (relative)", [o["scal"][0] / norm], [1.0], 1e-5)
         report(f"{name} clip coefficient", [o["scal"][1]], [coef], 1e-6)
+        report(f"{name} mean loss of {rows} rows", [o["scal"][2]], [f32(losses).astype(np.float64).mean()], 2e-6)
         report(f"{name} m", o["m"], m1, 1e-7)
         report(f"{name} v", o["v"], v1, 1e-9)
         report(f"{name} params", o["params"], p, 2e-6)
 
-    add_case(dict(op="adamw", n=n, t=t, training=training),
-             {"params": f32(params), "m": f32(m), "v": f32(v), "grads": f32(grads), "decay": words.astype(np.uint32)},
+    add_case(dict(op="adamw", n=n, t=t, training=training, rows=rows),
+             {"params": f32(params), "m": f32(m), "v": f32(v), "grads": f32(grads), "decay": words.astype(np.uint32),
+              "losses": f32(losses)},
              check)
 
 
 adamw_case(70001, 0.1, 3)   # norm ≫ 1: clipped
-adamw_case(1000, 1e-3, 1)   # norm < 1: coefficient 1
+adamw_case(1000, 1e-3, 1, rows=600)   # norm < 1: coefficient 1; losses past one workgroup's 256
 
 
 @pytest.fixture(scope="module")

@@ -6,15 +6,15 @@ import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
-import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups, meanLoss } from "./kernels/cross_entropy.js";
+import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid } from "./kernels/attention.js";
 import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 
 const matmulKernels = new Map();
-function matmulFor(form, tile, split, kcat, vec) {
-  const key = `${form}_${tile}_${split}_${kcat}_${vec}`;
-  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat, vec));
+function matmulFor(form, tile, split, kcat, vec, ln) {
+  const key = `${form}_${tile}_${split}_${kcat}_${vec}_${ln}`;
+  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat, vec, ln));
   return matmulKernels.get(key);
 }
 const pairKernels = new Map();
@@ -62,10 +62,13 @@ export class Ops {
    * batches > 1: that many products in one dispatch, operand i at offset + i·stride (strides:
    * {a, b, c, bias}); kcat > 1: the sum of kcat products (strides {a, b}) into one C.
    * vec (default: whenever vecAligned allows): read A and B 4 floats at a time.
+   * ln ({wOff, bOff, out, stats, eps}; forward only): the product of LayerNorm(A) instead of A, the
+   * LayerNorm's weight and bias in B's buffer at wOff and bOff; LayerNorm(A) is also written to out
+   * (at A's offsets) and each row's (mean, rstd) to stats (layernorm_forward's outputs).
    */
   matmul(plan, form, args) {
     const d = this._matmulDispatch(form, args);
-    const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat, d.vec), d.uniforms, d.buffers, d.grid);
+    const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat, d.vec, d.ln), d.uniforms, d.buffers, d.grid);
     return d.region ? this._splitFinal(plan, d.region, args.sums) : index;
   }
 
@@ -96,8 +99,9 @@ export class Ops {
   /** One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region (see matmul). */
   _matmulDispatch(form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
     accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = chooseTile(form, M, N), splits = 1,
-    partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined }) {
-    const aligned = vecAligned(form, { M, N, K, aOff, bOff, strides });
+    partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined, ln = null }) {
+    if (ln && (form !== "forward" || splits > 1 || kcat > 1 || aOff % K !== 0)) throw new Error("a LayerNorm prologue: an unsplit forward product of whole rows");
+    const aligned = vecAligned(form, { M, N, K, aOff, bOff, strides }) && (!ln || (ln.wOff % 4 === 0 && ln.bOff % 4 === 0));
     if (vec && !aligned) throw new Error(`matmul ${form} ${M}x${N}x${K}: operands not aligned for vec4 reads`);
     vec = vec ?? aligned;
     if (biasGrad && (form !== "backward_weight" || bias || accumulate || R)) throw new Error("biasGrad: a plain backward_weight product only");
@@ -112,8 +116,12 @@ export class Ops {
       k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };
     const split = splits > 1;
     if (!split) {
-      return { tile, split, kcat: kcat > 1, vec, uniforms, grid: [grid[0], grid[1], batches], region: null,
-        buffers: [A, B, bias ?? this.dummy, R ?? geluGradOf ?? this.dummy, C, gelu ?? this.dummyOut] };
+      const buffers = [A, B, bias ?? this.dummy, R ?? geluGradOf ?? this.dummy, C, gelu ?? this.dummyOut];
+      if (ln) {
+        Object.assign(uniforms, { ln_w_off: ln.wOff, ln_b_off: ln.bOff, ln_stats_off: 2 * (aOff / K), ln_eps: ln.eps });
+        buffers.push(ln.out, ln.stats);
+      }
+      return { tile, split, kcat: kcat > 1, vec, ln: !!ln, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
     }
     const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };
     return { tile, split, kcat: kcat > 1, vec, uniforms: { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
@@ -192,16 +200,14 @@ export class Ops {
       [order, dres, grads], grid1d(tokenGroups + Math.ceil((T * C) / 256)));
   }
 
-  /** losses: (rows) per-row losses; lossOut (optional): their mean. */
-  crossEntropyForward(plan, { rows, V, logits, targets, losses, lossOut = null }) {
+  /** losses: (rows) per-row losses (their mean: gradGlobalNorm's scal[2]). */
+  crossEntropyForward(plan, { rows, V, logits, targets, losses }) {
     plan.add(crossEntropyForward, { rows, V }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
-    if (lossOut) plan.add(meanLoss, { n: rows }, [losses, lossOut], [1, 1]);
   }
 
   /** As crossEntropyForward, and logits overwritten with d(mean loss)/d(logits) (one fused kernel). */
-  crossEntropyBackward(plan, { rows, V, logits, targets, losses, lossOut = null }) {
+  crossEntropyBackward(plan, { rows, V, logits, targets, losses }) {
     plan.add(crossEntropyBackward, { rows, V, scale: 1 / rows }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
-    if (lossOut) plan.add(meanLoss, { n: rows }, [losses, lossOut], [1, 1]);
   }
 
   attentionForward(plan, { B, T, kvT, past, H, C, q, k, v, out, lse }) {
@@ -216,10 +222,13 @@ export class Ops {
     plan.add(A.kv, { T, H, C, scale }, [q, k, v, dout, lse, delta, dk, dv], grid);
   }
 
-  /** scal = [global norm, clip coefficient] of all n gradients (what clip_gradients would scale by). */
-  gradGlobalNorm(plan, { n, grads, partials, scal, clip }) {
+  /**
+   * scal = [global norm, clip coefficient] of all n gradients (what clip_gradients would scale by),
+   * then scal[2] = the mean of the rows' losses (the step's loss, in the same dispatch).
+   */
+  gradGlobalNorm(plan, { n, grads, partials, scal, clip, losses, rows }) {
     plan.add(gradGlobalNormPartials, { n }, [grads, partials], [NORM_PARTIALS, 1]);
-    plan.add(clipCoefficient, { parts: NORM_PARTIALS, clip }, [partials, scal], [1, 1]);
+    plan.add(clipCoefficient, { parts: NORM_PARTIALS, clip, rows }, [partials, losses, scal], [1, 1]);
   }
 
   /** Returns the dispatch index, whose step-dependent uniforms adamwValues() fills each step. */

@@ -52,6 +52,14 @@ const GROUPED_SPLIT_SUMS_FLOATS = 8 * 2 ** 20;
 // 15.5 vs 17.0 (a pair takes 256-invocation tiles only, and two products' registers).
 const PAIRED_MAX_OUTPUTS = 500_000;
 
+// A LayerNorm is the prologue of the product it feeds (Ops.matmul's ln) only while its input
+// (rows × C) is this small: each column tile of the product then recomputes its rows' statistics,
+// which for bigger activations costs more than the dispatch it saves. H100, ms/step, a LayerNorm
+// dispatch vs prologue (medians of 3–5 rounds): tiny 0.595 vs 0.567, small 0.80 vs 0.76, medium
+// 1.61 vs 1.57; large 3.53 vs 3.57, huge 10.81 vs 11.14, massive 14.25 vs 14.55. Decoding (1 row)
+// always takes the prologue.
+const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
+
 /**
  * The split-K plan of a step: weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY fused
  * in) have few output tiles and K = B·T, so they split K into slabs of one scratch buffer. With
@@ -104,7 +112,7 @@ function trainerBuffers(config) {
   activations("train", B, T, T); // eval runs on the same set
   for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
     ["d qkv", 3 * qkvStride(rows * C)], ["attention delta", B * H * T], ["split-K partials", splitKPlan(m, rows).floats],
-    ["token order", V + 1 + rows], ["loss", 4], ["norm partials", NORM_PARTIALS], ["norm and clip", 4]]) add(name, 4 * n);
+    ["token order", V + 1 + rows], ["norm partials", NORM_PARTIALS], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
   activations("generate", 1, 1, T);
@@ -280,27 +288,36 @@ export class Trainer {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
     const o = this.offsets, P = this.params, rows = B * T;
     ops.embeddingForward(plan, { rows, T, C, past, tokens: A.tokens, params: P, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"], out: A.res[0] });
+    // the A operand of the products that read LayerNorm `name` of x: x itself, normalised by their
+    // prologue (which also stores the output and statistics for the backward), or that output, from
+    // a dispatch of its own (LAYERNORM_PROLOGUE_MAX_ACTIVATIONS)
+    const prologue = rows * C <= LAYERNORM_PROLOGUE_MAX_ACTIVATIONS;
+    const normalised = (name, x, out, stats) => {
+      const ln = { wOff: o[`${name}.weight`], bOff: o[`${name}.bias`], out, stats, eps };
+      if (prologue) return { A: x, ln };
+      ops.layernormForward(plan, { rows, C, x, params: P, wOff: ln.wOff, bOff: ln.bOff, out, stats, eps });
+      return { A: out };
+    };
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
-      ops.layernormForward(plan, { rows, C, x: A.res[l], params: P, wOff: o[n + "ln1.weight"], bOff: o[n + "ln1.bias"], out: a.ln1, stats: a.ln1s, eps });
+      const ln1 = normalised(n + "ln1", A.res[l], a.ln1, a.ln1s);
       if (a.qkv) {
-        ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, bias: P, biasOff: o[n + "attn.q_proj.bias"],
+        ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, bias: P, biasOff: o[n + "attn.q_proj.bias"],
           batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
       } else {
         for (const [proj, out, cOff] of [["q_proj", a.q, 0], ["k_proj", a.k, past * C], ["v_proj", a.v, past * C]]) {
-          ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
+          ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
         }
       }
       ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
-      ops.layernormForward(plan, { rows, C, x: a.res2, params: P, wOff: o[n + "ln2.weight"], bOff: o[n + "ln2.bias"], out: a.ln2, stats: a.ln2s, eps });
-      ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, A: a.ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });
+      const ln2 = normalised(n + "ln2", a.res2, a.ln2, a.ln2s);
+      ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, ...ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });
       ops.matmul(plan, "forward", { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 });
     }
-    ops.layernormForward(plan, { rows, C, x: A.res[L], params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], out: A.lnf, stats: A.lnfs, eps });
     // logits = ln_f(x) · wteᵀ (tied head), for the last logitRows rows only when generating
-    const first = rows - logitRows;
-    ops.matmul(plan, "forward", { M: logitRows, N: V, K: C, A: A.lnf, aOff: first * C, B: P, bOff: o["token_embedding.weight"], C: A.logits, cOff: first * V });
+    const first = rows - logitRows, lnf = normalised("ln_f", A.res[L], A.lnf, A.lnfs);
+    ops.matmul(plan, "forward", { M: logitRows, N: V, K: C, ...lnf, aOff: first * C, B: P, bOff: o["token_embedding.weight"], C: A.logits, cOff: first * V });
   }
 
   _buildTraining() {
@@ -334,9 +351,8 @@ export class Trainer {
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
     this.orderHost = new Uint32Array(V + 1 + rows);
     this.cursorHost = new Uint32Array(V);
-    this.lossBuf = this.buffer("loss", 16, U().STORAGE | U().COPY_SRC);
     this.partials = this.buffer("norm partials", 4 * NORM_PARTIALS, S);
-    this.scal = this.buffer("norm and clip", 16, S);
+    this.scal = this.buffer("norm, clip and loss", 16, S); // [gradient norm, clip coefficient, mean loss]
     this.ring = Array.from({ length: LOSS_RING }, (_, i) => ({
       buf: this.buffer(`loss readback ${i}`, 16, U().MAP_READ | U().COPY_DST), pending: null,
     }));
@@ -344,7 +360,7 @@ export class Trainer {
 
     const plan = (this.trainPlan = new Plan(this.device, this.ops.pipelines, "train step"));
     this._recordForward(plan, A, { B, T, past: 0, logitRows: rows });
-    ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses, lossOut: this.lossBuf });
+    ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
     // backward; A.logits now holds d(loss)/d(logits): (rows,V)
     const wte = o["token_embedding.weight"];
     linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.ln }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
@@ -376,7 +392,7 @@ export class Trainer {
       slabsUsed = 0;
     }
     ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
-    ops.gradGlobalNorm(plan, { n: this.P, grads: G, partials: this.partials, scal: this.scal, clip: this.tr.gradClip });
+    ops.gradGlobalNorm(plan, { n: this.P, grads: G, partials: this.partials, scal: this.scal, clip: this.tr.gradClip, losses: A.losses, rows });
     this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay, scal: this.scal, values: adamwValues(this.P, this.tr, 1) });
     plan.freeze();
 
@@ -444,7 +460,7 @@ export class Trainer {
     const pass = enc.beginComputePass();
     this.trainPlan.encode(pass);
     pass.end();
-    enc.copyBufferToBuffer(this.lossBuf, 0, slot.buf, 0, 16);
+    enc.copyBufferToBuffer(this.scal, 8, slot.buf, 0, 4); // the mean loss
     this.device.queue.submit([enc.finish()]);
     this.ringNext = (this.ringNext + 1) % LOSS_RING;
     const pending = mapForReading(slot.buf, `the loss of step ${this.stepCount}`).then(() => {

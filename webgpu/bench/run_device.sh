@@ -25,14 +25,14 @@ PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
   2> >(grep -v "^Warning\|warning\|^ *\^\|^ *$" > "$OUT/matmul_tiles.log") || echo "tile bench failed: exit $?"
 # each side runs even if the other fails, so one run always brings back what can be measured
 /tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
-  --sizes "${SIZES:-1024,2048,4096}" ${PROFILE:+--profile 1} --out "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
+  --sizes "${SIZES-1024,2048,4096}" ${PROFILE:+--profile 1} --out "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
 # BASELINE=DIR (a carried copy of an earlier commit's webgpu/ and site/static/, e.g. from `git archive`):
 # the same WGSL bench on that code, then this code again, in the same call (A/B/A against drift)
 if [ -n "${BASELINE:-}" ]; then
   ln -sfn "$PWD/webgpu/node_modules" "$BASELINE/webgpu/node_modules"
   for side in baseline again; do
     dir=$([ $side = baseline ] && echo "$BASELINE" || echo .)
-    /tmp/wg/bin/node "$dir/webgpu/bench/bench.mjs" --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 --sizes "${SIZES:-1024,2048,4096}" \
+    /tmp/wg/bin/node "$dir/webgpu/bench/bench.mjs" --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 --sizes "${SIZES-1024,2048,4096}" \
       --out "$OUT/webgpu_bench_$side.json" 2> >(tee "$OUT/webgpu_bench_$side.log" >&2) || echo "WebGPU bench ($side) failed: exit $?"
   done
 fi

@@ -1,7 +1,9 @@
 // Global gradient norm, clipping and AdamW (docs/determinism.md § The training step), as
 // wasm/src/adamw.h: grad_global_norm is grad_global_norm_partials + clip_coefficient here, and
 // clip_gradients never runs on its own: the clip coefficient never leaves the GPU, and
-// adamw_update reads it from `scal` and scales each gradient as it reads it.
+// adamw_update reads it from `scal` and scales each gradient as it reads it. The step's mean loss
+// rides along in clip_coefficient, a single workgroup that runs once per step anyway: one dispatch
+// fewer than a kernel of its own.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
 // grad_global_norm_partials: NORM_PARTIALS workgroups of 256, each summing a fixed strided subset into one partial.
@@ -19,7 +21,9 @@ fn wg_sum(v: f32, li: u32) -> f32 {
     if (li < s) { red[li] = red[li] + red[li + s]; }
     workgroupBarrier();
   }
-  return red[0];
+  let total = red[0];
+  workgroupBarrier(); // every invocation has read red[0] before a next wg_sum overwrites it
+  return total;
 }`;
 
 // grads: (n) -> partials: (NORM_PARTIALS) sums of squares; invocation g (of all NORM_PARTIALS·256)
@@ -34,15 +38,19 @@ fn grad_global_norm_partials(@builtin(global_invocation_id) gid: vec3u, @builtin
 }
 `);
 
-// partials -> scal[0] = norm, scal[1] = min(1, clip / (norm + 1e-6))
-export const clipCoefficient = kernel("clip_coefficient", [["parts", "u32"], ["clip", "f32"]],
-  [["partials", "read"], ["scal", "rw"]], /* wgsl */ `${WG_SUM}
+// partials -> scal[0] = norm, scal[1] = min(1, clip / (norm + 1e-6)); losses: (rows) -> scal[2] =
+// their mean, the step's loss (each sum in a fixed order)
+export const clipCoefficient = kernel("clip_coefficient", [["parts", "u32"], ["clip", "f32"], ["rows", "u32"]],
+  [["partials", "read"], ["losses", "read"], ["scal", "rw"]], /* wgsl */ `${WG_SUM}
 @compute @workgroup_size(${NORM_THREADS})
 fn clip_coefficient(@builtin(local_invocation_index) li: u32) {
   var s = 0.0;
   for (var i = li; i < p.parts; i += ${NORM_THREADS}u) { s = s + partials[i]; }
   let norm = sqrt(wg_sum(s, li));
-  if (li == 0u) { scal[0] = norm; scal[1] = min(1.0, p.clip / (norm + 1e-6)); }
+  var l = 0.0;
+  for (var i = li; i < p.rows; i += ${NORM_THREADS}u) { l = l + losses[i]; }
+  let loss = wg_sum(l, li) / f32(p.rows);
+  if (li == 0u) { scal[0] = norm; scal[1] = min(1.0, p.clip / (norm + 1e-6)); scal[2] = loss; }
 }
 `);
 

@@ -5,21 +5,6 @@
 // logits once, and its loss comes from the same pass.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-const WG_REDUCE = /* wgsl */ `
-var<workgroup> red: array<f32, 128>;
-fn wg_reduce(v: f32, li: u32, is_max: bool) -> f32 {
-  red[li] = v;
-  workgroupBarrier();
-  for (var s = 64u; s > 0u; s = s >> 1u) {
-    if (li < s) { red[li] = select(red[li] + red[li + s], max(red[li], red[li + s]), is_max); }
-    workgroupBarrier();
-  }
-  let r = red[0];
-  workgroupBarrier();
-  return r;
-}
-${LINEAR_ID}`;
-
 // One row per CE_LANES cooperating invocations (CE_ROWS_PER_GROUP rows per workgroup of 256):
 // adjacent lanes read adjacent logits, and the row's max and Σexp meet in workgroup memory, where
 // every lane of the row combines the CE_LANES partials in the same fixed order.
@@ -69,14 +54,3 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
 
 export const crossEntropyForward = crossEntropyKernel("cross_entropy_forward", false);
 export const crossEntropyBackward = crossEntropyKernel("cross_entropy_backward", true);
-
-// losses: (n) -> out[0] = mean, summed in a fixed order by one workgroup
-export const meanLoss = kernel("mean_loss", [["n", "u32"]], [["losses", "read"], ["out", "rw"]], /* wgsl */ `${WG_REDUCE}
-@compute @workgroup_size(128)
-fn mean_loss(@builtin(local_invocation_index) li: u32) {
-  var s = 0.0;
-  for (var i = li; i < p.n; i += 128u) { s = s + losses[i]; }
-  let total = wg_reduce(s, li, false);
-  if (li == 0u) { out[0] = total / f32(p.n); }
-}
-`);

@@ -80,6 +80,17 @@ const MATMUL_UNIFORMS = ["M", "N", "K", "a_off", "b_off", "c_off", "bias_off", "
 const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"], ["G", "rw"]];
 
 /**
+ * The LayerNorm prologue of a forward product (matmulKernel's `ln`): A holds x, and the product
+ * multiplies LayerNorm(x) = (x - mean)·rstd·w + b (w, b read from B's buffer, the parameters, at
+ * ln_w_off and ln_b_off), so the LayerNorm needs no dispatch of its own. Each workgroup first
+ * computes its rows' mean and rstd (two passes over the row, as layernorm_forward: no cancellation
+ * when |mean| ≫ std); the workgroups of the first column tile also write what the backward reads:
+ * LayerNorm(x) into LN (at A's offsets) and (mean, rstd) into LNS from float ln_stats_off.
+ */
+const LN_UNIFORMS = [["ln_w_off", "u32"], ["ln_b_off", "u32"], ["ln_stats_off", "u32"], ["ln_eps", "f32"]];
+const LN_BUFFERS = [["LN", "rw"], ["LNS", "rw"]];
+
+/**
  * A product's slab geometry: vA/vB, whether an invocation owns its rows (columns) in runs of 4 and
  * reads them from workgroup memory as vec4s (rows 4·ty + 4·WY·g + c; otherwise rows ty + WY·i,
  * interleaved, read one by one): for an 8×8 tile, 4 reads per 64 FMAs instead of 16. AS/BS: the
@@ -110,9 +121,11 @@ function slabArrays(form, tile) {
  * vec: A and B are bound as array<vec4f> and read 4 floats at a time along their contiguous axis
  * (vecAligned says when a product allows it): a quarter of the load instructions and index sums.
  * shared: the workgroup arrays are declared by the caller (slabArrays), as As and Bs, unsuffixed.
+ * ln: A is normalised as it is loaded (LN_UNIFORMS).
  */
-function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null) {
+function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null, ln = false) {
   const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(tile);
+  if (ln && (form !== "forward" || split || kcat)) throw new Error("a LayerNorm prologue belongs to an unsplit forward product");
   const { aT, bT } = formOf(form);
   const { vA, vB, AS, BS } = slabGeometry(form, tile);
   const rowOf = (i) => (vA ? `lid.y * 4u + ${Math.floor(i / 4) * WY * 4 + (i % 4)}u` : `lid.y + ${i * WY}u`);
@@ -166,11 +179,59 @@ fn load_${X.toLowerCase()}(base: u32, ${X === "A" ? "m: u32, k: u32" : "k: u32, 
   ${kSplit("k")}
   return ${X}[${vec ? "(" : ""}base + kz * p.${X.toLowerCase()}_zs + ${index}${vec ? ") / 4u" : ""}];
 }`;
+  const at = (i) => (vec ? `(${i}) / 4u` : i); // an element index as an index into A, B or LN
+  // forward's A (m, k), normalised with its row's statistics (row m % BM of the tile); the first
+  // column tile also stores it for the backward
+  const loadNormalised = /* wgsl */ `
+fn load_a(base: u32, m: u32, k: u32) -> ${T} {
+  if (m >= p.M || k >= p.K) { return ${zero}; }
+  let i = base + m * p.K + k;
+  let stats = ln_stats[m % BM];
+  let y = (A[${at("i")}] - stats.x) * stats.y * B[${at("p.ln_w_off + k")}] + B[${at("p.ln_b_off + k")}];
+  if (ln_writer) { LN[${at("i")}] = y; }
+  return y;
+}`;
+  // the prologue: LN_LANES invocations per row of the tile, each summing a strided part of the row
+  const rowSum = (term) => /* wgsl */ `for (var c = lane * ${W}u; c < p.K; c += ${(threads / BM) * W}u) { ${term} }`;
+  const lnPrologue = /* wgsl */ `
+  ln_writer = wid.x == 0u && wid.z == 0u;
+  {
+    let r = li / LN_LANES;
+    let lane = li % LN_LANES;
+    let row = a_base + min(m0 + r, p.M - 1u) * p.K; // rows past M: a stand-in, never stored
+    var s = 0.0;
+    ${rowSum(vec ? "let x = A[(row + c) / 4u]; s = s + (x.x + x.y) + (x.z + x.w);" : "s = s + A[row + c];")}
+    ln_part[li] = s;
+    workgroupBarrier();
+    var total = 0.0;
+    for (var l = 0u; l < LN_LANES; l++) { total = total + ln_part[r * LN_LANES + l]; }
+    let mean = total / f32(p.K);
+    var q = 0.0;
+    ${rowSum(vec ? "let d = A[(row + c) / 4u] - mean; q = q + (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);" : "let d = A[row + c] - mean; q = q + d * d;")}
+    workgroupBarrier();
+    ln_part[li] = q;
+    workgroupBarrier();
+    var squares = 0.0;
+    for (var l = 0u; l < LN_LANES; l++) { squares = squares + ln_part[r * LN_LANES + l]; }
+    let rstd = 1.0 / sqrt(squares / f32(p.K) + p.ln_eps);
+    if (lane == 0u) {
+      ln_stats[r] = vec2f(mean, rstd);
+      if (ln_writer && m0 + r < p.M) {
+        LNS[p.ln_stats_off + 2u * (m0 + r)] = mean;
+        LNS[p.ln_stats_off + 2u * (m0 + r) + 1u] = rstd;
+      }
+    }
+    workgroupBarrier();
+  }`;
   const body = /* wgsl */ `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
 const AS = ${AS}u; const BS = ${BS}u;
 ${shared ? "" : slabArrays(form, tile).map(({ name, type, length }) => `var<workgroup> ${name}: array<${type}, ${length}>;`).join("\n")}
-${load("A", aT ? "kr * p.M + m" : "m * p.K + kr")}
+${ln ? /* wgsl */ `const LN_LANES = ${threads / BM}u;
+var<workgroup> ln_part: array<f32, ${threads}>;
+var<workgroup> ln_stats: array<vec2f, ${BM}>; // (mean, rstd) of the tile's rows
+var<private> ln_writer: bool;
+${loadNormalised}` : load("A", aT ? "kr * p.M + m" : "m * p.K + kr")}
 ${load("B", bT ? "n * p.K + kr" : "kr * p.N + n")}
 
 // slab: this workgroup's output base (its batch's C, or its split's partial slab)
@@ -185,7 +246,7 @@ fn product(wid: vec3u, lid: vec3u, li: u32) {
   let n0 = wid.x * BN;
   let batch = wid.z / p.splits;
   let a_base = p.a_off + ${kcat ? "0u" : "batch * p.a_zs"};
-  let b_base = p.b_off + ${kcat ? "0u" : "batch * p.b_zs"};
+  let b_base = p.b_off + ${kcat ? "0u" : "batch * p.b_zs"};${ln ? lnPrologue : ""}
   // the TM×TN accumulators and the prefetch registers are unrolled into scalars so that every
   // backend keeps them in registers
 ${each(TM, TN, (i, j) => /* wgsl */ `  var c${i}_${j} = 0.0;`)}
@@ -229,7 +290,7 @@ ${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[slab + p.
   return body
     .replace(/\bp\.(\w+)/g, (_, f) => `p.${f}${s}`)
     .replace(shared ? /\b(BM|BN|BK|AS|BS|load_a|load_b|store|product)\b/g : /\b(BM|BN|BK|AS|BS|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
-    .replace(/\b(A|B|bias|R|C|G)\[/g, (_, b) => `${buffers[b]}[`);
+    .replace(/\b(A|B|bias|R|C|G|LN|LNS)\[/g, (_, b) => `${buffers[b]}[`);
 }
 
 /**
@@ -241,17 +302,19 @@ export function vecAligned(form, { M, N, K, aOff = 0, bOff = 0, strides = {} }) 
   return [aT ? M : K, bT ? K : N, aOff, bOff, strides.a ?? 0, strides.b ?? 0].every((x) => x % 4 === 0);
 }
 
-const ALL_BUFFERS = Object.fromEntries(MATMUL_BUFFERS.map(([b]) => [b, b]));
+const ALL_BUFFERS = Object.fromEntries([...MATMUL_BUFFERS, ...LN_BUFFERS].map(([b]) => [b, b]));
 
 // A and B bound as array<vec4f> in the vec variants
 const vecBuffers = (buffers, vec, read4) => buffers.map(([n, mode]) => (vec && read4.includes(n) ? [n, mode, "vec4f"] : [n, mode]));
 
-export function matmulKernel(form, tile, split = false, kcat = false, vec = false) {
+/** ln: with the LayerNorm prologue (forward only; LN_UNIFORMS). */
+export function matmulKernel(form, tile, split = false, kcat = false, vec = false, ln = false) {
   const { WX, WY } = tileShape(tile);
   const entryPoint = `matmul_${form}`;
-  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}`,
-    MATMUL_UNIFORMS.map((f) => [f, "u32"]), vecBuffers(MATMUL_BUFFERS, vec, ["A", "B"]),
-    /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS, vec)}
+  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}${ln ? "_ln" : ""}`,
+    [...MATMUL_UNIFORMS.map((f) => [f, "u32"]), ...(ln ? LN_UNIFORMS : [])],
+    vecBuffers([...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])], vec, ["A", "B", "LN"]),
+    /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS, vec, null, ln)}
 @compute @workgroup_size(${WX}, ${WY})
 fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
         @builtin(local_invocation_index) li: u32) {

@@ -3,7 +3,8 @@
 // The variants: the train, eval and decode plans of a Trainer for every preset in
 // site/static/presets.json, recorded on a stand-in device (no GPU, no weights), and every
 // specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
-// (for any M, N) × split-K or not × K-concatenation or not × vec4 reads or not, each LayerNorm lane count. A source identical to one already written is not
+// (for any M, N) × split-K or not × K-concatenation or not × vec4 reads or not (× a LayerNorm
+// prologue or not, for unsplit forward products), each LayerNorm lane count. A source identical to one already written is not
 // written again; the first file's header lists its other names. Prints {outdir, files, duplicates}.
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
@@ -44,8 +45,11 @@ for (const form of Object.keys(MATMUL_FORMS)) {
     for (const split of [false, true]) {
       for (const kcat of [false, true]) {
         for (const vec of [false, true]) {
-          const k = matmulKernel(form, tile, split, kcat, vec);
-          add(k.name, k.code);
+          // forward products may normalise A on the way in (a LayerNorm prologue)
+          for (const ln of form === "forward" && !split && !kcat ? [false, true] : [false]) {
+            const k = matmulKernel(form, tile, split, kcat, vec, ln);
+            add(k.name, k.code);
+          }
         }
       }
     }

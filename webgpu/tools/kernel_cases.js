@@ -33,12 +33,15 @@ export async function runKernelCases(device, cases, inputs) {
     matmul(c, plan) {
       const len = c.M * c.N + (c.biasGrad ? c.M : 0), batches = c.batches ?? 1, cLen = c.cLen ?? len;
       const C = c.accumulate ? input(`${c.id}_C0`) : empty(cLen), G = c.gelu ? empty(cLen) : null;
-      ops.matmul(plan, c.form, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, B: input(`${c.id}_B`), bOff: c.bOff,
+      // a LayerNorm prologue: its output at A's offsets, (mean, rstd) of rows 0 .. aOff / K + M
+      const ln = c.ln ? { ...c.ln, out: empty(c.aOff + c.M * c.K), stats: empty(2 * (c.aOff / c.K + c.M)) } : null;
+      ops.matmul(plan, c.form, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, ln, B: input(`${c.id}_B`), bOff: c.bOff,
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
         accumulate: c.accumulate, biasGrad: c.biasGrad, gelu: G, geluGradOf: c.geluGrad ? input(`${c.id}_H`) : null,
         tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(batches * c.splits * len) : null,
         batches, kcat: c.kcat ?? 1, strides: c.strides ?? {}, vec: c.vec });
-      return { C: [C, cLen], ...(G ? { G: [G, cLen] } : {}) };
+      return { C: [C, cLen], ...(G ? { G: [G, cLen] } : {}),
+        ...(ln ? { LN: [ln.out, c.aOff + c.M * c.K], LNS: [ln.stats, 2 * (c.aOff / c.K + c.M)] } : {}) };
     },
     // several split-K backward_weight products into one C, their sums in one dispatch
     matmul_split_sums(c, plan) {
@@ -82,10 +85,10 @@ export async function runKernelCases(device, cases, inputs) {
       return { out: [out, rows * C], grads: [grads, c.nParams] };
     },
     cross_entropy(c, plan) {
-      const logits = input(`${c.id}_logits`), losses = empty(c.rows), mean = empty(4);
+      const logits = input(`${c.id}_logits`), losses = empty(c.rows);
       const record = c.backward ? ops.crossEntropyBackward : ops.crossEntropyForward;
-      record.call(ops, plan, { rows: c.rows, V: c.V, logits, targets: input(`${c.id}_targets`), losses, lossOut: mean });
-      return { losses: [losses, c.rows], logits: [logits, c.rows * c.V], mean: [mean, 1] };
+      record.call(ops, plan, { rows: c.rows, V: c.V, logits, targets: input(`${c.id}_targets`), losses });
+      return { losses: [losses, c.rows], logits: [logits, c.rows * c.V] };
     },
     attention(c, plan) {
       const { B, T, H, C } = c, n = B * T * C;
@@ -103,9 +106,9 @@ export async function runKernelCases(device, cases, inputs) {
     adamw(c, plan) {
       const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
       const partials = empty(NORM_PARTIALS), scal = empty(4);
-      ops.gradGlobalNorm(plan, { n, grads, partials, scal, clip: c.training.gradClip });
+      ops.gradGlobalNorm(plan, { n, grads, partials, scal, clip: c.training.gradClip, losses: input(`${c.id}_losses`), rows: c.rows });
       ops.adamwUpdate(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), scal, values: adamwValues(n, c.training, c.t) });
-      return { scal: [scal, 2], params: [params, n], m: [m, n], v: [v, n] };
+      return { scal: [scal, 3], params: [params, n], m: [m, n], v: [v, n] };
     },
   };
 
