@@ -55,9 +55,9 @@ const PAIRED_MAX_OUTPUTS = 500_000;
 // A LayerNorm is the prologue of the product it feeds (Ops.matmul's ln) only while its input
 // (rows × C) is this small: each column tile of the product then recomputes its rows' statistics,
 // which for bigger activations costs more than the dispatch it saves. H100, ms/step, a LayerNorm
-// dispatch vs prologue (medians of 3–5 rounds): tiny 0.595 vs 0.567, small 0.80 vs 0.76, medium
-// 1.61 vs 1.57; large 3.53 vs 3.57, huge 10.81 vs 11.14, massive 14.25 vs 14.55. Decoding (1 row)
-// always takes the prologue.
+// dispatch vs prologue (medians of 3–5 rounds, four calls; docs/performance.md §12): medium 0.5–2.5%
+// faster in every call, tiny and small within their round-to-round spread; large 3.53 vs 3.57,
+// huge 10.81 vs 11.14, massive 14.25 vs 14.55. Decoding (1 row) always takes the prologue.
 const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
 
 /**
