@@ -1,5 +1,5 @@
 """webgpu/bench/parity.py: the WGSL trainer in Node against python_ref, step by step, on the adapter at hand
-(here Dawn on SwiftShader; on the GPU machine the real GPU, through run_device.sh PARITY=1)."""
+(here Dawn on SwiftShader; on the GPU machine the real GPU, through run_device.sh, which runs it by default)."""
 from __future__ import annotations
 
 import json

@@ -1,6 +1,6 @@
 """Parity on the adapter at hand: the WGSL trainer (webgpu/tools/train_node.mjs, Node + Dawn) against
 python_ref, the same presets, initial weights and batches, step by step. On the GPU machine it runs
-beside the benchmarks (run_device.sh, PARITY=1), so a speed-up there is also checked for what it
+beside the benchmarks (run_device.sh; PARITY=0 skips it), so a speed-up there is also checked for what it
 computes on a real GPU, not only on SwiftShader; python_ref runs on CUDA where there is one (fp32,
 TF32 off), else on the CPU.
 
