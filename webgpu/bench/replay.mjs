@@ -1,3 +1,5 @@
+import { Plan } from "../plan.js";
+
 // Shared by the benchmarks: a frozen plan replayed `reps` times in one compute pass and one submit
 // (each dispatch waits for the previous one, as in a step); returns ms from submit to completion.
 export async function replay(device, plan, reps) {
@@ -9,4 +11,21 @@ export async function replay(device, plan, reps) {
   device.queue.submit([enc.finish()]);
   await device.queue.onSubmittedWorkDone();
   return performance.now() - t0;
+}
+
+/**
+ * Keeps the GPU busy for `ms` with a 2048³ product, replayed. While the host builds a trainer or
+ * compiles pipelines the GPU idles and may lower its clocks; the first few hundred ms of work then
+ * ran up to 4× slower (H100: xl's first 4–13 steps at 21 ms instead of 5.0, by GPU timestamps;
+ * step_timeline.mjs). Done right before timing, it keeps that out of the figures.
+ */
+export async function raiseClocks(device, ops, ms = 300) {
+  const n = 2048, S = GPUBufferUsage.STORAGE;
+  const [A, B, C] = [0, 1, 2].map(() => device.createBuffer({ size: 4 * n * n, usage: S }));
+  const plan = new Plan(device, ops.pipelines, "raise clocks");
+  ops.matmul(plan, "forward", { M: n, N: n, K: n, A, B, C });
+  plan.freeze();
+  for (const t0 = performance.now(); performance.now() - t0 < ms;) await replay(device, plan, 5);
+  plan.destroy();
+  for (const x of [A, B, C]) x.destroy();
 }

@@ -26,14 +26,32 @@ from python_ref.bench_cuda import LOSS_RING, MODES, cublas_fp32_gflops, fp32_onl
 from python_ref.config import model_config, train_config  # noqa: E402
 
 
+def raise_clocks(a: torch.Tensor, b: torch.Tensor, seconds: float = 0.3) -> None:
+    """Keeps the GPU busy for `seconds` with products b = a·a: while the host compiles and captures a
+    step the GPU idles and may lower its clocks, and the first steps timed after that ran slower (as
+    the WGSL bench found; bench.mjs does the same before each preset). a and b are allocated before
+    the capture: an allocation between a graph's replays corrupted its training at massive (loss 0.47
+    relative off eager's), as cloning each loss did before the loss ring."""
+    end = time.perf_counter() + seconds
+    while True:
+        for _ in range(10):
+            torch.mm(a, a, out=b)
+        torch.cuda.synchronize()
+        if time.perf_counter() >= end:
+            return
+
+
 def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool) -> dict:
     """ms/step of one mode; losses of every step, for the check against eager."""
     if warmup + steps > LOSS_RING:
         raise ValueError(f"at most {LOSS_RING} steps: a graphed step keeps that many losses")
     config, cfg = model_config(preset), train_config(preset)
     batches = preset_batches(preset, warmup + steps)
+    busy = torch.randn(2048, 2048, device="cuda"), torch.empty(2048, 2048, device="cuda")
+    raise_clocks(*busy, seconds=0)  # cuBLAS's lazily made workspace too, before the capture
     ready = static_step(preset, batches[:warmup], compiled, graph)
     losses = list(ready.warmup_losses)
+    raise_clocks(*busy)
     start = time.perf_counter()
     for x, y in batches[warmup:]:
         losses.append(ready.step(x, y))
