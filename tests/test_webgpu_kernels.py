@@ -84,7 +84,7 @@ for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # t
     matmul_case(form, 37, 140, 29, ("64x64w", "128x64w", "32x64w")[i], accumulate=True)
 # vec4 reads of A and B, every form on every tile (68 rows, 44 of K: partial tiles and K-steps)
 ALL_TILES = ("128x128", "128x64", "64x64", "64x32", "32x64", "32x32", "32x32w", "32x64w", "64x64w", "128x64w",
-             "32x32w-k32", "32x64w-k32")
+             "32x32w-k32", "32x64w-k32", "64x32-k32", "32x64-k32")
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):
     for j, tile in enumerate(ALL_TILES):
         matmul_case(form, 68, 132, 44, tile, vec=True, bias=(i + j) % 2 == 0 and form != "backward_weight",
@@ -93,6 +93,9 @@ matmul_case("backward_weight", 36, 52, 300, "32x64w", bias_grad=True, splits=3, 
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # 32-deep K-steps, scalar reads
     matmul_case(form, 37, 53, 70, ("32x32w-k32", "32x64w-k32")[i % 2], bias=form != "backward_weight", residual=True)
 matmul_case("backward_weight", 45, 37, 301, "32x32w-k32", bias_grad=True, splits=4)
+for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # 4×4 each, 32-deep K-steps, scalar
+    matmul_case(form, 70, 37, 75, ("64x32-k32", "32x64-k32")[i % 2], bias=form != "backward_weight", accumulate=True)
+matmul_case("backward_weight", 68, 132, 300, "64x32-k32", bias_grad=True, splits=3, vec=True)
 matmul_case("backward_weight", 68, 132, 300, "128x64w", bias_grad=True, splits=4, vec=True)
 matmul_case("forward", 1, 256, 48, "32x32w", bias=True, vec=True)  # a decode step's logits
 
@@ -244,7 +247,7 @@ def layernorm_matmul_case(M, N, K, tile, vec, batches=1, first=0, bias=False, ge
              inputs, check)
 
 
-for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "32x64w", "128x64w")):
+for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "32x64w", "128x64w", "64x32-k32", "32x64-k32")):
     layernorm_matmul_case(70, 44, 36, tile, vec=True, bias=i % 2 == 0)
     layernorm_matmul_case(37, 21, 30, tile, vec=False)
 layernorm_matmul_case(68, 20, 48, "32x32", vec=True, batches=3, bias=True)  # q, k, v from ln1
@@ -326,6 +329,7 @@ matmul_pair_case(70, 45, 33, 1, tiles=["64x64w", "128x64w"])
 matmul_pair_case(200, 29, 140, 4, tiles=["128x128", "32x64w"])
 matmul_pair_case(130, 36, 68, 3, gelu=True)  # vec4 reads (both widths multiples of 4)
 matmul_pair_case(70, 44, 32, 1, tiles=["64x64w", "128x64w"])
+matmul_pair_case(130, 36, 68, 2, gelu=True, tiles=["32x64-k32", "32x32"])  # as small: both become 32x32w-k32
 
 
 # --- split-K weight gradients of several products, their final sums in one dispatch (a block's end)

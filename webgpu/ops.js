@@ -23,9 +23,11 @@ function matmulPairFor(first, second, vec) {
   if (!pairKernels.has(key)) pairKernels.set(key, matmulPairKernel(first, second, vec));
   return pairKernels.get(key);
 }
-// A pair's tiles must share an invocation layout: the 128-invocation 32×32 tile (4×4 each) becomes
-// the 256-invocation one (2×2 each, the input gradients' choice at tiny and small)
-const PAIR_TILE = { "32x32": "32x32w-k32" };
+// A pair's tiles must share an invocation layout: the 64-invocation 32×32 tile (4×4 each) and the
+// 128-invocation 32×64 one become the 256-invocation 32×32 (2×2 each, the input gradients' choice
+// at tiny). (32x64w-k32 would keep the 32×64 shape, but beside a weight gradient's 32x32w-k32 the
+// pair needs more than 16 KiB of workgroup memory.)
+const PAIR_TILE = { "32x32": "32x32w-k32", "32x64-k32": "32x32w-k32" };
 const attentionKernels = new Map();
 function attentionFor(D) {
   if (!attentionKernels.has(D)) {

@@ -2,13 +2,15 @@
 // per preset, on a real GPU: the data behind chooseTile/chooseSplits.
 //   node webgpu/bench/matmul_tiles.mjs [--presets tiny,small,...] [--square 1024,2048,4096] [--out FILE]
 // Each product is timed as reps back-to-back dispatches in one pass (as in a step: each waits for
-// the previous one), after a warm-up; µs per product.
+// the previous one), after a warm-up; µs per product. A preset's pipelines are all compiled before
+// its timings, right after the GPU's clocks are raised (replay.mjs raiseClocks): compiling idles the
+// GPU, and products timed after an idle spell ran up to 3× slower.
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Ops } from "../ops.js";
 import { Plan } from "../plan.js";
-import { replay } from "./replay.mjs";
+import { raiseClocks, replay } from "./replay.mjs";
 import { MATMUL_FORMS, MATMUL_TILES, chooseTile, chooseSplits } from "../kernels/matmul.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -48,19 +50,32 @@ async function time(form, M, N, K, biasGrad, tile, splits) {
   return (1000 * (many - one)) / (reps - 1);
 }
 
-await time(FWD, 2048, 2048, 2048, false, "64x64", 1); // raise the GPU's clocks before timing
+/** Compiles the pipelines of these products ([form, M, N, K, biasGrad, tile, splits]) without running them. */
+function compile(products) {
+  const stand = device.createBuffer({ size: 16, usage: S }), plan = new Plan(device, ops.pipelines, "compile");
+  for (const [form, M, N, K, biasGrad, tile, splits] of products) {
+    ops.matmul(plan, form, { M, N, K, A: stand, B: stand, C: stand, biasGrad, tile, splits, partials: splits > 1 ? stand : null });
+  }
+  stand.destroy();
+}
+
+/** Every tile (and, for weight gradients, split count) worth timing for a product. */
+function candidates(form, K) {
+  return Object.keys(MATMUL_TILES).flatMap((tile) => (form === DW ? [1, 2, 4, 8, 16] : [1])
+    .filter((splits) => splits === 1 || K / splits >= 64).map((splits) => ({ tile, splits })));
+}
+
 const out = [];
 for (const name of names) {
   const p = presets.presets[name];
   let chosenTotal = 0, bestTotal = 0;
-  for (const [form, M, N, K, biasGrad, count] of stepProducts(p, presets.model.vocabSize)) {
+  const products = stepProducts(p, presets.model.vocabSize);
+  compile(products.flatMap(([form, M, N, K, biasGrad]) => [...candidates(form, K), { tile: chooseTile(form, M, N), splits: form === DW ? chooseSplits(M, N, K, chooseTile(form, M, N)) : 1 }]
+    .map(({ tile, splits }) => [form, M, N, K, biasGrad, tile, splits])));
+  await raiseClocks(device, ops);
+  for (const [form, M, N, K, biasGrad, count] of products) {
     const results = [];
-    for (const tile of Object.keys(MATMUL_TILES)) {
-      for (const splits of form === DW ? [1, 2, 4, 8, 16] : [1]) {
-        if (splits > 1 && K / splits < 64) continue;
-        results.push({ tile, splits, us: await time(form, M, N, K, biasGrad, tile, splits) });
-      }
-    }
+    for (const { tile, splits } of candidates(form, K)) results.push({ tile, splits, us: await time(form, M, N, K, biasGrad, tile, splits) });
     results.sort((a, b) => a.us - b.us);
     const tile = chooseTile(form, M, N), splits = form === DW ? chooseSplits(M, N, K, tile) : 1;
     const chosen = results.find((r) => r.tile === tile && r.splits === splits) ?? { us: await time(form, M, N, K, biasGrad, tile, splits) };
@@ -73,6 +88,8 @@ for (const name of names) {
   console.error(`${name}: matmuls per step ${(chosenTotal / 1000).toFixed(2)} ms as chosen, ${(bestTotal / 1000).toFixed(2)} ms with the best tile each`);
 }
 for (const n of squares) {
+  compile(Object.keys(MATMUL_FORMS).flatMap((form) => Object.keys(MATMUL_TILES).map((tile) => [form, n, n, n, false, tile, 1])));
+  await raiseClocks(device, ops);
   for (const form of Object.keys(MATMUL_FORMS)) {
     const results = [];
     for (const tile of Object.keys(MATMUL_TILES)) results.push({ tile, us: await time(form, n, n, n, false, tile, 1) });

@@ -52,6 +52,12 @@ export const MATMUL_TILES = {
   // a K-step of 32: half the barriers, twice the loads in flight, for long K on few tiles
   "32x32w-k32": { WX: 16, WY: 16, BK: 32, TM: 2, TN: 2 },
   "32x64w-k32": { WX: 16, WY: 16, BK: 32, TM: 2, TN: 4 },
+  // 4×4 outputs per invocation with 32-deep K-steps: products of K = C…4C on a few hundred tiles
+  // pay per K-step, and these take half the steps of their BK-16 twins. (A 64-invocation 32×32
+  // twin was as fast, but its scalar variant, 32 prefetch registers an invocation, made
+  // SwiftShader's compiler take > 14 GB.)
+  "64x32-k32": { WX: 8, WY: 16, BK: 32, TM: 4, TN: 4 },
+  "32x64-k32": { WX: 16, WY: 8, BK: 32, TM: 4, TN: 4 },
 };
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 const each = (I, J, f) => range(I).flatMap((i) => range(J).map((j) => f(i, j))).join("\n");
@@ -406,19 +412,20 @@ export function tileCount(M, N, tile) {
 }
 
 /**
- * The tile for a product, from timing every tile on every preset's products on an H100
- * (webgpu/bench/matmul_tiles.mjs, vec4 reads; docs/performance.md §11). These products are too small
- * to fill a big GPU, and what they pay for is each K-step's latency, so: below 250k outputs the
- * 256-invocation 2×2 tile with 32-deep K-steps (half the steps of BK 16); up to a million outputs,
- * 32×32 tiles of 128 invocations (4×4 each, vec4 reads); from a million on 64×64 tiles of 256
- * invocations; big squares (≥ 512 tiles of 128×128) 128×128. Weight gradients (long K = B·T) take
- * 32×32 tiles split along K (chooseSplits).
+ * The tile for a product, from timing every tile on every preset's products on an H100 with its
+ * clocks up (webgpu/bench/matmul_tiles.mjs, vec4 reads; docs/performance.md §13). These products are
+ * too small to fill a big GPU, and what they pay for is each K-step's latency, so: below 250k
+ * outputs the 256-invocation 2×2 tile with 32-deep K-steps; up to a million outputs 4×4 per
+ * invocation with 32-deep steps (64×32 for the forward, 32×64 for input gradients); from a million
+ * on 64×64 tiles of 256 invocations; big squares (≥ 512 tiles of 128×128) 128×128. Weight gradients
+ * (long K = B·T) take 32×32 tiles split along K (chooseSplits).
  */
 export function chooseTile(form, M, N) {
   if (tileCount(M, N, "128x128") >= 512) return "128x128"; // 30–35 TFLOP/s at 4096³ (H100)
   if (formOf(form).aT) return "32x32";
   if (M * N >= 1_000_000) return "64x64w";
-  return M * N < 250_000 ? "32x32w-k32" : "32x32";
+  if (M * N >= 250_000) return form === "forward" ? "64x32-k32" : "32x64-k32";
+  return "32x32w-k32";
 }
 
 /**
