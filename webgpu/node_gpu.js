@@ -7,7 +7,8 @@ import { create, globals } from "webgpu";
 // random (seen as segfaults and futex aborts once a dispatch runs long enough for a GC to happen).
 const alive = [];
 
-export async function nodeDevice({ powerPreference = "high-performance" } = {}) {
+/** features: optional features the device must have (an adapter without one is an error). */
+export async function nodeDevice({ powerPreference = "high-performance", features = [] } = {}) {
   Object.assign(globalThis, globals);
   const gpu = create([]);
   alive.push(gpu);
@@ -19,7 +20,9 @@ export async function nodeDevice({ powerPreference = "high-performance" } = {}) 
     maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
     maxBufferSize: adapter.limits.maxBufferSize,
   };
-  const device = await adapter.requestDevice({ requiredLimits });
+  const missing = features.filter((f) => !adapter.features.has(f));
+  if (missing.length) throw new Error(`this adapter does not offer ${missing.join(", ")}`);
+  const device = await adapter.requestDevice({ requiredLimits, requiredFeatures: features });
   device.addEventListener("uncapturederror", (e) => {
     console.error(`WebGPU error: ${e.error.message}`);
     process.exitCode = 1;

@@ -65,24 +65,30 @@ function candidates(form, K) {
     .filter((splits) => splits === 1 || K / splits >= 64).map((splits) => ({ tile, splits })));
 }
 
+/** The tile and split count the trainer takes for a product. */
+function chosen(form, M, N, K) {
+  const tile = chooseTile(form, M, N);
+  return { tile, splits: form === DW ? chooseSplits(M, N, K, tile) : 1 };
+}
+
 const out = [];
 for (const name of names) {
   const p = presets.presets[name];
   let chosenTotal = 0, bestTotal = 0;
   const products = stepProducts(p, presets.model.vocabSize);
-  compile(products.flatMap(([form, M, N, K, biasGrad]) => [...candidates(form, K), { tile: chooseTile(form, M, N), splits: form === DW ? chooseSplits(M, N, K, chooseTile(form, M, N)) : 1 }]
+  compile(products.flatMap(([form, M, N, K, biasGrad]) => [...candidates(form, K), chosen(form, M, N, K)]
     .map(({ tile, splits }) => [form, M, N, K, biasGrad, tile, splits])));
   await raiseClocks(device, ops);
   for (const [form, M, N, K, biasGrad, count] of products) {
     const results = [];
     for (const { tile, splits } of candidates(form, K)) results.push({ tile, splits, us: await time(form, M, N, K, biasGrad, tile, splits) });
     results.sort((a, b) => a.us - b.us);
-    const tile = chooseTile(form, M, N), splits = form === DW ? chooseSplits(M, N, K, tile) : 1;
-    const chosen = results.find((r) => r.tile === tile && r.splits === splits) ?? { us: await time(form, M, N, K, biasGrad, tile, splits) };
-    chosenTotal += count * chosen.us;
+    const { tile, splits } = chosen(form, M, N, K);
+    const mine = results.find((r) => r.tile === tile && r.splits === splits) ?? { us: await time(form, M, N, K, biasGrad, tile, splits) };
+    chosenTotal += count * mine.us;
     bestTotal += count * results[0].us;
-    out.push({ preset: name, form, M, N, K, biasGrad, count, chosen: { tile, splits, us: chosen.us }, results });
-    console.error(`${name} ${form} ${M}x${N}x${K}${biasGrad ? "+bg" : ""} ×${count}: chosen ${tile}/${splits} ${chosen.us.toFixed(1)} us; best ` +
+    out.push({ preset: name, form, M, N, K, biasGrad, count, chosen: { tile, splits, us: mine.us }, results });
+    console.error(`${name} ${form} ${M}x${N}x${K}${biasGrad ? "+bg" : ""} ×${count}: chosen ${tile}/${splits} ${mine.us.toFixed(1)} us; best ` +
       results.slice(0, 3).map((r) => `${r.tile}/${r.splits} ${r.us.toFixed(1)}`).join(", "));
   }
   console.error(`${name}: matmuls per step ${(chosenTotal / 1000).toFixed(2)} ms as chosen, ${(bestTotal / 1000).toFixed(2)} ms with the best tile each`);

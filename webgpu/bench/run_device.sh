@@ -19,17 +19,19 @@ cp .wgcarry/webgpu/index.js .wgcarry/webgpu/package.json webgpu/node_modules/web
 unxz .wgcarry/webgpu/dist/linux-x64/dawn.node.xz webgpu/node_modules/webgpu/dist/linux-x64/dawn.node
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
+# Dawn prints each shader compiler warning with its source line and a caret: keep only the rest
+without_warnings() { grep -v "^Warning\|warning\|^ *\^\|^ *$"; }
 # PROFILE=1 adds each preset's host encode/submit cost and per-kernel GPU times; SKIP_TORCH=1 skips PyTorch,
 # TORCH_MODES picks its modes (python_ref/bench_cuda.py MODES); TIMELINE=1 adds each preset's GPU time per
 # step by timestamps (step_timeline.mjs)
 # TILES=1 first times every matmul tile on each preset's products (matmul_tiles.mjs)
 [ -z "${TILES:-}" ] || /tmp/wg/bin/node webgpu/bench/matmul_tiles.mjs --presets "${TILE_PRESETS-$PRESETS}" --square "${SQUARES:-}" --out "$OUT/matmul_tiles.json" \
-  2> >(grep -v "^Warning\|warning\|^ *\^\|^ *$" > "$OUT/matmul_tiles.log") || echo "tile bench failed: exit $?"
+  2> >(without_warnings > "$OUT/matmul_tiles.log") || echo "tile bench failed: exit $?"
 # each side runs even if the other fails, so one run always brings back what can be measured
 /tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
   --sizes "${SIZES-1024,2048,4096}" ${PROFILE:+--profile 1} --out "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
 [ -z "${TIMELINE:-}" ] || /tmp/wg/bin/node webgpu/bench/step_timeline.mjs "$PRESETS" "$OUT/step_timeline.json" 200 20 \
-  2> >(grep -v "^Warning\|warning\|^ *\^\|^ *$" >&2) || echo "step timeline failed: exit $?"
+  2> >(without_warnings >&2) || echo "step timeline failed: exit $?"
 # BASELINE=DIR (a carried copy of an earlier commit's webgpu/ and site/static/, e.g. from `git archive`):
 # the same WGSL bench on that code, then this code again, in the same call (A/B/A against drift)
 if [ -n "${BASELINE:-}" ]; then

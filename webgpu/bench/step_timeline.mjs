@@ -6,15 +6,10 @@
 // Prints "preset ms/step-wall median-GPU-ms-per-step"; out.json also holds every step's GPU time.
 // It found xl's 7–8 ms/step in bench.mjs to be ~5.0 ms steps after a transient of 21 ms ones.
 import { readFileSync, writeFileSync } from "node:fs";
-import { create, globals } from "webgpu";
+import { nodeDevice } from "../node_gpu.js";
 import { Trainer } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
-Object.assign(globalThis, globals);
-const gpu = create([]);
-const adapter = await gpu.requestAdapter({ powerPreference: "high-performance" });
-if (!adapter?.features.has("timestamp-query")) throw new Error("this adapter offers no timestamp-query feature: no GPU times");
-const device = await adapter.requestDevice({ requiredFeatures: ["timestamp-query"], requiredLimits: {
-  maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize, maxBufferSize: adapter.limits.maxBufferSize } });
+const { device } = await nodeDevice({ features: ["timestamp-query"] }); // GPU times need it
 const presets = JSON.parse(readFileSync("site/static/presets.json", "utf8"));
 const corpus = new Uint8Array(readFileSync("site/static/data/tinyshakespeare.txt"));
 const N = Number(process.argv[4] ?? 200), WARMUP = Number(process.argv[5] ?? 20), out = {};

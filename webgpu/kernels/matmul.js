@@ -177,15 +177,15 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
     has("G") && /* wgsl */ `if ((p.flags & 16u) != 0u) { G[idx] = gelu(v); }`,
   ].filter(Boolean).join("\n  ");
   const T = vec ? "vec4f" : "f32", zero = vec ? "vec4f(0.0)" : "0.0";
+  const at = (i) => (vec ? `(${i}) / 4u` : i); // an element index as an index into A, B or LN
   // with vec, (m, k) starts a run of 4 along the contiguous axis, all in range when m (or k) is;
   // A is loaded at (m, k), B at (k, n); index: the element's offset in its (batch's) operand
   const load = (X, index) => /* wgsl */ `
 fn load_${X.toLowerCase()}(base: u32, ${X === "A" ? "m: u32, k: u32" : "k: u32, n: u32"}) -> ${T} {
   if (${X === "A" ? "m >= p.M || k >= p.K * p.kcat" : "k >= p.K * p.kcat || n >= p.N"}) { return ${zero}; }
   ${kSplit("k")}
-  return ${X}[${vec ? "(" : ""}base + kz * p.${X.toLowerCase()}_zs + ${index}${vec ? ") / 4u" : ""}];
+  return ${X}[${at(`base + kz * p.${X.toLowerCase()}_zs + ${index}`)}];
 }`;
-  const at = (i) => (vec ? `(${i}) / 4u` : i); // an element index as an index into A, B or LN
   // forward's A (m, k), normalised with its row's statistics (row m % BM of the tile); the first
   // column tile also stores it for the backward
   const loadNormalised = /* wgsl */ `

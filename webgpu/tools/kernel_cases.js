@@ -34,14 +34,15 @@ export async function runKernelCases(device, cases, inputs) {
       const len = c.M * c.N + (c.biasGrad ? c.M : 0), batches = c.batches ?? 1, cLen = c.cLen ?? len;
       const C = c.accumulate ? input(`${c.id}_C0`) : empty(cLen), G = c.gelu ? empty(cLen) : null;
       // a LayerNorm prologue: its output at A's offsets, (mean, rstd) of rows 0 .. aOff / K + M
-      const ln = c.ln ? { ...c.ln, out: empty(c.aOff + c.M * c.K), stats: empty(2 * (c.aOff / c.K + c.M)) } : null;
+      const lnLen = c.aOff + c.M * c.K, statsLen = 2 * (c.aOff / c.K + c.M);
+      const ln = c.ln ? { ...c.ln, out: empty(lnLen), stats: empty(statsLen) } : null;
       ops.matmul(plan, c.form, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, ln, B: input(`${c.id}_B`), bOff: c.bOff,
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
         accumulate: c.accumulate, biasGrad: c.biasGrad, gelu: G, geluGradOf: c.geluGrad ? input(`${c.id}_H`) : null,
         tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(batches * c.splits * len) : null,
         batches, kcat: c.kcat ?? 1, strides: c.strides ?? {}, vec: c.vec });
       return { C: [C, cLen], ...(G ? { G: [G, cLen] } : {}),
-        ...(ln ? { LN: [ln.out, c.aOff + c.M * c.K], LNS: [ln.stats, 2 * (c.aOff / c.K + c.M)] } : {}) };
+        ...(ln ? { LN: [ln.out, lnLen], LNS: [ln.stats, statsLen] } : {}) };
     },
     // several split-K backward_weight products into one C, their sums in one dispatch
     matmul_split_sums(c, plan) {
