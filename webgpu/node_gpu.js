@@ -7,10 +7,16 @@ import { create, globals } from "webgpu";
 // random (seen as segfaults and futex aborts once a dispatch runs long enough for a GC to happen).
 const alive = [];
 
-/** features: optional features the device must have (an adapter without one is an error). */
+/**
+ * features: optional features the device must have (an adapter without one is an error).
+ * DAWN_FEATURES (environment, comma-separated Dawn toggles, e.g. disable_robustness) is a diagnostic
+ * for benchmarks: what a toggle costs or saves. Browsers run with Dawn's defaults, so no figure
+ * taken with it describes the product.
+ */
 export async function nodeDevice({ powerPreference = "high-performance", features = [] } = {}) {
   Object.assign(globalThis, globals);
-  const gpu = create([]);
+  const toggles = process.env.DAWN_FEATURES;
+  const gpu = create(toggles ? [`enable-dawn-features=${toggles}`] : []);
   alive.push(gpu);
   const adapter = await gpu.requestAdapter({ powerPreference });
   alive.push(adapter);

@@ -42,6 +42,10 @@ if [ -n "${BASELINE:-}" ]; then
       --out "$OUT/webgpu_bench_$side.json" 2> >(tee "$OUT/webgpu_bench_$side.log" >&2) || echo "WebGPU bench ($side) failed: exit $?"
   done
 fi
+# DAWN_DIAG=toggles (e.g. disable_robustness): this code's bench once more with those Dawn toggles, a
+# diagnostic of what they cost (browsers keep Dawn's defaults: never a product figure)
+[ -z "${DAWN_DIAG:-}" ] || DAWN_FEATURES=$DAWN_DIAG /tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
+  --sizes "${SIZES-1024,2048,4096}" --out "$OUT/webgpu_bench_dawn.json" 2> >(without_warnings > "$OUT/webgpu_bench_dawn.log") || echo "WebGPU bench (Dawn toggles) failed: exit $?"
 # the WGSL trainer against python_ref (on CUDA) step by step on this GPU (parity.py), so that every
 # speed measured here is of code that still trains as the reference does; PARITY=0 skips it
 [ "${PARITY:-1}" = 0 ] || python3 webgpu/bench/parity.py --presets "${PARITY_PRESETS:-tiny,small,medium,large}" --steps "${PARITY_STEPS:-50}" \

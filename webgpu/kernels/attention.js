@@ -51,16 +51,21 @@ function constants(D, { rows, split, tile, stride }) {
     PER_THREAD: tile / split, // tile rows each invocation takes
     ROUND: round, // vec4s each invocation hands in per merge round
     ROUNDS: Math.ceil(D / 4 / round),
-    SHARED: shared,
   };
 }
+
+// The shared tiles' vec4 i, counted flat (rows of RS), where merge scratch and statistics go
+const flat = (i) => `sh[(${i}) / RS][(${i}) % RS]`;
 
 // A kernel body with the layout's constants, the shared tiles (two operands, reused as merge
 // scratch) and the merge of the SPLIT partial sums of each row; loops over constants unrolled.
 function withPreamble(D, layout, body) {
   const k = constants(D, layout);
   return unrollLoops(/* wgsl */ `${Object.entries(k).map(([n, v]) => /* wgsl */ `const ${n} = ${v}u;`).join("\n")}
-var<workgroup> sh: array<vec4f, SHARED>; // rows [0, TILE): first operand; [TILE, 2·TILE): second
+// rows [0, TILE): first operand; [TILE, 2·TILE): second. Two-dimensional so that bounds checks
+// (WebGPU clamps every dynamic index) clamp a row once for all its vec4s, whose indices are
+// constants once unrolled; a flat index needed a clamp per read.
+var<workgroup> sh: array<array<vec4f, RS>, 2 * TILE>;
 
 // Replaces each invocation's a by w·a summed over the SPLIT invocations of its row, for the vec4s c
 // it owns (owns(c, t)); others are left stale. Call from uniform control flow (barriers).
@@ -70,13 +75,13 @@ fn merge(a: ptr<function, array<vec4f, D4>>, w: f32, li: u32) {
   for (var rd = 0u; rd < ROUNDS; rd++) {
     let r0 = rd * ROUND;
     for (var x = 0u; x < ROUND; x++) {
-      if (r0 + x < D4) { sh[li * ROUND + x] = (*a)[r0 + x] * w; }
+      if (r0 + x < D4) { ${flat("li * ROUND + x")} = (*a)[r0 + x] * w; }
     }
     workgroupBarrier();
     for (var x = 0u; x < ROUND; x++) {
       if (r0 + x < D4 && x % SPLIT == t) {
         var sum = vec4f(0.0);
-        for (var u = 0u; u < SPLIT; u++) { sum += sh[(first + u) * ROUND + x]; }
+        for (var u = 0u; u < SPLIT; u++) { sum += ${flat("(first + u) * ROUND + x")}; }
         (*a)[r0 + x] = sum;
       }
     }
@@ -94,7 +99,7 @@ const loadTile = (buf, at, rowBase, times = "") => /* wgsl */ `
       let c = e % D4;
       var x = vec4f(0.0);
       if (j0 + r < end) { x = ${buf}[(${rowBase} + j0 + r) * C4 + h * D4 + c]${times}; }
-      sh[(${at} + r) * RS + c] = x;
+      sh[${at} + r][c] = x;
     }`;
 
 const HEAD = /* wgsl */ `
@@ -137,7 +142,7 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
       for (var i = 0u; i < PER_THREAD; i++) {
         let r = t + i * SPLIT;
         var sc = 0.0;
-        for (var c = 0u; c < D4; c++) { sc += dot(qr[c], sh[r * RS + c]); }
+        for (var c = 0u; c < D4; c++) { sc += dot(qr[c], sh[r][c]); }
         s[i] = sc;
         if (j0 + r <= tq) { bmax = max(bmax, sc); }
       }
@@ -149,7 +154,7 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
         if (j0 + r <= tq) {
           let pr = exp(s[i] - bmax);
           l += pr;
-          for (var c = 0u; c < D4; c++) { acc[c] += pr * sh[(TILE + r) * RS + c]; }
+          for (var c = 0u; c < D4; c++) { acc[c] += pr * sh[TILE + r][c]; }
         }
       }
       mx = bmax;
@@ -157,13 +162,13 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
     workgroupBarrier();
   }
   // the row's softmax statistics from its SPLIT partial (max, sum) pairs
-  sh[li] = vec4f(mx, l, 0.0, 0.0);
+  ${flat("li")} = vec4f(mx, l, 0.0, 0.0);
   workgroupBarrier();
   let first = li - t;
   var m = -1.0e30;
-  for (var u = 0u; u < SPLIT; u++) { m = max(m, sh[first + u].x); }
+  for (var u = 0u; u < SPLIT; u++) { m = max(m, ${flat("first + u")}.x); }
   var sum = 0.0;
-  for (var u = 0u; u < SPLIT; u++) { sum += sh[first + u].y * exp(sh[first + u].x - m); }
+  for (var u = 0u; u < SPLIT; u++) { sum += ${flat("first + u")}.y * exp(${flat("first + u")}.x - m); }
   workgroupBarrier();
   merge(&acc, select(0.0, exp(mx - m) / sum, valid), li);
   if (valid) {
@@ -207,9 +212,9 @@ fn attention_backward_q(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
         if (j0 + r <= qi) {
           var s = 0.0;
           var dp = 0.0;
-          for (var c = 0u; c < D4; c++) { s += dot(qr[c], sh[r * RS + c]); dp += dot(dor[c], sh[(TILE + r) * RS + c]); }
+          for (var c = 0u; c < D4; c++) { s += dot(qr[c], sh[r][c]); dp += dot(dor[c], sh[TILE + r][c]); }
           let ds = exp(s - row_lse) * (dp - row_delta);
-          for (var c = 0u; c < D4; c++) { dqa[c] += ds * sh[r * RS + c]; }
+          for (var c = 0u; c < D4; c++) { dqa[c] += ds * sh[r][c]; }
         }
       }
     }
@@ -260,12 +265,12 @@ fn attention_backward_kv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoc
         if (j0 + r >= kj && j0 + r < end) {
           var s = 0.0;
           var dp = 0.0;
-          for (var c = 0u; c < D4; c++) { s += dot(sh[r * RS + c], kr[c]); dp += dot(sh[(TILE + r) * RS + c], vr[c]); }
+          for (var c = 0u; c < D4; c++) { s += dot(sh[r][c], kr[c]); dp += dot(sh[TILE + r][c], vr[c]); }
           let pr = exp(s - stats[r].x);
           let ds = pr * (dp - stats[r].y);
           for (var c = 0u; c < D4; c++) {
-            dva[c] += pr * sh[(TILE + r) * RS + c];
-            dka[c] += ds * sh[r * RS + c];
+            dva[c] += pr * sh[TILE + r][c];
+            dka[c] += ds * sh[r][c];
           }
         }
       }

@@ -112,12 +112,19 @@ function slabGeometry(form, tile) {
   return { vA, vB, AS: BM + (aT ? 0 : pad(vA)), BS: BN + (bT ? pad(vB) : 0) };
 }
 
-/** The workgroup arrays of a product's two slabs: As [k][m] and Bs [k][n]. */
+/**
+ * The workgroup arrays of a product's two slabs, As [k][m] and Bs [k][n], as arrays of BK rows of
+ * `cols` (vec4s where read as vec4s). Two-dimensional so that bounds checks (WebGPU clamps every
+ * dynamic index) clamp k and the column apart: in the inner loop k is a constant once unrolled and
+ * the column's clamp does not depend on k, so neither costs an instruction per read, where one flat
+ * index needed a clamp per read.
+ */
 function slabArrays(form, tile) {
   const { BK } = tileShape(tile), { vA, vB, AS, BS } = slabGeometry(form, tile);
-  return [{ name: "As", type: vA ? "vec4f" : "f32", length: (BK * AS) / (vA ? 4 : 1) },
-    { name: "Bs", type: vB ? "vec4f" : "f32", length: (BK * BS) / (vB ? 4 : 1) }];
+  return [{ name: "As", type: vA ? "vec4f" : "f32", rows: BK, cols: AS / (vA ? 4 : 1) },
+    { name: "Bs", type: vB ? "vec4f" : "f32", rows: BK, cols: BS / (vB ? 4 : 1) }];
 }
+const declareSlab = ({ name, type, rows, cols }) => `var<workgroup> ${name}: array<array<${type}, ${cols}>, ${rows}>;`;
 
 /**
  * One product as WGSL: its workgroup memory, loads, store and `fn product<s>(wid, lid, li)` computing
@@ -133,12 +140,12 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
   const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(tile);
   if (ln && (form !== "forward" || split || kcat)) throw new Error("a LayerNorm prologue belongs to an unsplit forward product");
   const { aT, bT } = formOf(form);
-  const { vA, vB, AS, BS } = slabGeometry(form, tile);
+  const { vA, vB } = slabGeometry(form, tile);
   const rowOf = (i) => (vA ? `lid.y * 4u + ${Math.floor(i / 4) * WY * 4 + (i % 4)}u` : `lid.y + ${i * WY}u`);
   const colOf = (j) => (vB ? `lid.x * 4u + ${Math.floor(j / 4) * WX * 4 + (j % 4)}u` : `lid.x + ${j * WX}u`);
   // workgroup-memory element (k, m) of A's slab and (k, n) of B's, as an assignable reference
-  const atA = (k, m) => (vA ? `As[(${k}) * ${AS / 4}u + (${m}) / 4u][(${m}) % 4u]` : `As[(${k}) * AS + ${m}]`);
-  const atB = (k, n) => (vB ? `Bs[(${k}) * ${BS / 4}u + (${n}) / 4u][(${n}) % 4u]` : `Bs[(${k}) * BS + ${n}]`);
+  const atA = (k, m) => (vA ? `As[${k}][(${m}) / 4u][(${m}) % 4u]` : `As[${k}][${m}]`);
+  const atB = (k, n) => (vB ? `Bs[${k}][(${n}) / 4u][(${n}) % 4u]` : `Bs[${k}][${n}]`);
   // Each invocation loads L vec4s (or scalars) of each slab per K-step; a guard where the slab does
   // not divide evenly among the invocations.
   const W = vec ? 4 : 1;
@@ -156,10 +163,10 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
   // a vec4 loaded along m (aT) or n (!bT) lands in one row of the slab: one vec4 store where that
   // row is read as vec4s
   const stashA = (r) => !vec ? `${atA("kk", "mm")} = ra${r};`
-    : aT ? (vA ? `As[kk * ${AS / 4}u + mm / 4u] = ra${r};` : range(4).map((c) => `${atA("kk", `mm + ${c}u`)} = ra${r}[${c}];`).join(" "))
+    : aT ? (vA ? `As[kk][mm / 4u] = ra${r};` : range(4).map((c) => `${atA("kk", `mm + ${c}u`)} = ra${r}[${c}];`).join(" "))
       : range(4).map((c) => `${atA(`kk + ${c}u`, "mm")} = ra${r}[${c}];`).join(" ");
   const stashB = (r) => !vec ? `${atB("kb", "nn")} = rb${r};`
-    : !bT ? (vB ? `Bs[kb * ${BS / 4}u + nn / 4u] = rb${r};` : range(4).map((c) => `${atB("kb", `nn + ${c}u`)} = rb${r}[${c}];`).join(" "))
+    : !bT ? (vB ? `Bs[kb][nn / 4u] = rb${r};` : range(4).map((c) => `${atB("kb", `nn + ${c}u`)} = rb${r}[${c}];`).join(" "))
       : range(4).map((c) => `${atB(`kb + ${c}u`, "nn")} = rb${r}[${c}];`).join(" ");
   const stash = [
     ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} ${guard(slabA, r)}{ ${stashA(r)} } }`),
@@ -231,8 +238,7 @@ fn load_a(base: u32, m: u32, k: u32) -> ${T} {
   }`;
   const body = /* wgsl */ `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
-const AS = ${AS}u; const BS = ${BS}u;
-${shared ? "" : slabArrays(form, tile).map(({ name, type, length }) => `var<workgroup> ${name}: array<${type}, ${length}>;`).join("\n")}
+${shared ? "" : slabArrays(form, tile).map(declareSlab).join("\n")}
 ${ln ? /* wgsl */ `const LN_LANES = ${threads / BM}u;
 var<workgroup> ln_part: array<f32, ${threads}>;
 var<workgroup> ln_stats: array<vec2f, ${BM}>; // (mean, rstd) of the tile's rows
@@ -273,10 +279,10 @@ ${stash}
 ${fetch("(k0 + BK)")}
     }
     for (var k = 0u; k < BK; k++) {
-${vA ? range(TM / 4).map((g) => `      let av${g} = As[k * ${AS / 4}u + lid.y + ${g * WY}u];`).join("\n") : ""}
-${vB ? range(TN / 4).map((g) => `      let bv${g} = Bs[k * ${BS / 4}u + lid.x + ${g * WX}u];`).join("\n") : ""}
-${range(TM).map((i) => `      let a${i} = ${vA ? `av${Math.floor(i / 4)}[${i % 4}]` : `As[k * AS + lid.y + ${i * WY}u]`};`).join("\n")}
-${range(TN).map((j) => `      let b${j} = ${vB ? `bv${Math.floor(j / 4)}[${j % 4}]` : `Bs[k * BS + lid.x + ${j * WX}u]`};`).join("\n")}
+${vA ? range(TM / 4).map((g) => `      let av${g} = As[k][lid.y + ${g * WY}u];`).join("\n") : ""}
+${vB ? range(TN / 4).map((g) => `      let bv${g} = Bs[k][lid.x + ${g * WX}u];`).join("\n") : ""}
+${range(TM).map((i) => `      let a${i} = ${vA ? `av${Math.floor(i / 4)}[${i % 4}]` : `As[k][lid.y + ${i * WY}u]`};`).join("\n")}
+${range(TN).map((j) => `      let b${j} = ${vB ? `bv${Math.floor(j / 4)}[${j % 4}]` : `Bs[k][lid.x + ${j * WX}u]`};`).join("\n")}
 ${each(TM, TN, (i, j) => /* wgsl */ `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
       if (bias_grad) {
 ${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
@@ -295,7 +301,7 @@ ${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[slab + p.
   // suffix the names; map the buffer names to their bindings
   return body
     .replace(/\bp\.(\w+)/g, (_, f) => `p.${f}${s}`)
-    .replace(shared ? /\b(BM|BN|BK|AS|BS|load_a|load_b|store|product)\b/g : /\b(BM|BN|BK|AS|BS|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
+    .replace(shared ? /\b(BM|BN|BK|load_a|load_b|store|product)\b/g : /\b(BM|BN|BK|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
     .replace(/\b(A|B|bias|R|C|G|LN|LNS)\[/g, (_, b) => `${buffers[b]}[`);
 }
 
@@ -343,12 +349,13 @@ export function matmulPairKernel(first, second, vec = false) {
   if (t0.WX !== t1.WX || t0.WY !== t1.WY) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocation layout`);
   const name = (k) => `${k.form}_${k.tile}${k.split ? "_split" : ""}${k.kcat ? "_kcat" : ""}`;
   // A workgroup computes one of the two products, so both use the same workgroup arrays, sized for
-  // the larger (two sets would exceed 16 KiB for tiles with 32-deep K-steps)
+  // the larger (two sets would exceed 16 KiB for tiles with 32-deep K-steps); a product whose rows
+  // are shorter than the arrays' leaves their tails unused
   const [a0, a1] = [first, second].map((k) => slabArrays(k.form, k.tile));
   const shared = a0.every((x, i) => x.type === a1[i].type);
-  const bytes = (arrays) => arrays.reduce((n, x) => n + x.length * (x.type === "f32" ? 4 : 16), 0);
+  const bytes = (arrays) => arrays.reduce((n, x) => n + x.rows * x.cols * (x.type === "f32" ? 4 : 16), 0);
   if (!shared && bytes(a0) + bytes(a1) > 16384) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} need more than 16 KiB of workgroup memory`);
-  const arrays = shared ? a0.map((x, i) => `var<workgroup> ${x.name}: array<${x.type}, ${Math.max(x.length, a1[i].length)}>;`).join("\n") : "";
+  const arrays = shared ? a0.map((x, i) => declareSlab({ ...x, rows: Math.max(x.rows, a1[i].rows), cols: Math.max(x.cols, a1[i].cols) })).join("\n") : "";
   const body = (k, s) => productBody(k.form, k.tile, k.split, k.kcat, s, { A: "A", B: `B${s}`, bias: null, R: s === "0" ? "R0" : null, C: `C${s}`, G: null }, vec, shared);
   return kernel(`matmul_pair_${name(first)}_${name(second)}${vec ? "_vec4" : ""}`,
     [...["0", "1"].flatMap((s) => MATMUL_UNIFORMS.map((f) => [`${f}${s}`, "u32"])),
