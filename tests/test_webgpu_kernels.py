@@ -97,6 +97,7 @@ for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # 4
     matmul_case(form, 70, 37, 75, ("64x32-k32", "32x64-k32")[i % 2], bias=form != "backward_weight", accumulate=True)
 matmul_case("backward_weight", 68, 132, 300, "64x32-k32", bias_grad=True, splits=3, vec=True)
 matmul_case("backward_weight", 68, 132, 300, "128x64w", bias_grad=True, splits=4, vec=True)
+matmul_case("backward_weight", 68, 132, 300, "64x64w", bias_grad=True, splits=5, vec=True)
 matmul_case("forward", 1, 256, 48, "32x32w", bias=True, vec=True)  # a decode step's logits
 
 

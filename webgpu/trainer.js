@@ -43,8 +43,10 @@ function splitKSlabFloats(M, N, batches, rows) {
 
 // A block's split-K slabs stay side by side until one dispatch sums them all only while they are this
 // small: the sums must find the slabs still in L2. On an H100 (50 MiB of L2) xl's 52 MiB of slabs made
-// that step 6% slower than summing each product's slabs right after it; tiny–large (≤ 30 MiB) gained 2–14%.
-const GROUPED_SPLIT_SUMS_FLOATS = 8 * 2 ** 20;
+// that step 6% slower than summing each product's slabs right after it; tiny–large (≤ 30 MiB) gained
+// 2–14%; massive's 39 MiB took the same time either way (12.38/12.39 vs 12.34/12.41 ms) with 43
+// dispatches fewer, which is host time saved where the host is the bound.
+const GROUPED_SPLIT_SUMS_FLOATS = 10 * 2 ** 20;
 
 // A Linear's two backward products share a dispatch (Ops.matmulPair) only while the block's biggest
 // product (rows × 4C outputs) is this small. H100, ms/step, separate vs paired (medians of 3): tiny

@@ -419,28 +419,34 @@ export function tileCount(M, N, tile) {
 }
 
 /**
- * The tile for a product, from timing every tile on every preset's products on an H100 with its
- * clocks up (webgpu/bench/matmul_tiles.mjs, vec4 reads; docs/performance.md §13). These products are
- * too small to fill a big GPU, and what they pay for is each K-step's latency, so: below 250k
- * outputs the 256-invocation 2×2 tile with 32-deep K-steps; up to a million outputs 4×4 per
- * invocation with 32-deep steps (64×32 for the forward, 32×64 for input gradients); from a million
- * on 64×64 tiles of 256 invocations; big squares (≥ 512 tiles of 128×128) 128×128. Weight gradients
- * (long K = B·T) take 32×32 tiles split along K (chooseSplits).
+ * The tile for a product, from timing every tile (and split count) on every preset's products on an
+ * H100 with its clocks up (webgpu/bench/matmul_tiles.mjs, vec4 reads, two-dimensional slabs;
+ * docs/performance.md §14). These products are too small to fill a big GPU, and what they pay for
+ * is each K-step's latency, so: below 250k outputs the 256-invocation 2×2 tile with 32-deep K-steps;
+ * up to a million outputs 4×4 per invocation with 32-deep steps (64×32 for the forward, 32×64 for
+ * input gradients), except forward products from 290k outputs on, which take 64×64 tiles of 256
+ * invocations, as does everything from a million outputs on; big squares (≥ 512 tiles of 128×128)
+ * 128×128. Weight gradients (long K = B·T, split along K: chooseSplits) take 32×32 tiles below 250k
+ * outputs, 64×64w from there.
  */
 export function chooseTile(form, M, N) {
   if (tileCount(M, N, "128x128") >= 512) return "128x128"; // 30–35 TFLOP/s at 4096³ (H100)
-  if (formOf(form).aT) return "32x32";
-  if (M * N >= 1_000_000) return "64x64w";
+  if (formOf(form).aT) return M * N >= 250_000 ? "64x64w" : "32x32";
+  if (M * N >= 1_000_000 || (form === "forward" && M * N >= 290_000)) return "64x64w";
   if (M * N >= 250_000) return form === "forward" ? "64x32-k32" : "32x64-k32";
   return "32x32w-k32";
 }
 
 /**
- * How many K-splits a product gets: enough to reach ~1024 workgroups when its output has few tiles
- * (each split still gets ≥ 64 of K). 1 = no split.
+ * How many K-splits a product gets (1 = none; each split keeps ≥ 64 of K): with 256-invocation
+ * tiles, enough to reach ~512 workgroups; with the 64-invocation 32×32 tile, 8 (16 below 48
+ * tiles). More splits than that cost more in slabs to sum than they give in parallelism: on the
+ * H100, 16 splits of xl's 256×256 weight gradient took 19.8 µs, 8 took 17.9.
  */
 export function chooseSplits(M, N, K, tile) {
-  return Math.max(1, Math.min(16, Math.floor(K / 64), Math.ceil(1024 / tileCount(M, N, tile))));
+  const tiles = tileCount(M, N, tile);
+  const wanted = tileShape(tile).threads >= 256 ? Math.ceil(512 / tiles) : tiles < 48 ? 16 : 8;
+  return Math.max(1, Math.min(16, Math.floor(K / 64), wanted));
 }
 
 /** K per split: a multiple of the tile's BK (K: the whole, concatenated K). */
