@@ -102,14 +102,17 @@ const loadTile = (buf, at, rowBase, times = "") => /* wgsl */ `
       sh[${at} + r][c] = x;
     }`;
 
+// Workgroup (x, y) = ((batch, head), row block): GPUs start workgroups x fastest, so every head's
+// block of one length starts before any shorter block (longest first), and the short blocks fill the
+// tail; with blocks fastest, each wave mixed all lengths and the longest ones started late.
 const HEAD = /* wgsl */ `
-  let b = wid.y / p.H;
-  let h = wid.y % p.H;
+  let b = wid.x / p.H;
+  let h = wid.x % p.H;
   let C4 = p.C / 4u;
   let t = li % SPLIT;`;
-// the longest (last) query block first, so that the short ones fill the tail
+// the longest (last) query block first
 const QUERY_BLOCK = /* wgsl */ `
-  let q0 = ((p.T + ROWS - 1u) / ROWS - 1u - wid.x) * ROWS;
+  let q0 = ((p.T + ROWS - 1u) / ROWS - 1u - wid.y) * ROWS;
   let qi = q0 + li / SPLIT;
   let valid = qi < p.T;`;
 const vec4s = (names, mode) => names.map((n) => [n, mode, "vec4f"]);
@@ -240,7 +243,7 @@ var<workgroup> stats: array<vec2f, TILE>; // (lse, delta) of the tile's queries
 
 @compute @workgroup_size(WG)
 fn attention_backward_kv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}
-  let k0 = wid.x * ROWS; // block 0, which sees every query, first
+  let k0 = wid.y * ROWS; // block 0, which sees every query, first
   let kj = k0 + li / SPLIT;
   let valid = kj < p.T;
   var kr: array<vec4f, D4>;
@@ -289,5 +292,5 @@ fn attention_backward_kv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoc
 `)}`, "attention_backward_kv");
 }
 
-/** Workgroup counts of a kernel whose workgroups own `rows` rows of each (batch, head). */
-export const attentionGrid = (T, BH, layout) => [Math.ceil(T / layout.rows), BH];
+/** Workgroup counts of a kernel whose workgroups own `rows` rows of each (batch, head): [B·H, blocks]. */
+export const attentionGrid = (T, BH, layout) => [BH, Math.ceil(T / layout.rows)];
