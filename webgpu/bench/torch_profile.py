@@ -16,7 +16,8 @@ from torch.profiler import ProfilerActivity, profile
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from python_ref.bench_cuda import fp32_only, preset_batches, static_step  # noqa: E402
 
-# (group, substrings of a kernel's name), first match wins; the groups bench.mjs's profile uses too
+# (group, substrings of a kernel's name), first match wins. cuBLAS's split-K reductions and the sums
+# that make Linear bias gradients (at::native::reduce_kernel) count as matmul: the WGSL products do both.
 GROUPS = [
     ("attention", ("fmha", "flash", "attention", "attn")),
     ("matmul", ("gemm", "cutlass", "xmma", "cublas", "splitk", "reduce_kernel<")),
