@@ -111,8 +111,10 @@ async function profile(trainer, name) {
   return { ...host, prefix, dispatches: rows.length, gpuMs, kernels, rows };
 }
 
-// each matmul form (kernels/matmul.js MATMUL_FORMS), square n: GFLOP/s from back-to-back dispatches in one submit
-if (sizes.length) await raiseClocks(device, ops);
+// each matmul form (kernels/matmul.js MATMUL_FORMS), square n: GFLOP/s from back-to-back dispatches in one submit.
+// The clocks are raised right before each timing: filling the operands, the float64 spot checks and, on a
+// fresh machine, compiling each form's pipeline idle the GPU, and the first bench of a device call read
+// 7-12 TFLOP/s for 4096³ forms that read 32-35 a minute later (docs/performance.md §13, §14).
 for (const n of sizes) {
   const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
   const a = new Float32Array(n * n).map(() => Math.random() - 0.5), b = new Float32Array(n * n).map(() => Math.random() - 0.5);
@@ -124,6 +126,7 @@ for (const n of sizes) {
     ops.matmul(plan, form, { M: n, N: n, K: n, A, B, C });
     plan.freeze();
     await replay(device, plan, 2);
+    await raiseClocks(device, ops);
     const reps = n <= 1024 ? 50 : n <= 2048 ? 20 : 10;
     const seconds = (await replay(device, plan, reps)) / 1000 / reps;
     // spot check 16 entries against float64 sums
