@@ -27,9 +27,15 @@ without_warnings() { grep -v "^Warning\|warning\|^ *\^\|^ *$"; }
 # TILES=1 first times every matmul tile on each preset's products (matmul_tiles.mjs)
 [ -z "${TILES:-}" ] || /tmp/wg/bin/node webgpu/bench/matmul_tiles.mjs --presets "${TILE_PRESETS-$PRESETS}" --square "${SQUARES:-}" --out "$OUT/matmul_tiles.json" \
   2> >(without_warnings > "$OUT/matmul_tiles.log") || echo "tile bench failed: exit $?"
+# the WGSL bench of the code in DIR into $OUT/NAME.json: wgsl_bench DIR NAME [more bench.mjs options]
+wgsl_bench() {
+  local dir=$1 name=$2
+  shift 2
+  /tmp/wg/bin/node "$dir/webgpu/bench/bench.mjs" --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
+    --sizes "${SIZES-1024,2048,4096}" --out "$OUT/$name.json" "$@"
+}
 # each side runs even if the other fails, so one run always brings back what can be measured
-/tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
-  --sizes "${SIZES-1024,2048,4096}" ${PROFILE:+--profile 1} --out "$OUT/webgpu_bench.json" 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
+wgsl_bench . webgpu_bench ${PROFILE:+--profile 1} 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
 [ -z "${TIMELINE:-}" ] || /tmp/wg/bin/node webgpu/bench/step_timeline.mjs "$PRESETS" "$OUT/step_timeline.json" 200 20 \
   2> >(without_warnings >&2) || echo "step timeline failed: exit $?"
 # BASELINE=DIR (a carried copy of an earlier commit's webgpu/ and site/static/, e.g. from `git archive`):
@@ -38,14 +44,13 @@ if [ -n "${BASELINE:-}" ]; then
   ln -sfn "$PWD/webgpu/node_modules" "$BASELINE/webgpu/node_modules"
   for side in baseline again; do
     dir=$([ $side = baseline ] && echo "$BASELINE" || echo .)
-    /tmp/wg/bin/node "$dir/webgpu/bench/bench.mjs" --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 --sizes "${SIZES-1024,2048,4096}" \
-      --out "$OUT/webgpu_bench_$side.json" 2> >(tee "$OUT/webgpu_bench_$side.log" >&2) || echo "WebGPU bench ($side) failed: exit $?"
+    wgsl_bench "$dir" "webgpu_bench_$side" 2> >(tee "$OUT/webgpu_bench_$side.log" >&2) || echo "WebGPU bench ($side) failed: exit $?"
   done
 fi
 # DAWN_DIAG=toggles (e.g. disable_robustness): this code's bench once more with those Dawn toggles, a
 # diagnostic of what they cost (browsers keep Dawn's defaults: never a product figure)
-[ -z "${DAWN_DIAG:-}" ] || DAWN_FEATURES=$DAWN_DIAG /tmp/wg/bin/node webgpu/bench/bench.mjs --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
-  --sizes "${SIZES-1024,2048,4096}" --out "$OUT/webgpu_bench_dawn.json" 2> >(without_warnings > "$OUT/webgpu_bench_dawn.log") || echo "WebGPU bench (Dawn toggles) failed: exit $?"
+[ -z "${DAWN_DIAG:-}" ] || DAWN_FEATURES=$DAWN_DIAG wgsl_bench . webgpu_bench_dawn 2> >(without_warnings > "$OUT/webgpu_bench_dawn.log") \
+  || echo "WebGPU bench (Dawn toggles) failed: exit $?"
 # the WGSL trainer against python_ref (on CUDA) step by step on this GPU (parity.py), so that every
 # speed measured here is of code that still trains as the reference does; PARITY=0 skips it
 [ "${PARITY:-1}" = 0 ] || python3 webgpu/bench/parity.py --presets "${PARITY_PRESETS:-tiny,small,medium,large}" --steps "${PARITY_STEPS:-50}" \

@@ -6,12 +6,14 @@
 // Prints "preset ms/step-wall median-GPU-ms-per-step"; out.json also holds every step's GPU time.
 // It found xl's 7–8 ms/step in bench.mjs to be ~5.0 ms steps after a transient of 21 ms ones.
 import { readFileSync, writeFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Trainer } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 const { device } = await nodeDevice({ features: ["timestamp-query"] }); // GPU times need it
-const presets = JSON.parse(readFileSync("site/static/presets.json", "utf8"));
-const corpus = new Uint8Array(readFileSync("site/static/data/tinyshakespeare.txt"));
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
+const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
 const N = Number(process.argv[4] ?? 200), WARMUP = Number(process.argv[5] ?? 20), out = {};
 for (const name of process.argv[2].split(",")) {
   const trainer = new Trainer(device, configFromPresets(presets, name), { corpus });
@@ -65,6 +67,7 @@ for (const name of process.argv[2].split(",")) {
   device.createCommandEncoder = origEnc;
   device.queue.submit = origSubmit;
   trainer.destroy();
+  for (const x of [qs, resolve, read]) x.destroy();
 }
 if (process.argv[3]) writeFileSync(process.argv[3], JSON.stringify(out, null, 1));
 process.exit(0);

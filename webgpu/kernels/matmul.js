@@ -143,9 +143,11 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
   const { vA, vB } = slabGeometry(form, tile);
   const rowOf = (i) => (vA ? `lid.y * 4u + ${Math.floor(i / 4) * WY * 4 + (i % 4)}u` : `lid.y + ${i * WY}u`);
   const colOf = (j) => (vB ? `lid.x * 4u + ${Math.floor(j / 4) * WX * 4 + (j % 4)}u` : `lid.x + ${j * WX}u`);
-  // workgroup-memory element (k, m) of A's slab and (k, n) of B's, as an assignable reference
-  const atA = (k, m) => (vA ? `As[${k}][(${m}) / 4u][(${m}) % 4u]` : `As[${k}][${m}]`);
-  const atB = (k, n) => (vB ? `Bs[${k}][(${n}) / 4u][(${n}) % 4u]` : `Bs[${k}][${n}]`);
+  // workgroup-memory element (k, m) of A's slab and (k, n) of B's, as an assignable reference; where
+  // a slab is read as vec4s, vecA/vecB is the vec4 that holds it
+  const vecA = (k, m) => `As[${k}][(${m}) / 4u]`, vecB = (k, n) => `Bs[${k}][(${n}) / 4u]`;
+  const atA = (k, m) => (vA ? `${vecA(k, m)}[(${m}) % 4u]` : `As[${k}][${m}]`);
+  const atB = (k, n) => (vB ? `${vecB(k, n)}[(${n}) % 4u]` : `Bs[${k}][${n}]`);
   // Each invocation loads L vec4s (or scalars) of each slab per K-step; a guard where the slab does
   // not divide evenly among the invocations.
   const W = vec ? 4 : 1;
@@ -163,10 +165,10 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
   // a vec4 loaded along m (aT) or n (!bT) lands in one row of the slab: one vec4 store where that
   // row is read as vec4s
   const stashA = (r) => !vec ? `${atA("kk", "mm")} = ra${r};`
-    : aT ? (vA ? `As[kk][mm / 4u] = ra${r};` : range(4).map((c) => `${atA("kk", `mm + ${c}u`)} = ra${r}[${c}];`).join(" "))
+    : aT ? (vA ? `${vecA("kk", "mm")} = ra${r};` : range(4).map((c) => `${atA("kk", `mm + ${c}u`)} = ra${r}[${c}];`).join(" "))
       : range(4).map((c) => `${atA(`kk + ${c}u`, "mm")} = ra${r}[${c}];`).join(" ");
   const stashB = (r) => !vec ? `${atB("kb", "nn")} = rb${r};`
-    : !bT ? (vB ? `Bs[kb][nn / 4u] = rb${r};` : range(4).map((c) => `${atB("kb", `nn + ${c}u`)} = rb${r}[${c}];`).join(" "))
+    : !bT ? (vB ? `${vecB("kb", "nn")} = rb${r};` : range(4).map((c) => `${atB("kb", `nn + ${c}u`)} = rb${r}[${c}];`).join(" "))
       : range(4).map((c) => `${atB(`kb + ${c}u`, "nn")} = rb${r}[${c}];`).join(" ");
   const stash = [
     ...range(LA).map((r) => `    { let e = li + ${r * threads}u; ${aCoord} ${guard(slabA, r)}{ ${stashA(r)} } }`),
@@ -439,8 +441,8 @@ export function chooseTile(form, M, N) {
 
 /**
  * How many K-splits a product gets (1 = none; each split keeps ≥ 64 of K): with 256-invocation
- * tiles, enough to reach ~512 workgroups; with the 64-invocation 32×32 tile, 8 (16 below 48
- * tiles). More splits than that cost more in slabs to sum than they give in parallelism: on the
+ * tiles, enough to reach ~512 workgroups; with smaller ones (weight gradients' 64-invocation 32×32),
+ * 8, or 16 below 48 tiles. More splits than that cost more in slabs to sum than they give in parallelism: on the
  * H100, 16 splits of xl's 256×256 weight gradient took 19.8 µs, 8 took 17.9.
  */
 export function chooseSplits(M, N, K, tile) {
