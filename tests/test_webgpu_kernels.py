@@ -84,7 +84,7 @@ for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # t
     matmul_case(form, 37, 140, 29, ("64x64w", "128x64w", "32x64w")[i], accumulate=True)
 # vec4 reads of A and B, every form on every tile (68 rows, 44 of K: partial tiles and K-steps)
 ALL_TILES = ("128x128", "128x64", "64x64", "64x32", "32x64", "32x32", "32x32w", "32x64w", "64x64w", "128x64w",
-             "32x32w-k32", "32x64w-k32", "64x32-k32", "32x64-k32")
+             "32x32w-k32", "32x64w-k32", "64x32-k32", "32x64-k32", "32x32-s2", "32x32-s4", "64x32-s2", "32x64-s2")
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):
     for j, tile in enumerate(ALL_TILES):
         matmul_case(form, 68, 132, 44, tile, vec=True, bias=(i + j) % 2 == 0 and form != "backward_weight",
@@ -99,6 +99,15 @@ matmul_case("backward_weight", 68, 132, 300, "64x32-k32", bias_grad=True, splits
 matmul_case("backward_weight", 68, 132, 300, "128x64w", bias_grad=True, splits=4, vec=True)
 matmul_case("backward_weight", 68, 132, 300, "64x64w", bias_grad=True, splits=5, vec=True)
 matmul_case("forward", 1, 256, 48, "32x32w", bias=True, vec=True)  # a decode step's logits
+# sliced K: scalar reads; K past one slab and ending inside a group's rows; a fused bias gradient
+# whose sums group 0 adds too; split-K of a sliced tile
+for i, form in enumerate(("forward", "backward_input", "backward_weight")):
+    matmul_case(form, 70, 37, 75, ("32x32-s4", "64x32-s2", "32x64-s2")[i], bias=form != "backward_weight",
+                residual=True)
+    matmul_case(form, 37, 70, 45, ("32x32-s2", "32x32-s4", "64x32-s2")[i], accumulate=True)
+matmul_case("backward_weight", 45, 37, 130, "32x32-s4", bias_grad=True)
+matmul_case("backward_weight", 68, 132, 300, "64x32-s2", bias_grad=True, splits=3, vec=True)
+matmul_case("backward_weight", 45, 37, 301, "32x32-s4", bias_grad=True, splits=4)
 
 
 def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False, vec=None):
@@ -152,6 +161,8 @@ batched_matmul_case("forward", 68, 36, 28, 3, "64x64w", bias=True, vec=True)
 batched_matmul_case("backward_weight", 36, 28, 132, 3, "128x64w", bias_grad=True, splits=3, vec=True)
 batched_matmul_case("backward_input", 68, 36, 28, 3, "128x128", kcat=True, vec=True)
 batched_matmul_case("backward_input", 44, 20, 40, 3, "32x64w", kcat=True, splits=2, vec=True)
+batched_matmul_case("forward", 68, 36, 28, 3, "32x32-s4", bias=True, vec=True)
+batched_matmul_case("backward_input", 68, 36, 52, 3, "32x64-s2", kcat=True, vec=True)
 
 
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)
@@ -248,7 +259,8 @@ def layernorm_matmul_case(M, N, K, tile, vec, batches=1, first=0, bias=False, ge
              inputs, check)
 
 
-for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "32x64w", "128x64w", "64x32-k32", "32x64-k32")):
+for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "32x64w", "128x64w", "64x32-k32", "32x64-k32",
+                          "32x32-s4", "64x32-s2")):
     layernorm_matmul_case(70, 44, 36, tile, vec=True, bias=i % 2 == 0)
     layernorm_matmul_case(37, 21, 30, tile, vec=False)
 layernorm_matmul_case(68, 20, 48, "32x32", vec=True, batches=3, bias=True)  # q, k, v from ln1
@@ -303,6 +315,8 @@ gelu_matmul_case("forward", 33, 70, 40, "32x32w")
 gelu_matmul_case("backward_input", 70, 37, 41, "32x32")
 gelu_matmul_case("forward", 68, 132, 44, "64x64w")  # aligned: vec4 reads
 gelu_matmul_case("backward_input", 68, 36, 44, "32x64")
+gelu_matmul_case("forward", 68, 132, 44, "32x32-s4")
+gelu_matmul_case("backward_input", 68, 36, 72, "64x32-s2")
 
 
 def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None):

@@ -23,11 +23,11 @@ function matmulPairFor(first, second, vec) {
   if (!pairKernels.has(key)) pairKernels.set(key, matmulPairKernel(first, second, vec));
   return pairKernels.get(key);
 }
-// A pair's tiles must share an invocation layout: the 64-invocation 32×32 tile (4×4 each) and the
-// 128-invocation 32×64 one become the 256-invocation 32×32 (2×2 each, the input gradients' choice
-// at tiny). (32x64w-k32 would keep the 32×64 shape, but beside a weight gradient's 32x32w-k32 the
+// A pair's tiles must share an invocation layout: the 64-invocation 32×32 tile (4×4 each), the
+// 128-invocation 32×64 one and the sliced 32×32 (whose end needs its own slabs) become the
+// 256-invocation 32×32 (2×2 each, the input gradients' choice at tiny). (32x64w-k32 would keep the 32×64 shape, but beside a weight gradient's 32x32w-k32 the
 // pair needs more than 16 KiB of workgroup memory.)
-const PAIR_TILE = { "32x32": "32x32w-k32", "32x64-k32": "32x32w-k32" };
+const PAIR_TILE = { "32x32": "32x32w-k32", "32x64-k32": "32x32w-k32", "32x32-s2": "32x32w-k32" };
 const attentionKernels = new Map();
 function attentionFor(D) {
   if (!attentionKernels.has(D)) {
@@ -85,7 +85,7 @@ export class Ops {
       throw new Error("matmulPair: an input gradient (geluGradOf allowed) and a plain weight gradient (biasGrad allowed)");
     }
     const pair = (form, a) => {
-      const tile = a.tile ?? chooseTile(form, a.M, a.N);
+      const tile = a.tile ?? chooseTile(form, a.M, a.N, a.K * (a.kcat ?? 1));
       return this._matmulDispatch(form, { ...a, tile: PAIR_TILE[tile] ?? tile });
     };
     const x = pair("backward_input", inputGrad), w = pair("backward_weight", weightGrad), vec = x.vec && w.vec;
@@ -100,8 +100,9 @@ export class Ops {
 
   /** One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region (see matmul). */
   _matmulDispatch(form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
-    accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = chooseTile(form, M, N), splits = 1,
+    accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = null, splits = 1,
     partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined, ln = null }) {
+    tile ??= chooseTile(form, M, N, K * kcat);
     if (ln && (form !== "forward" || splits > 1 || kcat > 1 || aOff % K !== 0)) throw new Error("a LayerNorm prologue: an unsplit forward product of whole rows");
     const aligned = vecAligned(form, { M, N, K, aOff, bOff, strides }) && (!ln || (ln.wOff % 4 === 0 && ln.bOff % 4 === 0));
     if (vec && !aligned) throw new Error(`matmul ${form} ${M}x${N}x${K}: operands not aligned for vec4 reads`);

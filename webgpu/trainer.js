@@ -33,7 +33,7 @@ const activationLabel = (key) => ACTIVATION_LABELS[key] ?? key;
 const qkvStride = (n) => Math.ceil(n / 64) * 64; // bind-group offsets must be multiples of 256 bytes
 
 /** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows. */
-const weightGradSplits = (M, N, rows) => chooseSplits(M, N, rows, chooseTile("backward_weight", M, N));
+const weightGradSplits = (M, N, rows) => chooseSplits(M, N, rows, chooseTile("backward_weight", M, N, rows));
 
 /** Floats of a product's split-K slabs in the scratch, rounded to whole 256-byte binding offsets (0: no split). */
 function splitKSlabFloats(M, N, batches, rows) {

@@ -1,6 +1,9 @@
 // Every matmul tile (and split-K count for the weight gradients) on the products of a training step,
 // per preset, on a real GPU: the data behind chooseTile/chooseSplits.
-//   node webgpu/bench/matmul_tiles.mjs [--presets tiny,small,...] [--square 1024,2048,4096] [--out FILE]
+//   node webgpu/bench/matmul_tiles.mjs [--presets tiny,small,...] [--tiles 64x64w,...] [--square 1024,2048,4096] [--out FILE]
+// --tiles: only these tiles (default every one); the trainer's own choice is timed in any case.
+// --clocks-ms: how long the GPU is kept busy before each preset's timings (default 300; 0 on a
+// software adapter, where that busy work takes minutes and the timings mean nothing anyway).
 // Each product is timed as reps back-to-back dispatches in one pass (as in a step: each waits for
 // the previous one), after a warm-up; µs per product. A preset's pipelines are all compiled before
 // its timings, right after the GPU's clocks are raised (replay.mjs raiseClocks): compiling idles the
@@ -18,6 +21,9 @@ const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.start
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 const names = (args.presets ?? "tiny,small,medium,large,xl,huge,massive").split(",").filter(Boolean);
 const squares = (args.square ?? "").split(",").filter(Boolean).map(Number);
+const clocksMs = Number(args["clocks-ms"] ?? 300);
+const tiles = args.tiles ? args.tiles.split(",") : Object.keys(MATMUL_TILES);
+for (const t of tiles) if (!MATMUL_TILES[t]) throw new Error(`unknown tile ${t}`);
 const { device } = await nodeDevice();
 const ops = new Ops(device);
 const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
@@ -61,24 +67,29 @@ function compile(products) {
 
 /** Every tile (and, for weight gradients, split count) worth timing for a product. */
 function candidates(form, K) {
-  return Object.keys(MATMUL_TILES).flatMap((tile) => (form === DW ? [1, 2, 4, 8, 16] : [1])
+  return tiles.flatMap((tile) => (form === DW ? [1, 2, 4, 8, 16] : [1])
     .filter((splits) => splits === 1 || K / splits >= 64).map((splits) => ({ tile, splits })));
 }
 
 /** The tile and split count the trainer takes for a product. */
 function chosen(form, M, N, K) {
-  const tile = chooseTile(form, M, N);
+  const tile = chooseTile(form, M, N, K);
   return { tile, splits: form === DW ? chooseSplits(M, N, K, tile) : 1 };
 }
 
 const out = [];
+// the floor: a 4×4×4 product (one workgroup, one K-step), what a dependent dispatch costs with no work
+compile([[FWD, 4, 4, 4, false, "32x32w-k32", 1]]);
+if (clocksMs > 0) await raiseClocks(device, ops, clocksMs);
+out.push({ floor: true, form: FWD, M: 4, N: 4, K: 4, tile: "32x32w-k32", us: await time(FWD, 4, 4, 4, false, "32x32w-k32", 1) });
+console.error(`floor: a 4x4x4 product ${out[0].us.toFixed(1)} us`);
 for (const name of names) {
   const p = presets.presets[name];
   let chosenTotal = 0, bestTotal = 0;
   const products = stepProducts(p, presets.model.vocabSize);
   compile(products.flatMap(([form, M, N, K, biasGrad]) => [...candidates(form, K), chosen(form, M, N, K)]
     .map(({ tile, splits }) => [form, M, N, K, biasGrad, tile, splits])));
-  await raiseClocks(device, ops);
+  if (clocksMs > 0) await raiseClocks(device, ops, clocksMs);
   for (const [form, M, N, K, biasGrad, count] of products) {
     const results = [];
     for (const { tile, splits } of candidates(form, K)) results.push({ tile, splits, us: await time(form, M, N, K, biasGrad, tile, splits) });
@@ -94,13 +105,13 @@ for (const name of names) {
   console.error(`${name}: matmuls per step ${(chosenTotal / 1000).toFixed(2)} ms as chosen, ${(bestTotal / 1000).toFixed(2)} ms with the best tile each`);
 }
 for (const n of squares) {
-  compile(Object.keys(MATMUL_FORMS).flatMap((form) => Object.keys(MATMUL_TILES).map((tile) => [form, n, n, n, false, tile, 1])));
-  await raiseClocks(device, ops);
+  compile(Object.keys(MATMUL_FORMS).flatMap((form) => tiles.map((tile) => [form, n, n, n, false, tile, 1])));
+  if (clocksMs > 0) await raiseClocks(device, ops, clocksMs);
   for (const form of Object.keys(MATMUL_FORMS)) {
     const results = [];
-    for (const tile of Object.keys(MATMUL_TILES)) results.push({ tile, us: await time(form, n, n, n, false, tile, 1) });
+    for (const tile of tiles) results.push({ tile, us: await time(form, n, n, n, false, tile, 1) });
     results.sort((a, b) => a.us - b.us);
-    const tile = chooseTile(form, n, n);
+    const tile = chooseTile(form, n, n, n);
     out.push({ square: n, form, chosen: tile, results });
     console.error(`square ${form} ${n}: chosen ${tile} ${(2 * n ** 3 / results.find((r) => r.tile === tile).us / 1e6).toFixed(0)} GFLOP/s; ` +
       results.map((r) => `${r.tile} ${(2 * n ** 3 / r.us / 1e6).toFixed(0)}`).join(", "));

@@ -24,9 +24,14 @@ without_warnings() { grep -v "^Warning\|warning\|^ *\^\|^ *$"; }
 # PROFILE=1 adds each preset's host encode/submit cost and per-kernel GPU times; SKIP_TORCH=1 skips PyTorch,
 # TORCH_MODES picks its modes (python_ref/bench_cuda.py MODES); TIMELINE=1 adds each preset's GPU time per
 # step by timestamps (step_timeline.mjs)
-# TILES=1 first times every matmul tile on each preset's products (matmul_tiles.mjs)
-[ -z "${TILES:-}" ] || /tmp/wg/bin/node webgpu/bench/matmul_tiles.mjs --presets "${TILE_PRESETS-$PRESETS}" --square "${SQUARES:-}" --out "$OUT/matmul_tiles.json" \
-  2> >(without_warnings > "$OUT/matmul_tiles.log") || echo "tile bench failed: exit $?"
+# TILES=1 first times every matmul tile (or those of TILE_NAMES) on each preset's products (matmul_tiles.mjs),
+# then cuBLAS on the same products (torch_products.py) unless SKIP_TORCH
+if [ -n "${TILES:-}" ]; then
+  /tmp/wg/bin/node webgpu/bench/matmul_tiles.mjs --presets "${TILE_PRESETS-$PRESETS}" ${TILE_NAMES:+--tiles "$TILE_NAMES"} \
+    --square "${SQUARES:-}" --out "$OUT/matmul_tiles.json" 2> >(without_warnings > "$OUT/matmul_tiles.log") || echo "tile bench failed: exit $?"
+  [ -n "${SKIP_TORCH:-}" ] || python3 webgpu/bench/torch_products.py "$OUT/matmul_tiles.json" > "$OUT/torch_products.json" \
+    2> "$OUT/torch_products.log" || echo "cuBLAS products failed: exit $?"
+fi
 # the WGSL bench of the code in DIR into $OUT/NAME.json: wgsl_bench DIR NAME [more bench.mjs options]
 wgsl_bench() {
   local dir=$1 name=$2

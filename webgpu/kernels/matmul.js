@@ -36,7 +36,13 @@ const formOf = (form) => {
   return f;
 };
 
-/** Tile shapes by name "BMxBN[w][-kBK]" (threads = WX·WY ≤ 256, workgroup memory ≤ 16 KiB). */
+/**
+ * Tile shapes by name "BMxBN[w][-kBK][-sKG]" (threads = WX·WY·KG ≤ 256, workgroup memory ≤ 16 KiB).
+ * KG > 1 slices K: the workgroup is KG groups of WX×WY invocations (lid.z: the group) that load each
+ * BK-deep slab together and multiply BK/KG rows of it each, and group 0 adds the other groups' sums
+ * at the end. A product with few output tiles and a long K then has KG times the invocations at
+ * work on each tile, with no partial sums in global memory and no second dispatch (split-K's cost).
+ */
 export const MATMUL_TILES = {
   "128x128": { WX: 16, WY: 16, BK: 8, TM: 8, TN: 8 },
   "128x64": { WX: 8, WY: 16, BK: 8, TM: 8, TN: 8 },
@@ -58,13 +64,19 @@ export const MATMUL_TILES = {
   // SwiftShader's compiler take > 14 GB.)
   "64x32-k32": { WX: 8, WY: 16, BK: 32, TM: 4, TN: 4 },
   "32x64-k32": { WX: 16, WY: 8, BK: 32, TM: 4, TN: 4 },
+  // sliced K: 4×4 outputs per invocation, 256 invocations on a 32×32 to 64×32 tile
+  "32x32-s2": { WX: 8, WY: 8, BK: 32, TM: 4, TN: 4, KG: 2 },
+  "32x32-s4": { WX: 8, WY: 8, BK: 32, TM: 4, TN: 4, KG: 4 },
+  "64x32-s2": { WX: 8, WY: 16, BK: 32, TM: 4, TN: 4, KG: 2 },
+  "32x64-s2": { WX: 16, WY: 8, BK: 32, TM: 4, TN: 4, KG: 2 },
 };
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 const each = (I, J, f) => range(I).flatMap((i) => range(J).map((j) => f(i, j))).join("\n");
 export const tileShape = (name) => {
   const t = MATMUL_TILES[name];
   if (!t) throw new Error(`unknown matmul tile ${name}; one of ${Object.keys(MATMUL_TILES).join(", ")}`);
-  return { ...t, BM: t.WY * t.TM, BN: t.WX * t.TN, threads: t.WX * t.WY };
+  const KG = t.KG ?? 1;
+  return { ...t, KG, BM: t.WY * t.TM, BN: t.WX * t.TN, threads: t.WX * t.WY * KG };
 };
 
 /**
@@ -120,11 +132,50 @@ function slabGeometry(form, tile) {
  * index needed a clamp per read.
  */
 function slabArrays(form, tile) {
-  const { BK } = tileShape(tile), { vA, vB, AS, BS } = slabGeometry(form, tile);
-  return [{ name: "As", type: vA ? "vec4f" : "f32", rows: BK, cols: AS / (vA ? 4 : 1) },
-    { name: "Bs", type: vB ? "vec4f" : "f32", rows: BK, cols: BS / (vB ? 4 : 1) }];
+  const { BK, KG } = tileShape(tile), { vA, vB, AS, BS } = slabGeometry(form, tile);
+  return [{ name: "As", type: vA ? "vec4f" : "f32", rows: BK, cols: AS / (vA ? 4 : 1), groups: KG },
+    { name: "Bs", type: vB ? "vec4f" : "f32", rows: BK, cols: BS / (vB ? 4 : 1), groups: KG }];
 }
-const declareSlab = ({ name, type, rows, cols }) => `var<workgroup> ${name}: array<array<${type}, ${cols}>, ${rows}>;`;
+// with sliced K, one more dimension in front: the group's BK/KG rows (its index, lid.z, is the same
+// for every read of the inner loop, so its bounds check is too)
+const declareSlab = ({ name, type, rows, cols, groups }) => (groups > 1
+  ? `var<workgroup> ${name}: array<array<array<${type}, ${cols}>, ${rows / groups}>, ${groups}>;`
+  : `var<workgroup> ${name}: array<array<${type}, ${cols}>, ${rows}>;`);
+const slabFloats = ({ type, rows, cols }) => rows * cols * (type === "f32" ? 1 : 4);
+
+/**
+ * Sliced K's end (after the K loop's last barrier, so the slabs are free): groups 1…KG-1 put their
+ * sums (the TM·TN accumulators, and with aT the TM bias-gradient sums) in the slabs' memory, as many
+ * groups per round as fit, and group 0 adds them, group by group in order, so every output is the
+ * same sum on every run. Each sum of a group takes a block of WX·WY floats (invocation t at float t:
+ * a warp's accesses are contiguous), the blocks laid in As and then in Bs.
+ */
+function sliceSums(form, tile, shared) {
+  const { WX, WY, KG, TM, TN } = tileShape(tile);
+  if (shared) throw new Error(`tile ${tile}: sliced K needs its own slabs`);
+  const arrays = slabArrays(form, tile), KB = arrays[0].rows / KG, gt = WX * WY;
+  const sums = [...range(TM).flatMap((i) => range(TN).map((j) => `c${i}_${j}`)), ...(formOf(form).aT ? range(TM).map((i) => `s${i}`) : [])];
+  const blocksA = Math.floor(slabFloats(arrays[0]) / gt);
+  const slots = Math.min(KG - 1, Math.floor((blocksA + Math.floor(slabFloats(arrays[1]) / gt)) / sums.length));
+  if (slots < 1) throw new Error(`tile ${tile}: the slabs cannot hold a group's ${sums.length} sums`);
+  // float t of block b: its (group, row, column[, component]) reference
+  const at = (b) => {
+    const { name, type, cols } = arrays[b < blocksA ? 0 : 1], f = `${(b < blocksA ? b : b - blocksA) * gt}u + t`;
+    const e = type === "f32" ? `(${f})` : `((${f}) / 4u)`, row = `(${e} / ${cols}u)`;
+    return `${name}[${row} / ${KB}u][${row} % ${KB}u][${e} % ${cols}u]${type === "f32" ? "" : `[(${f}) % 4u]`}`;
+  };
+  const rounds = [];
+  for (let first = 1; first < KG; first += slots) {
+    const last = Math.min(KG, first + slots);
+    rounds.push(/* wgsl */ `
+${range(last - first).map((z) => `  if (lid.z == ${first + z}u) {\n${sums.map((v, q) => `    ${at(z * sums.length + q)} = ${v};`).join("\n")}\n  }`).join("\n")}
+  workgroupBarrier();
+  if (lid.z == 0u) {
+${range(last - first).flatMap((z) => sums.map((v, q) => `    ${v} = ${v} + ${at(z * sums.length + q)};`)).join("\n")}
+  }${last < KG ? "\n  workgroupBarrier();" : ""}`);
+  }
+  return `\n  let t = lid.y * ${WX}u + lid.x; // this invocation within its group${rounds.join("")}`;
+}
 
 /**
  * One product as WGSL: its workgroup memory, loads, store and `fn product<s>(wid, lid, li)` computing
@@ -137,7 +188,8 @@ const declareSlab = ({ name, type, rows, cols }) => `var<workgroup> ${name}: arr
  * ln: A is normalised as it is loaded (LN_UNIFORMS).
  */
 function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null, ln = false) {
-  const { WX, WY, BM, BN, BK, TM, TN, threads } = tileShape(tile);
+  const { WX, WY, BM, BN, BK, TM, TN, KG, threads } = tileShape(tile);
+  const KB = BK / KG; // slab rows per group
   if (ln && (form !== "forward" || split || kcat)) throw new Error("a LayerNorm prologue belongs to an unsplit forward product");
   const { aT, bT } = formOf(form);
   const { vA, vB } = slabGeometry(form, tile);
@@ -145,9 +197,12 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
   const colOf = (j) => (vB ? `lid.x * 4u + ${Math.floor(j / 4) * WX * 4 + (j % 4)}u` : `lid.x + ${j * WX}u`);
   // workgroup-memory element (k, m) of A's slab and (k, n) of B's, as an assignable reference; where
   // a slab is read as vec4s, vecA/vecB is the vec4 that holds it
-  const vecA = (k, m) => `As[${k}][(${m}) / 4u]`, vecB = (k, n) => `Bs[${k}][(${n}) / 4u]`;
-  const atA = (k, m) => (vA ? `${vecA(k, m)}[(${m}) % 4u]` : `As[${k}][${m}]`);
-  const atB = (k, n) => (vB ? `${vecB(k, n)}[(${n}) % 4u]` : `Bs[${k}][${n}]`);
+  const row = (X, k) => (KG > 1 ? `${X}[(${k}) / ${KB}u][(${k}) % ${KB}u]` : `${X}[${k}]`);
+  const vecA = (k, m) => `${row("As", k)}[(${m}) / 4u]`, vecB = (k, n) => `${row("Bs", k)}[(${n}) / 4u]`;
+  const atA = (k, m) => (vA ? `${vecA(k, m)}[(${m}) % 4u]` : `${row("As", k)}[${m}]`);
+  const atB = (k, n) => (vB ? `${vecB(k, n)}[(${n}) % 4u]` : `${row("Bs", k)}[${n}]`);
+  // the inner loop's slab row k of this invocation's group
+  const innerA = KG > 1 ? "As[lid.z][k]" : "As[k]", innerB = KG > 1 ? "Bs[lid.z][k]" : "Bs[k]";
   // Each invocation loads L vec4s (or scalars) of each slab per K-step; a guard where the slab does
   // not divide evenly among the invocations.
   const W = vec ? 4 : 1;
@@ -280,20 +335,20 @@ ${stash}
     if (k0 + BK < k_end) {
 ${fetch("(k0 + BK)")}
     }
-    for (var k = 0u; k < BK; k++) {
-${vA ? range(TM / 4).map((g) => `      let av${g} = As[k][lid.y + ${g * WY}u];`).join("\n") : ""}
-${vB ? range(TN / 4).map((g) => `      let bv${g} = Bs[k][lid.x + ${g * WX}u];`).join("\n") : ""}
-${range(TM).map((i) => `      let a${i} = ${vA ? `av${Math.floor(i / 4)}[${i % 4}]` : `As[k][lid.y + ${i * WY}u]`};`).join("\n")}
-${range(TN).map((j) => `      let b${j} = ${vB ? `bv${Math.floor(j / 4)}[${j % 4}]` : `Bs[k][lid.x + ${j * WX}u]`};`).join("\n")}
+    for (var k = 0u; k < ${KB}u; k++) {
+${vA ? range(TM / 4).map((g) => `      let av${g} = ${innerA}[lid.y + ${g * WY}u];`).join("\n") : ""}
+${vB ? range(TN / 4).map((g) => `      let bv${g} = ${innerB}[lid.x + ${g * WX}u];`).join("\n") : ""}
+${range(TM).map((i) => `      let a${i} = ${vA ? `av${Math.floor(i / 4)}[${i % 4}]` : `${innerA}[lid.y + ${i * WY}u]`};`).join("\n")}
+${range(TN).map((j) => `      let b${j} = ${vB ? `bv${Math.floor(j / 4)}[${j % 4}]` : `${innerB}[lid.x + ${j * WX}u]`};`).join("\n")}
 ${each(TM, TN, (i, j) => /* wgsl */ `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
       if (bias_grad) {
 ${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
       }
     }
     workgroupBarrier();
-  }
+  }${KG > 1 ? sliceSums(form, tile, shared) : ""}
   let slab = ${split ? "wid.z * p.len" : "p.c_off + batch * p.c_zs"};
-  let bias_base = p.bias_off + batch * p.bias_zs;
+  let bias_base = p.bias_off + batch * p.bias_zs;${KG > 1 ? "\n  if (lid.z != 0u) { return; }" : ""}
 ${each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(j)}, c${i}_${j});`)}
   if (bias_grad && lid.x == 0u) {
 ${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[slab + p.M * p.N + m0 + ${rowOf(i)}] = s${i}; }`).join("\n")}
@@ -303,7 +358,8 @@ ${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[slab + p.
   // suffix the names; map the buffer names to their bindings
   return body
     .replace(/\bp\.(\w+)/g, (_, f) => `p.${f}${s}`)
-    .replace(shared ? /\b(BM|BN|BK|load_a|load_b|store|product)\b/g : /\b(BM|BN|BK|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
+    .replace(shared ? /\b(BM|BN|BK|load_a|load_b|store|product)\b/g
+      : /\b(BM|BN|BK|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
     .replace(/\b(A|B|bias|R|C|G|LN|LNS)\[/g, (_, b) => `${buffers[b]}[`);
 }
 
@@ -323,13 +379,13 @@ const vecBuffers = (buffers, vec, read4) => buffers.map(([n, mode]) => (vec && r
 
 /** ln: with the LayerNorm prologue (forward only; LN_UNIFORMS). */
 export function matmulKernel(form, tile, split = false, kcat = false, vec = false, ln = false) {
-  const { WX, WY } = tileShape(tile);
+  const { WX, WY, KG } = tileShape(tile);
   const entryPoint = `matmul_${form}`;
   return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}${ln ? "_ln" : ""}`,
     [...MATMUL_UNIFORMS.map((f) => [f, "u32"]), ...(ln ? LN_UNIFORMS : [])],
     vecBuffers([...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])], vec, ["A", "B", "LN"]),
     /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS, vec, null, ln)}
-@compute @workgroup_size(${WX}, ${WY})
+@compute @workgroup_size(${WX}, ${WY}, ${KG})
 fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
         @builtin(local_invocation_index) li: u32) {
   product(wid, lid, li);
@@ -348,7 +404,7 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id
  */
 export function matmulPairKernel(first, second, vec = false) {
   const t0 = tileShape(first.tile), t1 = tileShape(second.tile);
-  if (t0.WX !== t1.WX || t0.WY !== t1.WY) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocation layout`);
+  if (t0.WX !== t1.WX || t0.WY !== t1.WY || t0.KG !== t1.KG) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocation layout`);
   const name = (k) => `${k.form}_${k.tile}${k.split ? "_split" : ""}${k.kcat ? "_kcat" : ""}`;
   // A workgroup computes one of the two products, so both use the same workgroup arrays, sized for
   // the larger (two sets would exceed 16 KiB for tiles with 32-deep K-steps); a product whose rows
@@ -366,7 +422,7 @@ export function matmulPairKernel(first, second, vec = false) {
     /* wgsl */ `${GELU_FNS}${LINEAR_ID}${arrays}${body(first, "0")}${body(second, "1")}
 fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
 
-@compute @workgroup_size(${t0.WX}, ${t0.WY})
+@compute @workgroup_size(${t0.WX}, ${t0.WY}, ${t0.KG})
 fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
         @builtin(local_invocation_id) lid: vec3u, @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg);
@@ -421,33 +477,36 @@ export function tileCount(M, N, tile) {
 }
 
 /**
- * The tile for a product, from timing every tile (and split count) on every preset's products on an
- * H100 with its clocks up (webgpu/bench/matmul_tiles.mjs, vec4 reads, two-dimensional slabs;
- * docs/performance.md §14). These products are too small to fill a big GPU, and what they pay for
- * is each K-step's latency, so: below 250k outputs the 256-invocation 2×2 tile with 32-deep K-steps;
- * up to a million outputs 4×4 per invocation with 32-deep steps (64×32 for the forward, 32×64 for
- * input gradients), except forward products from 290k outputs on, which take 64×64 tiles of 256
- * invocations, as does everything from a million outputs on; big squares (≥ 512 tiles of 128×128)
- * 128×128. Weight gradients (long K = B·T, split along K: chooseSplits) take 32×32 tiles below 250k
- * outputs, 64×64w from there.
+ * The tile for a product (K: the whole, concatenated K), from timing every tile (and split count) on
+ * every preset's products on an H100 with its clocks up (webgpu/bench/matmul_tiles.mjs, vec4 reads,
+ * two-dimensional slabs; docs/performance.md §14–15). These products are too small to fill a big GPU,
+ * and what they pay for is each K-step's latency, so: below 250k outputs the 256-invocation 2×2 tile
+ * with 32-deep K-steps, or, from K = 512 on, the 32×32 tile with K sliced in two; up to a million
+ * outputs 4×4 per invocation with 32-deep steps (64×32 for the forward, 32×64 for input gradients,
+ * and for input gradients below 500k outputs the sliced 32×32), except forward products from 290k
+ * outputs on, which take 64×64 tiles of 256 invocations, as does everything from a million outputs
+ * on; big squares (≥ 512 tiles of 128×128) 128×128. Weight gradients (long K = B·T, split along K:
+ * chooseSplits) take the sliced 32×32 below 250k outputs, 64×64w from there.
  */
-export function chooseTile(form, M, N) {
+export function chooseTile(form, M, N, K) {
   if (tileCount(M, N, "128x128") >= 512) return "128x128"; // 30–35 TFLOP/s at 4096³ (H100)
-  if (formOf(form).aT) return M * N >= 250_000 ? "64x64w" : "32x32";
-  if (M * N >= 1_000_000 || (form === "forward" && M * N >= 290_000)) return "64x64w";
-  if (M * N >= 250_000) return form === "forward" ? "64x32-k32" : "32x64-k32";
-  return "32x32w-k32";
+  const outputs = M * N;
+  if (formOf(form).aT) return outputs >= 250_000 ? "64x64w" : "32x32-s2";
+  if (outputs < 250_000) return K >= 512 ? "32x32-s2" : "32x32w-k32";
+  if (form === "backward_input" && outputs < 500_000) return "32x32-s2";
+  if (outputs >= 1_000_000 || (form === "forward" && outputs >= 290_000)) return "64x64w";
+  return form === "forward" ? "64x32-k32" : "32x64-k32";
 }
 
 /**
  * How many K-splits a product gets (1 = none; each split keeps ≥ 64 of K): with 256-invocation
- * tiles, enough to reach ~512 workgroups; with smaller ones (weight gradients' 64-invocation 32×32),
- * 8, or 16 below 48 tiles. More splits than that cost more in slabs to sum than they give in parallelism: on the
- * H100, 16 splits of xl's 256×256 weight gradient took 19.8 µs, 8 took 17.9.
+ * tiles, enough to reach ~512 workgroups; with the sliced 32×32 (weight gradients below 250k
+ * outputs), 8. More splits than that cost more in slabs to sum than they give in parallelism: on
+ * the H100, 16 splits of large's 192×192 weight gradient took 20.0 µs, 8 took 18.8.
  */
 export function chooseSplits(M, N, K, tile) {
   const tiles = tileCount(M, N, tile);
-  const wanted = tileShape(tile).threads >= 256 ? Math.ceil(512 / tiles) : tiles < 48 ? 16 : 8;
+  const wanted = tileShape(tile).threads >= 256 ? Math.ceil(512 / tiles) : 8;
   return Math.max(1, Math.min(16, Math.floor(K / 64), wanted));
 }
 

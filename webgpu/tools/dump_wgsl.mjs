@@ -38,10 +38,10 @@ for (const preset of Object.keys(presets.presets)) {
   trainer.destroy();
   for (const [name, code] of shaders) add(name, code);
 }
-// chooseTile depends on the product's M and N only: powers of two up to 2^16 reach each of its answers
+// chooseTile depends on the product's M, N and K: powers of two up to 2^16 reach each of its answers
 const sizes = Array.from({ length: 17 }, (_, i) => 2 ** i);
 for (const form of Object.keys(MATMUL_FORMS)) {
-  for (const tile of new Set(sizes.flatMap((M) => sizes.map((N) => chooseTile(form, M, N))))) {
+  for (const tile of new Set(sizes.flatMap((M) => sizes.flatMap((N) => sizes.map((K) => chooseTile(form, M, N, K)))))) {
     for (const split of [false, true]) {
       for (const kcat of [false, true]) {
         for (const vec of [false, true]) {
