@@ -84,7 +84,8 @@ for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # t
     matmul_case(form, 37, 140, 29, ("64x64w", "128x64w", "32x64w")[i], accumulate=True)
 # vec4 reads of A and B, every form on every tile (68 rows, 44 of K: partial tiles and K-steps)
 ALL_TILES = ("128x128", "128x64", "64x64", "64x32", "32x64", "32x32", "32x32w", "32x64w", "64x64w", "128x64w",
-             "32x32w-k32", "32x64w-k32", "64x32-k32", "32x64-k32", "32x32-s2", "32x32-s4", "64x32-s2", "32x64-s2")
+             "32x32w-k32", "32x64w-k32", "64x32-k32", "32x64-k32", "32x32-s2", "32x32-s4", "64x32-s2", "32x64-s2",
+             "128x128-k16")
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):
     for j, tile in enumerate(ALL_TILES):
         matmul_case(form, 68, 132, 44, tile, vec=True, bias=(i + j) % 2 == 0 and form != "backward_weight",
@@ -108,6 +109,7 @@ for i, form in enumerate(("forward", "backward_input", "backward_weight")):
 matmul_case("backward_weight", 45, 37, 130, "32x32-s4", bias_grad=True)
 matmul_case("backward_weight", 68, 132, 300, "64x32-s2", bias_grad=True, splits=3, vec=True)
 matmul_case("backward_weight", 45, 37, 301, "32x32-s4", bias_grad=True, splits=4)
+matmul_case("forward", 150, 140, 37, "128x128-k16", bias=True, residual=True)  # past 16 KiB of workgroup memory
 
 
 def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False, vec=None):
@@ -260,7 +262,7 @@ def layernorm_matmul_case(M, N, K, tile, vec, batches=1, first=0, bias=False, ge
 
 
 for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "32x64w", "128x64w", "64x32-k32", "32x64-k32",
-                          "32x32-s4", "64x32-s2")):
+                          "32x32-s4", "64x32-s2", "128x128-k16")):
     layernorm_matmul_case(70, 44, 36, tile, vec=True, bias=i % 2 == 0)
     layernorm_matmul_case(37, 21, 30, tile, vec=False)
 layernorm_matmul_case(68, 20, 48, "32x32", vec=True, batches=3, bias=True)  # q, k, v from ln1

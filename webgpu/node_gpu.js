@@ -21,11 +21,10 @@ export async function nodeDevice({ powerPreference = "high-performance", feature
   const adapter = await gpu.requestAdapter({ powerPreference });
   alive.push(adapter);
   if (!adapter) throw new Error("no WebGPU adapter: is a Vulkan driver (or SwiftShader via VK_ICD_FILENAMES) available?");
-  // big models need more than the default 128 MiB binding size; ask for what the adapter offers
-  const requiredLimits = {
-    maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
-    maxBufferSize: adapter.limits.maxBufferSize,
-  };
+  // big models need more than the default 128 MiB binding size, and the deepest matmul tiles more than
+  // the default 16 KiB of workgroup memory; ask for what the adapter offers
+  const requiredLimits = Object.fromEntries(["maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupStorageSize"]
+    .map((name) => [name, adapter.limits[name]]));
   const missing = features.filter((f) => !adapter.features.has(f));
   if (missing.length) throw new Error(`this adapter does not offer ${missing.join(", ")}`);
   const device = await adapter.requestDevice({ requiredLimits, requiredFeatures: features });

@@ -3,11 +3,11 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
-import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid } from "./kernels/attention.js";
+import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid, ATTENTION_LAYOUTS } from "./kernels/attention.js";
 import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 
@@ -29,12 +29,16 @@ function matmulPairFor(first, second, vec) {
 // pair needs more than 16 KiB of workgroup memory.)
 const PAIR_TILE = { "32x32": "32x32w-k32", "32x64-k32": "32x32w-k32", "32x32-s2": "32x32w-k32" };
 const attentionKernels = new Map();
-function attentionFor(D) {
-  if (!attentionKernels.has(D)) {
-    const layout = attentionLayout(D);
-    attentionKernels.set(D, { layout, fwd: attentionForward(D, layout), q: attentionBackwardQ(D, layout), kv: attentionBackwardKV(D, layout) });
+// kind: "forward" or "backward"; options: attentionLayout's (the kind's own where absent; the layout
+// bench tries others)
+function attentionFor(kind, D, options = ATTENTION_LAYOUTS[kind]) {
+  const key = JSON.stringify([kind, D, options]);
+  if (!attentionKernels.has(key)) {
+    const layout = attentionLayout(D, options);
+    attentionKernels.set(key, kind === "forward" ? { layout, fwd: attentionForward(D, layout) }
+      : { layout, q: attentionBackwardQ(D, layout), kv: attentionBackwardKV(D, layout) });
   }
-  return attentionKernels.get(D);
+  return attentionKernels.get(key);
 }
 
 const cachesByDevice = new WeakMap(); // pipelines are shared by every trainer of a device
@@ -44,6 +48,8 @@ export class Ops {
     this.device = device;
     if (!cachesByDevice.has(device)) cachesByDevice.set(device, new PipelineCache(device));
     this.pipelines = cachesByDevice.get(device);
+    // what the device was created with (WebGPU's default, 16 KiB, where it asked for no more)
+    this.workgroupLimit = device.limits?.maxComputeWorkgroupStorageSize ?? 16384;
     // bound where a kernel's optional input (bias, residual) is unused
     this.dummy = device.createBuffer({ label: "unused binding", size: 16, usage: GPUBufferUsage.STORAGE });
     // bound where a kernel's optional output is unused: a buffer bound for writing may not also be
@@ -102,7 +108,10 @@ export class Ops {
   _matmulDispatch(form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
     accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = null, splits = 1,
     partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined, ln = null }) {
-    tile ??= chooseTile(form, M, N, K * kcat);
+    tile ??= chooseTile(form, M, N, K * kcat, this.workgroupLimit);
+    if (workgroupBytes(form, tile, !!ln) > this.workgroupLimit) {
+      throw new Error(`matmul tile ${tile} needs ${workgroupBytes(form, tile, !!ln)} bytes of workgroup memory; this device offers ${this.workgroupLimit}`);
+    }
     if (ln && (form !== "forward" || splits > 1 || kcat > 1 || aOff % K !== 0)) throw new Error("a LayerNorm prologue: an unsplit forward product of whole rows");
     const aligned = vecAligned(form, { M, N, K, aOff, bOff, strides }) && (!ln || (ln.wOff % 4 === 0 && ln.bOff % 4 === 0));
     if (vec && !aligned) throw new Error(`matmul ${form} ${M}x${N}x${K}: operands not aligned for vec4 reads`);
@@ -213,13 +222,13 @@ export class Ops {
     plan.add(crossEntropyBackward, { rows, V, scale: 1 / rows }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
   }
 
-  attentionForward(plan, { B, T, kvT, past, H, C, q, k, v, out, lse }) {
-    const D = C / H, A = attentionFor(D);
+  attentionForward(plan, { B, T, kvT, past, H, C, q, k, v, out, lse, layout }) {
+    const D = C / H, A = attentionFor("forward", D, layout);
     return plan.add(A.fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], attentionGrid(T, B * H, A.layout));
   }
 
-  attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv }) {
-    const D = C / H, A = attentionFor(D), scale = 1 / Math.sqrt(D);
+  attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv, layout }) {
+    const D = C / H, A = attentionFor("backward", D, layout), scale = 1 / Math.sqrt(D);
     const grid = attentionGrid(T, B * H, A.layout);
     plan.add(A.q, { T, H, C, scale }, [q, k, v, dout, out, lse, delta, dq], grid); // also writes delta, which dK/dV reads
     plan.add(A.kv, { T, H, C, scale }, [q, k, v, dout, lse, delta, dk, dv], grid);

@@ -73,7 +73,7 @@ function candidates(form, K) {
 
 /** The tile and split count the trainer takes for a product. */
 function chosen(form, M, N, K) {
-  const tile = chooseTile(form, M, N, K);
+  const tile = chooseTile(form, M, N, K, ops.workgroupLimit);
   return { tile, splits: form === DW ? chooseSplits(M, N, K, tile) : 1 };
 }
 
@@ -111,9 +111,10 @@ for (const n of squares) {
     const results = [];
     for (const tile of tiles) results.push({ tile, us: await time(form, n, n, n, false, tile, 1) });
     results.sort((a, b) => a.us - b.us);
-    const tile = chooseTile(form, n, n, n);
+    const tile = chooseTile(form, n, n, n, ops.workgroupLimit);
     out.push({ square: n, form, chosen: tile, results });
-    console.error(`square ${form} ${n}: chosen ${tile} ${(2 * n ** 3 / results.find((r) => r.tile === tile).us / 1e6).toFixed(0)} GFLOP/s; ` +
+    const mine = results.find((r) => r.tile === tile) ?? { us: await time(form, n, n, n, false, tile, 1) };
+    console.error(`square ${form} ${n}: chosen ${tile} ${(2 * n ** 3 / mine.us / 1e6).toFixed(0)} TFLOP/s; ` +
       results.map((r) => `${r.tile} ${(2 * n ** 3 / r.us / 1e6).toFixed(0)}`).join(", "));
   }
 }

@@ -32,6 +32,9 @@ if [ -n "${TILES:-}" ]; then
   [ -n "${SKIP_TORCH:-}" ] || python3 webgpu/bench/torch_products.py "$OUT/matmul_tiles.json" > "$OUT/torch_products.json" \
     2> "$OUT/torch_products.log" || echo "cuBLAS products failed: exit $?"
 fi
+# ATTENTION=1 times attention's kernels in every workgroup layout on each preset's shape (attention_layouts.mjs)
+[ -z "${ATTENTION:-}" ] || /tmp/wg/bin/node webgpu/bench/attention_layouts.mjs --presets "${ATTENTION_PRESETS-$PRESETS}" \
+  --out "$OUT/attention_layouts.json" 2> >(without_warnings > "$OUT/attention_layouts.log") || echo "attention layout bench failed: exit $?"
 # the WGSL bench of the code in DIR into $OUT/NAME.json: wgsl_bench DIR NAME [more bench.mjs options]
 wgsl_bench() {
   local dir=$1 name=$2

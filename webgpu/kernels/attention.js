@@ -33,10 +33,29 @@ function unrollLoops(code, bounds) {
 }
 const pow2Floor = (x) => 2 ** Math.floor(Math.log2(x));
 
-/** rows · split invocations a workgroup; tiles as large as two fit in workgroup memory (≤ 64 rows). */
-export function attentionLayout(D, { rows = 32, split = 8 } = {}) {
+/**
+ * Each kind's layout options (attentionLayout), from timing every layout on every preset's shape on
+ * an H100 (webgpu/bench/attention_layouts.mjs; docs/performance.md §15): the backward's kernels carry
+ * four gradient accumulators a row where the forward carries one, and with 4 invocations a row
+ * instead of 8 they took 15–24% less time (huge: 111.8 → 85.2 µs a layer), where the forward took
+ * 0–16% more.
+ */
+export const ATTENTION_LAYOUTS = { forward: {}, backward: { split: 4 } };
+
+// a kernel's name: the head size, and a layout other than its kind's default (pipelines are cached
+// by name)
+function variant(D, { rows, split, tile }, kind) {
+  const base = attentionLayout(D, ATTENTION_LAYOUTS[kind]);
+  return `d${D}${rows === base.rows && split === base.split && tile === base.tile ? "" : `_r${rows}_s${split}_t${tile}`}`;
+}
+
+/**
+ * rows · split invocations a workgroup; tiles as large as two fit in workgroup memory (≤ 64 rows),
+ * or `tile` rows where asked (the layout bench, webgpu/bench/attention_layouts.mjs).
+ */
+export function attentionLayout(D, { rows = 32, split = 8, tile = null } = {}) {
   const stride = D / 4 + 1;
-  const tile = Math.max(split, pow2Floor(Math.min(64, (WORKGROUP_BYTES - 1024) / (2 * stride * 16))));
+  tile ??= Math.max(split, pow2Floor(Math.min(64, (WORKGROUP_BYTES - 1024) / (2 * stride * 16))));
   return { rows, split, tile, stride };
 }
 
@@ -121,8 +140,8 @@ const vec4s = (names, mode) => names.map((n) => [n, mode, "vec4f"]);
 // attention_backward_kv (dk, dv), so that each output block has one owner (no atomics).
 
 // q: (B,T,C) queries at absolute positions past..past+T-1; k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
-export function attentionForward(D, layout = attentionLayout(D)) {
-  return kernel(`attention_forward_d${D}`,
+export function attentionForward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.forward)) {
+  return kernel(`attention_forward_${variant(D, layout, "forward")}`,
     [["T", "u32"], ["kvT", "u32"], ["past", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
     [...vec4s(["q", "k", "v"], "read"), ["out", "rw", "vec4f"], ["lse", "rw"]], /* wgsl */ `
 ${withPreamble(D, layout, /* wgsl */ `
@@ -186,8 +205,8 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
 
 // dq_i = scale · Σ_{j≤i} ds_ij·k_j, ds_ij = p_ij·(dout_i·v_j − delta_i); also writes
 // delta: (B,H,T) = rowsum(dout · out) per head, which the dK/dV pass reads.
-export function attentionBackwardQ(D, layout = attentionLayout(D)) {
-  return kernel(`attention_backward_q_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
+export function attentionBackwardQ(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward)) {
+  return kernel(`attention_backward_q_${variant(D, layout, "backward")}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
     [...vec4s(["q", "k", "v", "dout", "out"], "read"), ["lse", "read"], ["delta", "rw"], ["dq", "rw", "vec4f"]], /* wgsl */ `
 ${withPreamble(D, layout, /* wgsl */ `
 @compute @workgroup_size(WG)
@@ -235,8 +254,8 @@ fn attention_backward_q(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
 }
 
 // dk_j = Σ_{i≥j} ds_ij·(scale·q_i), dv_j = Σ_{i≥j} p_ij·dout_i; lse, delta: (B,H,T)
-export function attentionBackwardKV(D, layout = attentionLayout(D)) {
-  return kernel(`attention_backward_kv_d${D}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
+export function attentionBackwardKV(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward)) {
+  return kernel(`attention_backward_kv_${variant(D, layout, "backward")}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
     [...vec4s(["q", "k", "v", "dout"], "read"), ["lse", "read"], ["delta", "read"], ...vec4s(["dk", "dv"], "rw")], /* wgsl */ `
 ${withPreamble(D, layout, /* wgsl */ `
 var<workgroup> stats: array<vec2f, TILE>; // (lse, delta) of the tile's queries

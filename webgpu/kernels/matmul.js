@@ -69,6 +69,9 @@ export const MATMUL_TILES = {
   "32x32-s4": { WX: 8, WY: 8, BK: 32, TM: 4, TN: 4, KG: 4 },
   "64x32-s2": { WX: 8, WY: 16, BK: 32, TM: 4, TN: 4, KG: 2 },
   "32x64-s2": { WX: 16, WY: 8, BK: 32, TM: 4, TN: 4, KG: 2 },
+  // 128×128 with 16-deep K-steps: 18.9 KiB of workgroup memory in the forward, so only on devices
+  // that offer more than WebGPU's default 16 KiB (workgroupBytes, chooseTile)
+  "128x128-k16": { WX: 16, WY: 16, BK: 16, TM: 8, TN: 8 },
 };
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 const each = (I, J, f) => range(I).flatMap((i) => range(J).map((j) => f(i, j))).join("\n");
@@ -120,7 +123,7 @@ function slabGeometry(form, tile) {
   const { BM, BN, BK, TM, TN } = tileShape(tile);
   const { aT, bT } = formOf(form);
   const vA = TM % 4 === 0, vB = TN % 4 === 0;
-  const pad = (v) => (v ? Math.max(4, 32 / BK) : 32 / BK);
+  const pad = (v) => Math.max(v ? 4 : 1, 32 / BK);
   return { vA, vB, AS: BM + (aT ? 0 : pad(vA)), BS: BN + (bT ? pad(vB) : 0) };
 }
 
@@ -142,6 +145,12 @@ const declareSlab = ({ name, type, rows, cols, groups }) => (groups > 1
   ? `var<workgroup> ${name}: array<array<array<${type}, ${cols}>, ${rows / groups}>, ${groups}>;`
   : `var<workgroup> ${name}: array<array<${type}, ${cols}>, ${rows}>;`);
 const slabFloats = ({ type, rows, cols }) => rows * cols * (type === "f32" ? 1 : 4);
+
+/** Bytes of workgroup memory a product's kernel declares (ln: with the LayerNorm prologue's). */
+export function workgroupBytes(form, tile, ln = false) {
+  const { threads, BM } = tileShape(tile);
+  return 4 * (slabArrays(form, tile).reduce((n, x) => n + slabFloats(x), 0) + (ln ? threads + 2 * BM : 0));
+}
 
 /**
  * Sliced K's end (after the K loop's last barrier, so the slabs are free): groups 1…KG-1 put their
@@ -485,11 +494,16 @@ export function tileCount(M, N, tile) {
  * outputs 4×4 per invocation with 32-deep steps (64×32 for the forward, 32×64 for input gradients,
  * and for input gradients below 500k outputs the sliced 32×32), except forward products from 290k
  * outputs on, which take 64×64 tiles of 256 invocations, as does everything from a million outputs
- * on; big squares (≥ 512 tiles of 128×128) 128×128. Weight gradients (long K = B·T, split along K:
- * chooseSplits) take the sliced 32×32 below 250k outputs, 64×64w from there.
+ * on; big squares (≥ 512 tiles of 128×128) 128×128, with 16-deep K-steps in the forward where
+ * workgroupLimit (the device's bytes of workgroup memory) allows. Weight gradients (long K = B·T,
+ * split along K: chooseSplits) take the sliced 32×32 below 250k outputs, 64×64w from there.
  */
-export function chooseTile(form, M, N, K) {
-  if (tileCount(M, N, "128x128") >= 512) return "128x128"; // 30–35 TFLOP/s at 4096³ (H100)
+export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
+  if (tileCount(M, N, "128x128") >= 512) {
+    // H100, 4096³: 32–35 TFLOP/s; the forward 37 with 16-deep K-steps (33 with 8-deep) where the
+    // device offers the workgroup memory those take
+    return form === "forward" && workgroupBytes(form, "128x128-k16") <= workgroupLimit ? "128x128-k16" : "128x128";
+  }
   const outputs = M * N;
   if (formOf(form).aT) return outputs >= 250_000 ? "64x64w" : "32x32-s2";
   if (outputs < 250_000) return K >= 512 ? "32x32-s2" : "32x32w-k32";

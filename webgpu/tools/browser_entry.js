@@ -23,7 +23,10 @@ export function gpuDevice() {
     if (!navigator.gpu) throw new Error("navigator.gpu is missing: WebGPU is not enabled in this browser");
     const adapter = await navigator.gpu.requestAdapter();
     if (!adapter) throw new Error("no WebGPU adapter");
-    const device = await adapter.requestDevice();
+    // the deepest matmul tiles need more than the default 16 KiB of workgroup memory
+    const device = await adapter.requestDevice({
+      requiredLimits: { maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize },
+    });
     device.addEventListener("uncapturederror", (e) => console.error(`WebGPU error: ${e.error.message}`));
     return { adapter, device };
   })();

@@ -38,10 +38,12 @@ for (const preset of Object.keys(presets.presets)) {
   trainer.destroy();
   for (const [name, code] of shaders) add(name, code);
 }
-// chooseTile depends on the product's M, N and K: powers of two up to 2^16 reach each of its answers
+// chooseTile depends on the product's M, N and K and the device's workgroup memory: powers of two up to
+// 2^16, with WebGPU's default 16 KiB and with 32 KiB, reach each of its answers
 const sizes = Array.from({ length: 17 }, (_, i) => 2 ** i);
+const answers = (form) => sizes.flatMap((M) => sizes.flatMap((N) => sizes.flatMap((K) => [16384, 32768].map((limit) => chooseTile(form, M, N, K, limit)))));
 for (const form of Object.keys(MATMUL_FORMS)) {
-  for (const tile of new Set(sizes.flatMap((M) => sizes.flatMap((N) => sizes.map((K) => chooseTile(form, M, N, K)))))) {
+  for (const tile of new Set(answers(form))) {
     for (const split of [false, true]) {
       for (const kcat of [false, true]) {
         for (const vec of [false, true]) {

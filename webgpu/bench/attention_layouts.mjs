@@ -1,0 +1,90 @@
+// Attention's three kernels (forward, backward_q, backward_kv) on each preset's shape, in every
+// workgroup layout worth trying (kernels/attention.js attentionLayout: rows a workgroup owns, split
+// invocations a row, tile rows of the other side in workgroup memory), on a real GPU: the data
+// behind ATTENTION_LAYOUTS, each kind's (forward, backward) default.
+//   node webgpu/bench/attention_layouts.mjs [--presets large,huge] [--clocks-ms 300] [--out FILE]
+// Each kernel is timed as matmul_tiles.mjs times a product: reps back-to-back dispatches in one pass,
+// µs per dispatch.
+import { readFileSync, writeFileSync } from "node:fs";
+import { fileURLToPath } from "node:url";
+import { nodeDevice } from "../node_gpu.js";
+import { Ops } from "../ops.js";
+import { Plan } from "../plan.js";
+import { raiseClocks, replay } from "./replay.mjs";
+import { attentionForward, attentionLayout, ATTENTION_LAYOUTS } from "../kernels/attention.js";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
+const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
+const names = (args.presets ?? "medium,large,xl,huge,massive").split(",").filter(Boolean);
+const clocksMs = Number(args["clocks-ms"] ?? 300);
+const { device } = await nodeDevice();
+const ops = new Ops(device);
+const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+
+/** The layouts tried for head size D: rows × split of 64–256 invocations, tiles of 16–64 rows (as many as fit). */
+function layouts(D) {
+  const out = [];
+  for (const rows of [16, 32, 64]) {
+    for (const split of [2, 4, 8, 16]) {
+      if (![64, 128, 256].includes(rows * split)) continue;
+      for (const tile of [16, 32, 64]) {
+        // at most 8 rows of a tile an invocation: its loops are unrolled, and 16 took SwiftShader's
+        // compiler past this machine's memory
+        if (tile % split || tile / split > 8) continue;
+        try {
+          attentionForward(D, attentionLayout(D, { rows, split, tile })); // throws where the layout does not fit
+        } catch {
+          continue;
+        }
+        out.push({ rows, split, tile });
+      }
+    }
+  }
+  return out;
+}
+
+/** µs per dispatch of each kernel, for one preset's shape and one layout. */
+async function time({ B, T, H, C }, layout) {
+  const n = B * T * C, buf = (m) => device.createBuffer({ size: 4 * m, usage: S });
+  const [q, k, v, out, dout, dq, dk, dv] = Array.from({ length: 8 }, () => buf(n));
+  const [lse, delta] = [buf(B * H * T), buf(B * H * T)];
+  const plans = {
+    forward: (plan) => ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse, layout }),
+    backward: (plan) => ops.attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv, layout }),
+  };
+  const us = {};
+  for (const [name, record] of Object.entries(plans)) {
+    const plan = new Plan(device, ops.pipelines, `attention ${name}`);
+    record(plan);
+    plan.freeze();
+    const run = (reps) => replay(device, plan, reps);
+    await run(3);
+    const one = Math.min(await run(1), await run(1));
+    const reps = 30;
+    us[name] = (1000 * ((await run(reps)) - one)) / (reps - 1);
+    plan.destroy();
+  }
+  for (const b of [q, k, v, out, dout, dq, dk, dv, lse, delta]) b.destroy();
+  return us;
+}
+
+const results = [];
+const same = (a, b) => a.rows === b.rows && a.split === b.split && a.tile === b.tile;
+for (const name of names) {
+  const p = presets.presets[name], shape = { B: p.batch, T: p.ctx, H: p.nHead, C: p.dModel }, D = p.dModel / p.nHead;
+  const candidates = layouts(D), rows = [];
+  for (const layout of candidates) await time({ ...shape, B: 1, T: 16 }, layout); // compiles each
+  if (clocksMs > 0) await raiseClocks(device, ops, clocksMs);
+  for (const layout of candidates) rows.push({ layout, ...(await time(shape, layout)) });
+  const defaults = Object.fromEntries(Object.entries(ATTENTION_LAYOUTS).map(([kind, o]) => [kind, attentionLayout(D, o)]));
+  results.push({ preset: name, D, defaults, rows });
+  const fmt = (r, kind) => `r${r.layout.rows} s${r.layout.split} t${r.layout.tile} ${r[kind].toFixed(1)}`;
+  for (const kind of ["forward", "backward"]) {
+    const best = [...rows].sort((a, b) => a[kind] - b[kind]);
+    console.error(`${name} (D ${D}, ×${p.nLayer} layers) ${kind}: default ${fmt(rows.find((r) => same(r.layout, defaults[kind])), kind)} us; ` +
+      `best ${best.slice(0, 4).map((r) => fmt(r, kind)).join(", ")}`);
+  }
+}
+if (args.out) writeFileSync(args.out, JSON.stringify(results) + "\n");
+device.destroy();
