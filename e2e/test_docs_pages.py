@@ -44,6 +44,12 @@ def test_performance_chart_is_drawn(page, server_url):
         print(f"\nchart {i}: {chart.locator('title').first.text_content()!r}, "
               f"{box['width']:.0f}x{box['height']:.0f} px, {lines} lines: {labels}")
         assert lines == len(labels) >= 2 and box["width"] > 300
+        # every title, label and tick inside the chart: an SVG clips what lies past its viewBox
+        outside = chart.evaluate("""svg => { const b = svg.getBoundingClientRect();
+          return [...svg.querySelectorAll('text')].filter((t) => { const r = t.getBoundingClientRect();
+            return r.left < b.left - 1 || r.right > b.right + 1 || r.top < b.top - 1 || r.bottom > b.bottom + 1; })
+            .map((t) => t.textContent); }""")
+        assert outside == [], f"chart {i}: text past its edges: {outside}"
     for i in range(charts.count()):
         path = SCREENSHOTS / f"docs_performance_chart_{i}.png"
         charts.nth(i).screenshot(path=str(path))

@@ -18,6 +18,8 @@ from pathlib import Path
 COLOURS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442")
 WIDTH, HEIGHT = 760, 380
 LEFT, RIGHT, TOP, BOTTOM = 64, 250, 48, 44  # the right margin holds the line labels (up to ~30 characters)
+LABEL_PX = 8  # a line label's width per character (12 px bold): a longer label widens the chart, not the plot
+TITLE_CHARS, TITLE_LINE = 74, 18  # the title (15 px bold) wraps at about the chart's width
 LABEL_GAP = 14  # px between two line labels, so labels of lines that end close together stay legible
 DEVICE_CHARS, LINE = 96, 15  # the device line wraps at about the chart's width, each further line 15 px lower
 
@@ -98,10 +100,13 @@ def bench_svg(data: dict) -> str:
     values = [v for s in series for v in s["ms_per_step"].values()]
     lo, hi = 10 ** math.floor(math.log10(min(values))), 10 ** math.ceil(math.log10(max(values)))
     hi = max(hi, lo * 10)  # every value one power of ten: still a decade tall
-    # a long device name (GPU, driver, CPU and runtimes) takes more lines; the plot moves down for them
+    # a long title or device name (GPU, driver, CPU and runtimes) takes more lines; the plot moves down for them
+    heading = textwrap.wrap(data["title"], TITLE_CHARS, break_on_hyphens=False)
     device = textwrap.wrap(f"{data['device']} · {data['date']}", DEVICE_CHARS, break_on_hyphens=False)
-    top, height = TOP + LINE * (len(device) - 1), HEIGHT + LINE * (len(device) - 1)
+    extra = TITLE_LINE * (len(heading) - 1) + LINE * (len(device) - 1)
+    top, height = TOP + extra, HEIGHT + extra
     plot_w, plot_h = WIDTH - LEFT - RIGHT, height - top - BOTTOM
+    width = LEFT + plot_w + max(RIGHT, 16 + LABEL_PX * max(len(s["backend"]) for s in series))
 
     def x(preset: str) -> float:
         return LEFT + plot_w * (presets.index(preset) + 0.5) / len(presets)
@@ -110,12 +115,13 @@ def bench_svg(data: dict) -> str:
         return top + plot_h * (1 - (math.log10(ms) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)))
 
     title = f"{data['title']} — {data['device']}"
-    out = [f'<svg class="bench-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} {height}" '
+    out = [f'<svg class="bench-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
            f'role="img" aria-labelledby="chart-title">',
            f'<title id="chart-title">{escape(title)}</title>',
-           f'<text class="chart-title" x="{LEFT}" y="18">{escape(data["title"])}</text>',
-           *(f'<text class="chart-device" x="{LEFT}" y="{34 + LINE * i}">{escape(text)}</text>'
-             for i, text in enumerate(device))]
+           *(f'<text class="chart-title" x="{LEFT}" y="{18 + TITLE_LINE * i}">{escape(text)}</text>'
+             for i, text in enumerate(heading)),
+           *(f'<text class="chart-device" x="{LEFT}" y="{34 + TITLE_LINE * (len(heading) - 1) + LINE * i}">'
+             f'{escape(text)}</text>' for i, text in enumerate(device))]
     for t in log_ticks(lo, hi):
         out.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + plot_w}" y1="{y(t):.1f}" y2="{y(t):.1f}"/>'
                    f'<text class="tick" x="{LEFT - 6}" y="{y(t) + 4:.1f}" text-anchor="end">{fmt_ms(t)}</text>')
