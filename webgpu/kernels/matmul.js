@@ -37,7 +37,8 @@ const formOf = (form) => {
 };
 
 /**
- * Tile shapes by name "BMxBN[w][-kBK][-sKG]" (threads = WX·WY·KG ≤ 256, workgroup memory ≤ 16 KiB).
+ * Tile shapes by name "BMxBN[w][-kBK][-sKG]" (threads = WX·WY·KG ≤ 256; workgroup memory ≤ 16 KiB,
+ * WebGPU's default, except where a tile says otherwise: workgroupBytes).
  * KG > 1 slices K: the workgroup is KG groups of WX×WY invocations (lid.z: the group) that load each
  * BK-deep slab together and multiply BK/KG rows of it each, and group 0 adds the other groups' sums
  * at the end. A product with few output tiles and a long K then has KG times the invocations at
@@ -64,7 +65,7 @@ export const MATMUL_TILES = {
   // SwiftShader's compiler take > 14 GB.)
   "64x32-k32": { WX: 8, WY: 16, BK: 32, TM: 4, TN: 4 },
   "32x64-k32": { WX: 16, WY: 8, BK: 32, TM: 4, TN: 4 },
-  // sliced K: 4×4 outputs per invocation, 256 invocations on a 32×32 to 64×32 tile
+  // sliced K: 4×4 outputs per invocation, 128 or 256 invocations on a 32×32 to 64×32 tile
   "32x32-s2": { WX: 8, WY: 8, BK: 32, TM: 4, TN: 4, KG: 2 },
   "32x32-s4": { WX: 8, WY: 8, BK: 32, TM: 4, TN: 4, KG: 4 },
   "64x32-s2": { WX: 8, WY: 16, BK: 32, TM: 4, TN: 4, KG: 2 },
