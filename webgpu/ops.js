@@ -3,7 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
@@ -23,11 +23,14 @@ function matmulPairFor(first, second, vec) {
   if (!pairKernels.has(key)) pairKernels.set(key, matmulPairKernel(first, second, vec));
   return pairKernels.get(key);
 }
-// A pair's tiles must share an invocation layout: the 64-invocation 32×32 tile (4×4 each), the
-// 128-invocation 32×64 one and the sliced 32×32 (whose end needs its own slabs) become the
-// 256-invocation 32×32 (2×2 each, the input gradients' choice at tiny). (32x64w-k32 would keep the 32×64 shape, but beside a weight gradient's 32x32w-k32 the
-// pair needs more than 16 KiB of workgroup memory.)
-const PAIR_TILE = { "32x32": "32x32w-k32", "32x64-k32": "32x32w-k32", "32x32-s2": "32x32w-k32" };
+// A pair's tiles must share an invocation layout, and sliced-K tiles do not pair (matmulPairKernel):
+// a tile other than an unsliced one of 16×16 invocations becomes the 256-invocation 32×32 (2×2 each,
+// the input gradients' choice at tiny). (32x64w-k32 would keep a 32×64 shape, but beside a weight
+// gradient's 32x32w-k32 the pair needs more than 16 KiB of workgroup memory.)
+const pairTile = (tile) => {
+  const { WX, WY, KG } = tileShape(tile);
+  return WX === 16 && WY === 16 && KG === 1 ? tile : "32x32w-k32";
+};
 const attentionKernels = new Map();
 // kind: "forward" or "backward"; options: attentionLayout's (the kind's own where absent; the layout
 // bench tries others)
@@ -92,7 +95,7 @@ export class Ops {
     }
     const pair = (form, a) => {
       const tile = a.tile ?? chooseTile(form, a.M, a.N, a.K * (a.kcat ?? 1));
-      return this._matmulDispatch(form, { ...a, tile: PAIR_TILE[tile] ?? tile });
+      return this._matmulDispatch(form, { ...a, tile: pairTile(tile) });
     };
     const x = pair("backward_input", inputGrad), w = pair("backward_weight", weightGrad), vec = x.vec && w.vec;
     const spec = (form, d) => ({ form, tile: d.tile, split: d.split, kcat: d.kcat });
@@ -109,9 +112,8 @@ export class Ops {
     accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = null, splits = 1,
     partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined, ln = null }) {
     tile ??= chooseTile(form, M, N, K * kcat, this.workgroupLimit);
-    if (workgroupBytes(form, tile, !!ln) > this.workgroupLimit) {
-      throw new Error(`matmul tile ${tile} needs ${workgroupBytes(form, tile, !!ln)} bytes of workgroup memory; this device offers ${this.workgroupLimit}`);
-    }
+    const bytes = workgroupBytes(form, tile, !!ln);
+    if (bytes > this.workgroupLimit) throw new Error(`matmul tile ${tile} needs ${bytes} bytes of workgroup memory; this device offers ${this.workgroupLimit}`);
     if (ln && (form !== "forward" || splits > 1 || kcat > 1 || aOff % K !== 0)) throw new Error("a LayerNorm prologue: an unsplit forward product of whole rows");
     const aligned = vecAligned(form, { M, N, K, aOff, bOff, strides }) && (!ln || (ln.wOff % 4 === 0 && ln.bOff % 4 === 0));
     if (vec && !aligned) throw new Error(`matmul ${form} ${M}x${N}x${K}: operands not aligned for vec4 reads`);

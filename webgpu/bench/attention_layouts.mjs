@@ -10,7 +10,7 @@ import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Ops } from "../ops.js";
 import { Plan } from "../plan.js";
-import { raiseClocks, replay } from "./replay.mjs";
+import { raiseClocks, replayMicroseconds } from "./replay.mjs";
 import { attentionForward, attentionLayout, ATTENTION_LAYOUTS } from "../kernels/attention.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -21,23 +21,31 @@ const clocksMs = Number(args["clocks-ms"] ?? 300);
 const { device } = await nodeDevice();
 const ops = new Ops(device);
 const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
+const same = (a, b) => a.rows === b.rows && a.split === b.split && a.tile === b.tile;
 
-/** The layouts tried for head size D: rows × split of 64–256 invocations, tiles of 16–64 rows (as many as fit). */
+/**
+ * The layouts tried for head size D: each kind's default, and rows × split of 64–256 invocations
+ * with tiles of 16–64 rows (as many as fit).
+ */
 function layouts(D) {
-  const out = [];
+  const out = Object.values(ATTENTION_LAYOUTS).map((options) => {
+    const { rows, split, tile } = attentionLayout(D, options);
+    return { rows, split, tile };
+  }).filter((l, i, all) => all.findIndex((m) => same(l, m)) === i);
   for (const rows of [16, 32, 64]) {
     for (const split of [2, 4, 8, 16]) {
       if (![64, 128, 256].includes(rows * split)) continue;
       for (const tile of [16, 32, 64]) {
         // at most 8 rows of a tile an invocation: its loops are unrolled, and 16 took SwiftShader's
         // compiler past this machine's memory
-        if (tile % split || tile / split > 8) continue;
+        if (tile / split > 8) continue;
         try {
-          attentionForward(D, attentionLayout(D, { rows, split, tile })); // throws where the layout does not fit
-        } catch {
-          continue;
+          attentionForward(D, attentionLayout(D, { rows, split, tile }));
+        } catch (e) {
+          if (/does not fit/.test(e.message)) continue; // more workgroup memory than the kernels may take
+          throw e;
         }
-        out.push({ rows, split, tile });
+        if (!out.some((l) => same(l, { rows, split, tile }))) out.push({ rows, split, tile });
       }
     }
   }
@@ -58,11 +66,7 @@ async function time({ B, T, H, C }, layout) {
     const plan = new Plan(device, ops.pipelines, `attention ${name}`);
     record(plan);
     plan.freeze();
-    const run = (reps) => replay(device, plan, reps);
-    await run(3);
-    const one = Math.min(await run(1), await run(1));
-    const reps = 30;
-    us[name] = (1000 * ((await run(reps)) - one)) / (reps - 1);
+    us[name] = await replayMicroseconds(device, plan);
     plan.destroy();
   }
   for (const b of [q, k, v, out, dout, dq, dk, dv, lse, delta]) b.destroy();
@@ -70,12 +74,11 @@ async function time({ B, T, H, C }, layout) {
 }
 
 const results = [];
-const same = (a, b) => a.rows === b.rows && a.split === b.split && a.tile === b.tile;
 for (const name of names) {
   const p = presets.presets[name], shape = { B: p.batch, T: p.ctx, H: p.nHead, C: p.dModel }, D = p.dModel / p.nHead;
   const candidates = layouts(D), rows = [];
   for (const layout of candidates) await time({ ...shape, B: 1, T: 16 }, layout); // compiles each
-  if (clocksMs > 0) await raiseClocks(device, ops, clocksMs);
+  await raiseClocks(device, ops, clocksMs);
   for (const layout of candidates) rows.push({ layout, ...(await time(shape, layout)) });
   const defaults = Object.fromEntries(Object.entries(ATTENTION_LAYOUTS).map(([kind, o]) => [kind, attentionLayout(D, o)]));
   results.push({ preset: name, D, defaults, rows });

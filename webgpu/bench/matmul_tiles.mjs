@@ -13,7 +13,7 @@ import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Ops } from "../ops.js";
 import { Plan } from "../plan.js";
-import { raiseClocks, replay } from "./replay.mjs";
+import { raiseClocks, replayMicroseconds } from "./replay.mjs";
 import { MATMUL_FORMS, MATMUL_TILES, chooseTile, chooseSplits } from "../kernels/matmul.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -46,14 +46,10 @@ async function time(form, M, N, K, biasGrad, tile, splits) {
   const plan = new Plan(device, ops.pipelines, "tile bench");
   ops.matmul(plan, form, { M, N, K, A, B, C, biasGrad, tile, splits, partials });
   plan.freeze();
-  const run = (reps) => replay(device, plan, reps);
-  await run(3);
-  const one = Math.min(await run(1), await run(1));
-  const reps = 30;
-  const many = await run(reps);
+  const us = await replayMicroseconds(device, plan);
   plan.destroy();
   for (const b of [A, B, C, partials]) if (b) b.destroy();
-  return (1000 * (many - one)) / (reps - 1);
+  return us;
 }
 
 /** Compiles the pipelines of these products ([form, M, N, K, biasGrad, tile, splits]) without running them. */
@@ -80,7 +76,7 @@ function chosen(form, M, N, K) {
 const out = [];
 // the floor: a 4×4×4 product (one workgroup, one K-step), what a dependent dispatch costs with no work
 compile([[FWD, 4, 4, 4, false, "32x32w-k32", 1]]);
-if (clocksMs > 0) await raiseClocks(device, ops, clocksMs);
+await raiseClocks(device, ops, clocksMs);
 out.push({ floor: true, form: FWD, M: 4, N: 4, K: 4, tile: "32x32w-k32", us: await time(FWD, 4, 4, 4, false, "32x32w-k32", 1) });
 console.error(`floor: a 4x4x4 product ${out[0].us.toFixed(1)} us`);
 for (const name of names) {
@@ -89,7 +85,7 @@ for (const name of names) {
   const products = stepProducts(p, presets.model.vocabSize);
   compile(products.flatMap(([form, M, N, K, biasGrad]) => [...candidates(form, K), chosen(form, M, N, K)]
     .map(({ tile, splits }) => [form, M, N, K, biasGrad, tile, splits])));
-  if (clocksMs > 0) await raiseClocks(device, ops, clocksMs);
+  await raiseClocks(device, ops, clocksMs);
   for (const [form, M, N, K, biasGrad, count] of products) {
     const results = [];
     for (const { tile, splits } of candidates(form, K)) results.push({ tile, splits, us: await time(form, M, N, K, biasGrad, tile, splits) });
@@ -106,7 +102,7 @@ for (const name of names) {
 }
 for (const n of squares) {
   compile(Object.keys(MATMUL_FORMS).flatMap((form) => tiles.map((tile) => [form, n, n, n, false, tile, 1])));
-  if (clocksMs > 0) await raiseClocks(device, ops, clocksMs);
+  await raiseClocks(device, ops, clocksMs);
   for (const form of Object.keys(MATMUL_FORMS)) {
     const results = [];
     for (const tile of tiles) results.push({ tile, us: await time(form, n, n, n, false, tile, 1) });

@@ -14,12 +14,23 @@ export async function replay(device, plan, reps) {
 }
 
 /**
+ * µs per replay of a frozen plan, each waiting for the one before (as in a step): reps replays in
+ * one submit less one alone, after a warm-up, so that the submit's own cost drops out.
+ */
+export async function replayMicroseconds(device, plan, reps = 30) {
+  await replay(device, plan, 3);
+  const one = Math.min(await replay(device, plan, 1), await replay(device, plan, 1));
+  return (1000 * ((await replay(device, plan, reps)) - one)) / (reps - 1);
+}
+
+/**
  * Keeps the GPU busy for `ms` with a 2048³ product, replayed. While the host builds a trainer or
  * compiles pipelines the GPU idles and may lower its clocks; the first few hundred ms of work then
  * ran up to 4× slower (H100: xl's first 4–13 steps at 21 ms instead of 5.0, by GPU timestamps;
  * step_timeline.mjs). Done right before timing, it keeps that out of the figures.
  */
 export async function raiseClocks(device, ops, ms = 300) {
+  if (ms <= 0) return; // asked for none (a software adapter, whose clocks mean nothing)
   const n = 2048, S = GPUBufferUsage.STORAGE;
   const [A, B, C] = [0, 1, 2].map(() => device.createBuffer({ size: 4 * n * n, usage: S }));
   const plan = new Plan(device, ops.pipelines, "raise clocks");

@@ -160,9 +160,8 @@ export function workgroupBytes(form, tile, ln = false) {
  * same sum on every run. Each sum of a group takes a block of WX·WY floats (invocation t at float t:
  * a warp's accesses are contiguous), the blocks laid in As and then in Bs.
  */
-function sliceSums(form, tile, shared) {
+function sliceSums(form, tile) {
   const { WX, WY, KG, TM, TN } = tileShape(tile);
-  if (shared) throw new Error(`tile ${tile}: sliced K needs its own slabs`);
   const arrays = slabArrays(form, tile), KB = arrays[0].rows / KG, gt = WX * WY;
   const sums = [...range(TM).flatMap((i) => range(TN).map((j) => `c${i}_${j}`)), ...(formOf(form).aT ? range(TM).map((i) => `s${i}`) : [])];
   const blocksA = Math.floor(slabFloats(arrays[0]) / gt);
@@ -356,7 +355,7 @@ ${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
       }
     }
     workgroupBarrier();
-  }${KG > 1 ? sliceSums(form, tile, shared) : ""}
+  }${KG > 1 ? sliceSums(form, tile) : ""}
   let slab = ${split ? "wid.z * p.len" : "p.c_off + batch * p.c_zs"};
   let bias_base = p.bias_off + batch * p.bias_zs;${KG > 1 ? "\n  if (lid.z != 0u) { return; }" : ""}
 ${each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(j)}, c${i}_${j});`)}
@@ -414,14 +413,16 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id
  */
 export function matmulPairKernel(first, second, vec = false) {
   const t0 = tileShape(first.tile), t1 = tileShape(second.tile);
-  if (t0.WX !== t1.WX || t0.WY !== t1.WY || t0.KG !== t1.KG) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocation layout`);
+  if (t0.WX !== t1.WX || t0.WY !== t1.WY) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocation layout`);
+  // sliced K ends by handing sums through the slabs, which a pair shares between its products
+  if (t0.KG > 1 || t1.KG > 1) throw new Error(`matmul pair: sliced-K tiles (${first.tile}, ${second.tile}) do not pair`);
   const name = (k) => `${k.form}_${k.tile}${k.split ? "_split" : ""}${k.kcat ? "_kcat" : ""}`;
   // A workgroup computes one of the two products, so both use the same workgroup arrays, sized for
   // the larger (two sets would exceed 16 KiB for tiles with 32-deep K-steps); a product whose rows
   // are shorter than the arrays' leaves their tails unused
   const [a0, a1] = [first, second].map((k) => slabArrays(k.form, k.tile));
   const shared = a0.every((x, i) => x.type === a1[i].type);
-  const bytes = (arrays) => arrays.reduce((n, x) => n + x.rows * x.cols * (x.type === "f32" ? 4 : 16), 0);
+  const bytes = (arrays) => 4 * arrays.reduce((n, x) => n + slabFloats(x), 0);
   if (!shared && bytes(a0) + bytes(a1) > 16384) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} need more than 16 KiB of workgroup memory`);
   const arrays = shared ? a0.map((x, i) => declareSlab({ ...x, rows: Math.max(x.rows, a1[i].rows), cols: Math.max(x.cols, a1[i].cols) })).join("\n") : "";
   const body = (k, s) => productBody(k.form, k.tile, k.split, k.kcat, s, { A: "A", B: `B${s}`, bias: null, R: s === "0" ? "R0" : null, C: `C${s}`, G: null }, vec, shared);
@@ -432,7 +433,7 @@ export function matmulPairKernel(first, second, vec = false) {
     /* wgsl */ `${GELU_FNS}${LINEAR_ID}${arrays}${body(first, "0")}${body(second, "1")}
 fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
 
-@compute @workgroup_size(${t0.WX}, ${t0.WY}, ${t0.KG})
+@compute @workgroup_size(${t0.WX}, ${t0.WY})
 fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
         @builtin(local_invocation_id) lid: vec3u, @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg);
