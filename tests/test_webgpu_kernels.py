@@ -200,6 +200,44 @@ layernorm_case(5, 200)
 layernorm_case(67, 333)  # rows not a multiple of a workgroup's, C past 256 and not a multiple of 32
 
 
+def layernorm_summed_case(rows, C, K, splits, tile):
+    """Split-K products whose slabs the LayerNorm reading them sums (the trainer's fc_out -> LayerNorm,
+    input gradients -> LayerNorm backward): x = G·Wᵀ + bias + R, its LayerNorm; dout = dH·W2, dx (+)= its
+    LayerNorm backward. x and dout are also stored where the unsplit products would have put them."""
+    eps = 1e-5
+    bias_off, w_off, b_off, n_params = 3, 3 + C, 3 + 2 * C, 3 + 3 * C + 5
+    g, wt, r = rng.standard_normal((rows, K)), rng.standard_normal((C, K)) / 4, rng.standard_normal((rows, C))
+    dh, w2, dx0 = rng.standard_normal((rows, K)), rng.standard_normal((K, C)) / 4, rng.standard_normal((rows, C))
+    params = rng.standard_normal(n_params)
+    p64 = f32(params).astype(np.float64)  # what the kernels read, in float64
+
+    def f64(a):
+        return f32(a).astype(np.float64)
+
+    x = torch.tensor(f64(g) @ f64(wt).T + p64[bias_off:bias_off + C] + f64(r), requires_grad=True)
+    dout = f64(dh) @ f64(w2)
+    out = F.layer_norm(x, (C,), torch.tensor(p64[w_off:w_off + C]), torch.tensor(p64[b_off:b_off + C]), eps)
+    out.backward(torch.tensor(dout))
+    xd = x.detach().numpy()
+    name = f"LayerNorm summing {splits} split-K slabs {rows}x{C}x{K} tile {tile}"
+
+    def check(o):
+        report(f"{name}: x", o["x"], xd.ravel(), 1e-4)
+        report(f"{name}: forward", o["out"], out.detach().numpy().ravel(), 1e-4)
+        report(f"{name}: mean/rstd", o["stats"], np.stack([xd.mean(1), 1 / np.sqrt(xd.var(1) + eps)], 1).ravel(), 1e-4)
+        report(f"{name}: dout", o["dout"], dout.ravel(), 1e-4)
+        report(f"{name}: dx", o["dx"], (x.grad.numpy() + dx0).ravel(), 1e-4)
+
+    add_case(dict(op="layernorm_summed", rows=rows, C=C, K=K, splits=splits, tile=tile, eps=eps, biasOff=bias_off,
+                  wOff=w_off, bOff=b_off),
+             {"G": f32(g), "W": f32(wt), "R": f32(r), "dH": f32(dh), "W2": f32(w2), "params": f32(params),
+              "dx0": f32(dx0)}, check)
+
+
+layernorm_summed_case(70, 44, 150, 3, "64x64w")  # 32 lanes a row; the last workgroup's rows past the end
+layernorm_summed_case(37, 200, 96, 2, "32x32-s2")  # 64 lanes a row, scalar reads, a sliced tile
+
+
 def layernorm_params_case(rows, C):
     """A block's two LayerNorms' weight and bias gradients in one dispatch."""
     w_offs, n_params = [4, 4 + 2 * C + 7], 4 + 4 * C + 7 + 3

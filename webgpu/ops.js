@@ -170,15 +170,39 @@ export class Ops {
     sums.regions = [];
   }
 
-  layernormForward(plan, { rows, C, x, params, wOff, bOff, out, stats, eps }) {
-    const k = layernormKernels(C);
-    return plan.add(k.forward, { rows, C, w_off: wOff, b_off: bOff, eps }, [x, params, out, stats], grid1d(k.workgroups(rows)));
+  /**
+   * out = LayerNorm(x), stats = (mean, rstd) per row. sumIn: x is the result of a split-K product
+   * left unsummed (its region, from the SplitSums given to matmul as `sums`): the LayerNorm sums it
+   * into x first (layernorm.js), so the product's final sum needs no dispatch.
+   */
+  layernormForward(plan, { rows, C, x, params, wOff, bOff, out, stats, eps, sumIn = null }) {
+    const k = layernormKernels(C), grid = grid1d(k.workgroups(rows)), values = { rows, C, w_off: wOff, b_off: bOff, eps };
+    if (!sumIn) return plan.add(k.forward, values, [x, params, out, stats], grid);
+    const [partials, bias, R] = this._sumInRegion(sumIn, rows, C, x);
+    if (sumIn.flags & MATMUL_FLAGS.bias && bias !== params) throw new Error("layernormForward sumIn: the product's bias must lie in the LayerNorm's params buffer");
+    return plan.add(k.forwardSum, { ...values, src: sumIn.src, len: sumIn.len, splits: sumIn.splits, bias_off: sumIn.bias_off, flags: sumIn.flags },
+      [x, params, out, stats, partials, R], grid);
   }
 
-  /** dx (+)= the gradient w.r.t. the LayerNorm's input (accumulate: added, as into the residual stream). */
-  layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate }) {
-    const k = layernormKernels(C);
-    return plan.add(k.backwardInput, { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 }, [dout, x, stats, params, dx], grid1d(k.workgroups(rows)));
+  /**
+   * dx (+)= the gradient w.r.t. the LayerNorm's input (accumulate: added, as into the residual stream).
+   * sumIn: dout is a split-K product left unsummed, as in layernormForward; it is summed into dout.
+   */
+  layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate, sumIn = null }) {
+    const k = layernormKernels(C), grid = grid1d(k.workgroups(rows)), values = { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 };
+    if (!sumIn) return plan.add(k.backwardInput, values, [dout, x, stats, params, dx], grid);
+    if (sumIn.flags) throw new Error("layernormBackwardInput sumIn: a product with no epilogue");
+    const [partials] = this._sumInRegion(sumIn, rows, C, dout);
+    return plan.add(k.backwardInputSum, { ...values, src: sumIn.src, len: sumIn.len, splits: sumIn.splits }, [dout, x, stats, params, dx, partials], grid);
+  }
+
+  /** A split-K region a LayerNorm may sum: one (rows, C) product into the whole of `into`; its partials, bias and R buffers. */
+  _sumInRegion(region, rows, C, into) {
+    const [partials, bias, R, result] = region.buffers;
+    if (region.batches !== 1 || region.N !== C || region.len !== rows * C || region.c_off !== 0 || region.r_off !== 0 || result !== into) {
+      throw new Error(`a LayerNorm sums one split-K product of (${rows}, ${C}) into its input, from offset 0`);
+    }
+    return [partials, bias, R];
   }
 
   /**

@@ -6,7 +6,7 @@
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
 import { Ops, SplitSums, adamwValues, NORM_PARTIALS } from "./ops.js";
-import { chooseSplits, chooseTile } from "./kernels/matmul.js";
+import { chooseSplits, chooseTile, chooseSummedSplits } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 
 const LOSS_RING = 8;
@@ -63,6 +63,22 @@ const PAIRED_MAX_OUTPUTS = 500_000;
 const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
 
 /**
+ * The products that leave their split-K slabs for the LayerNorm after them to sum
+ * (chooseSummedSplits): fc_out's forward where that LayerNorm is a dispatch of its own (not a
+ * prologue), and the input gradients of fc_in and of q/k/v where a Linear's backward products are
+ * not paired. forward, backward: whether they split (for `rows` rows); floats: the slabs' scratch,
+ * sized for the biggest of them (generation's prefill has fewer rows).
+ */
+function summedSplitPlan({ dModel: C }, rows) {
+  const forward = rows * C > LAYERNORM_PROLOGUE_MAX_ACTIVATIONS, backward = rows * 4 * C > PAIRED_MAX_OUTPUTS;
+  const slabs = (on, K) => {
+    const { splits } = chooseSummedSplits("forward", rows, C, K);
+    return on && splits > 1 ? splits * rows * C : 0;
+  };
+  return { forward, backward, floats: Math.max(16, slabs(forward, 4 * C), slabs(backward, 4 * C), slabs(backward, 3 * C)) };
+}
+
+/**
  * The split-K plan of a step: weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY fused
  * in) have few output tiles and K = B·T, so they split K into slabs of one scratch buffer. With
  * `grouped`, a block's four products (and, in the last block, the head's) keep their slabs side by
@@ -114,6 +130,7 @@ function trainerBuffers(config) {
   activations("train", B, T, T); // eval runs on the same set
   for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
     ["d qkv", 3 * qkvStride(rows * C)], ["attention delta", B * H * T], ["split-K partials", splitKPlan(m, rows).floats],
+    ["split-K LayerNorm partials", summedSplitPlan(m, rows).floats],
     ["token order", V + 1 + rows], ["norm partials", NORM_PARTIALS], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
@@ -294,12 +311,16 @@ export class Trainer {
     // prologue (which also stores the output and statistics for the backward), or that output, from
     // a dispatch of its own (LAYERNORM_PROLOGUE_MAX_ACTIVATIONS)
     const prologue = rows * C <= LAYERNORM_PROLOGUE_MAX_ACTIVATIONS;
+    // fc_out's result, where it leaves its split-K slabs for the next LayerNorm to sum (summedSplitPlan)
+    let unsummed = null;
     const normalised = (name, x, out, stats) => {
       const ln = { wOff: o[`${name}.weight`], bOff: o[`${name}.bias`], out, stats, eps };
       if (prologue) return { A: x, ln };
-      ops.layernormForward(plan, { rows, C, x, params: P, wOff: ln.wOff, bOff: ln.bOff, out, stats, eps });
+      ops.layernormForward(plan, { rows, C, x, params: P, wOff: ln.wOff, bOff: ln.bOff, out, stats, eps, sumIn: unsummed?.regions[0] });
+      unsummed = null;
       return { A: out };
     };
+    const fcOutSplit = prologue ? { splits: 1 } : chooseSummedSplits("forward", rows, C, 4 * C, ops.workgroupLimit);
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
       const ln1 = normalised(n + "ln1", A.res[l], a.ln1, a.ln1s);
@@ -315,7 +336,13 @@ export class Trainer {
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
       const ln2 = normalised(n + "ln2", a.res2, a.ln2, a.ln2s);
       ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, ...ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });
-      ops.matmul(plan, "forward", { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 });
+      const fcOut = { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 };
+      if (fcOutSplit.splits > 1) {
+        unsummed = new SplitSums();
+        ops.matmul(plan, "forward", { ...fcOut, ...fcOutSplit, partials: this.summedPartials, sums: unsummed });
+      } else {
+        ops.matmul(plan, "forward", fcOut);
+      }
     }
     // logits = ln_f(x) · wteᵀ (tied head), for the last logitRows rows only when generating
     const first = rows - logitRows, lnf = normalised("ln_f", A.res[L], A.lnf, A.lnfs);
@@ -335,6 +362,8 @@ export class Trainer {
     });
     const splitK = splitKPlan(this.cfg, rows);
     d.splitK = this.buffer("split-K partials", 4 * splitK.floats, S);
+    const summed = summedSplitPlan(this.cfg, rows);
+    this.summedPartials = this.buffer("split-K LayerNorm partials", 4 * summed.floats, S);
     // grouped: a block's split-K weight gradients lie side by side in d.splitK, summed by one dispatch
     // at the block's end (splitKPlan)
     const sums = splitK.grouped ? new SplitSums() : null;
@@ -342,13 +371,21 @@ export class Trainer {
     // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one
     // dispatch while the model is small enough for a step to be paid per dispatch (PAIRED_MAX_OUTPUTS)
     const paired = rows * 4 * C <= PAIRED_MAX_OUTPUTS;
-    const linearBackward = (inputGrad, weightGrad) => {
+    // toLayerNorm: the input gradient goes straight into a LayerNorm's backward, which (summed.backward)
+    // sums its split-K slabs; returns their region for that LayerNorm (null: the product is whole)
+    const linearBackward = (inputGrad, weightGrad, toLayerNorm = false) => {
       const { M, N, batches = 1 } = weightGrad, partialsOff = slabsUsed;
       if (sums) slabsUsed += splitKSlabFloats(M, N, batches, rows);
       const dW = { ...weightGrad, K: rows, splits: weightGradSplits(M, N, rows), partials: d.splitK, partialsOff, sums };
-      if (paired) return ops.matmulPair(plan, inputGrad, dW);
-      ops.matmul(plan, "backward_input", inputGrad);
+      if (paired) {
+        ops.matmulPair(plan, inputGrad, dW);
+        return null;
+      }
+      const split = toLayerNorm && summed.backward ? chooseSummedSplits("backward_input", rows, C, inputGrad.K * (inputGrad.kcat ?? 1), ops.workgroupLimit) : { splits: 1 };
+      const unsummed = split.splits > 1 ? new SplitSums() : null;
+      ops.matmul(plan, "backward_input", unsummed ? { ...inputGrad, ...split, partials: this.summedPartials, sums: unsummed } : inputGrad);
       ops.matmul(plan, "backward_weight", dW);
+      return unsummed?.regions[0] ?? null;
     };
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
     this.orderHost = new Uint32Array(V + 1 + rows);
@@ -373,9 +410,9 @@ export class Trainer {
       // d.h = (d.res · W_out) · gelu'(h): the gradient w.r.t. fc_in's output, GELU's backward fused in
       linearBackward({ M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h, geluGradOf: a.h },
         { M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true });
-      linearBackward({ M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
-        { M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true });
-      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res, accumulate: true });
+      const dLn2 = linearBackward({ M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
+        { M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true }, true);
+      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res, accumulate: true, sumIn: dLn2 });
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
       linearBackward({ M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att },
         { M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
@@ -383,9 +420,9 @@ export class Trainer {
       ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: dqkv.q, dk: dqkv.k, dv: dqkv.v });
       // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
       // dW and db of each (three batches)
-      linearBackward({ M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
-        { M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } });
-      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), dx: d.res, accumulate: true });
+      const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
+        { M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }, true);
+      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), dx: d.res, accumulate: true, sumIn: dLn1 });
       // what only the optimizer reads, once per block: both LayerNorms' parameter gradients, then
       // (grouped) the split-K sums of the block's weight gradients (and, in the last block, the head's)
       ops.layernormBackwardParams(plan, { rows, C, grads: G, jobs: [

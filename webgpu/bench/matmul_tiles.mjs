@@ -11,7 +11,7 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
-import { Ops } from "../ops.js";
+import { Ops, SplitSums } from "../ops.js";
 import { Plan } from "../plan.js";
 import { raiseClocks, replayMicroseconds } from "./replay.mjs";
 import { MATMUL_FORMS, MATMUL_TILES, chooseTile, chooseSplits } from "../kernels/matmul.js";
@@ -39,12 +39,15 @@ function stepProducts({ nLayer: L, dModel: C, ctx: T, batch: B }, V) {
   ];
 }
 
+// A forward or input-gradient product split along K is timed without its final sum: the trainer
+// leaves that to the LayerNorm which reads the product (layernormForward's and layernormBackwardInput's
+// sumIn), a dispatch it has anyway. A weight gradient's time includes its final sum.
 async function time(form, M, N, K, biasGrad, tile, splits) {
   const len = M * N + (biasGrad ? M : 0);
   const buf = (n) => device.createBuffer({ size: 4 * Math.max(4, n), usage: S });
   const A = buf(M * K), B = buf(N * K), C = buf(len), partials = splits > 1 ? buf(splits * len) : null;
   const plan = new Plan(device, ops.pipelines, "tile bench");
-  ops.matmul(plan, form, { M, N, K, A, B, C, biasGrad, tile, splits, partials });
+  ops.matmul(plan, form, { M, N, K, A, B, C, biasGrad, tile, splits, partials, sums: form === DW ? null : new SplitSums() });
   plan.freeze();
   const us = await replayMicroseconds(device, plan);
   plan.destroy();
@@ -61,10 +64,13 @@ function compile(products) {
   stand.destroy();
 }
 
-/** Every tile (and, for weight gradients, split count) worth timing for a product. */
+/**
+ * Every tile (and split count) worth timing for a product: weight gradients split K in 1–16, the
+ * other forms with K ≥ 512 (fc_out's forward, the input gradients of fc_in and of q/k/v) in 1–4.
+ */
 function candidates(form, K) {
-  return tiles.flatMap((tile) => (form === DW ? [1, 2, 4, 8, 16] : [1])
-    .filter((splits) => splits === 1 || K / splits >= 64).map((splits) => ({ tile, splits })));
+  const splits = form === DW ? [1, 2, 4, 8, 16] : K >= 512 ? [1, 2, 3, 4] : [1];
+  return tiles.flatMap((tile) => splits.filter((n) => n === 1 || K / n >= 64).map((n) => ({ tile, splits: n })));
 }
 
 /** The tile and split count the trainer takes for a product. */

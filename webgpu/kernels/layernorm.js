@@ -38,14 +38,37 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
   let src = min(row, p.rows - 1u);
   let base = src * p.C;`;
 
+// sumIn (both row kernels): the row kernel's input is a split-K product's result, left unsummed by
+// the product (Ops.matmul's sums): the LayerNorm adds its `splits` slabs of parts[src + z·len ..] in
+// order (then the forward's bias and residual, flags 1 and 4), as matmul_split_final would, stores the
+// sum where the product's result belongs (the input binding, read_write then), and reads it back in
+// its later passes: the product's final sum costs no dispatch of its own. Each lane reads back only
+// what it wrote (lanes past the last row, which write nothing, compute rows nobody uses).
+const SUM_IN_UNIFORMS = [["src", "u32"], ["len", "u32"], ["splits", "u32"]];
+const slabSum = (i) => /* wgsl */ `var v = 0.0;
+  for (var z = 0u; z < p.splits; z++) { v = v + parts[p.src + z * p.len + ${i}]; }`;
+
 // x: (rows,C) -> out: (rows,C); stats: (rows,2) = mean, rstd (variance from a second pass over x:
 // no cancellation when |mean| ≫ std, as in the residual stream)
-const forwardKernel = (lanes) => kernel(`layernorm_forward_lanes${lanes}`,
-  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"], ["eps", "f32"]],
-  [["x", "read"], ["params", "read"], ["out", "rw"], ["stats", "rw"]],
-  /* wgsl */ `${rowMain("layernorm_forward", lanes)}
+const forwardKernel = (lanes, sumIn) => kernel(`layernorm_forward_lanes${lanes}${sumIn ? "_sum" : ""}`,
+  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"], ["eps", "f32"],
+    ...(sumIn ? [...SUM_IN_UNIFORMS, ["bias_off", "u32"], ["flags", "u32"]] : [])],
+  [["x", sumIn ? "rw" : "read"], ["params", "read"], ["out", "rw"], ["stats", "rw"], ...(sumIn ? [["parts", "read"], ["R", "read"]] : [])],
+  /* wgsl */ `${sumIn ? /* wgsl */ `
+// element i (column c) of the product: its slabs (+ bias) (+ R)
+fn summed(i: u32, c: u32) -> f32 {
+  ${slabSum("i")}
+  if ((p.flags & 1u) != 0u) { v = v + params[p.bias_off + c]; }
+  if ((p.flags & 4u) != 0u) { v = v + R[i]; }
+  return v;
+}` : ""}
+${rowMain("layernorm_forward", lanes)}
   var s = 0.0;
-  for (var c = lane; c < p.C; c += LANES) { s = s + x[base + c]; }
+  ${sumIn ? /* wgsl */ `for (var c = lane; c < p.C; c += LANES) {
+    let v = summed(base + c, c);
+    if (in_range) { x[base + c] = v; }
+    s = s + v;
+  }` : "for (var c = lane; c < p.C; c += LANES) { s = s + x[base + c]; }"}
   partial_a[li] = s;
   workgroupBarrier();
   let mean = row_total_a(li) / f32(p.C);
@@ -66,16 +89,18 @@ const forwardKernel = (lanes) => kernel(`layernorm_forward_lanes${lanes}`,
 `, "layernorm_forward");
 
 // dout: (rows,C) -> dx (rows,C), written (flags 0) or added (flags 1: the residual stream's gradient)
-const backwardInputKernel = (lanes) => kernel(`layernorm_backward_input_lanes${lanes}`,
-  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"]],
-  [["dout", "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"]],
+const backwardInputKernel = (lanes, sumIn) => kernel(`layernorm_backward_input_lanes${lanes}${sumIn ? "_sum" : ""}`,
+  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"], ...(sumIn ? SUM_IN_UNIFORMS : [])],
+  [["dout", sumIn ? "rw" : "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"], ...(sumIn ? [["parts", "read"]] : [])],
   /* wgsl */ `${rowMain("layernorm_backward_input", lanes)}
   let mean = stats[2u * src];
   let rstd = stats[2u * src + 1u];
   var a = 0.0;
   var b = 0.0;
   for (var c = lane; c < p.C; c += LANES) {
-    let dn = dout[base + c] * params[p.w_off + c];
+    ${sumIn ? /* wgsl */ `${slabSum("base + c")}
+    if (in_range) { dout[base + c] = v; }
+    let dn = v * params[p.w_off + c];` : "let dn = dout[base + c] * params[p.w_off + c];"}
     a = a + dn;
     b = b + dn * (x[base + c] - mean) * rstd;
   }
@@ -96,16 +121,18 @@ const backwardInputKernel = (lanes) => kernel(`layernorm_backward_input_lanes${l
 
 /** The lanes per row the row kernels are specialised for. */
 export const LAYERNORM_LANES = [32, 64];
-const rowKernels = new Map(LAYERNORM_LANES.map((lanes) =>
-  [lanes, { forward: forwardKernel(lanes), backwardInput: backwardInputKernel(lanes), rowsPerGroup: 256 / lanes }]));
+const rowKernels = new Map(LAYERNORM_LANES.map((lanes) => [lanes, {
+  forward: forwardKernel(lanes, false), backwardInput: backwardInputKernel(lanes, false),
+  forwardSum: forwardKernel(lanes, true), backwardInputSum: backwardInputKernel(lanes, true), rowsPerGroup: 256 / lanes,
+}]));
 
-/** The row kernels (forward, backwardInput) of one lane count. */
+/** The row kernels (forward, backwardInput, and their sumIn variants forwardSum, backwardInputSum) of one lane count. */
 export const layernormRowKernels = (lanes) => rowKernels.get(lanes);
 
 /** The row kernels for rows of C, and their workgroup count for `rows` rows (see grid1d). */
 export function layernormKernels(C) {
   const k = layernormRowKernels(C > 192 ? 64 : 32);
-  return { forward: k.forward, backwardInput: k.backwardInput, workgroups: (rows) => Math.ceil(rows / k.rowsPerGroup) };
+  return { ...k, workgroups: (rows) => Math.ceil(rows / k.rowsPerGroup) };
 }
 
 // The parameter gradients in one pass, without scratch: a workgroup owns PARAM_COLS columns and

@@ -212,6 +212,20 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
   const atB = (k, n) => (vB ? `${vecB(k, n)}[(${n}) % 4u]` : `${row("Bs", k)}[${n}]`);
   // the inner loop's slab row k of this invocation's group
   const innerA = KG > 1 ? "As[lid.z][k]" : "As[k]", innerB = KG > 1 ? "Bs[lid.z][k]" : "Bs[k]";
+  // one k-row of the group's slab rows: TM·TN FMAs (and the bias-gradient sums)
+  const kRow = /* wgsl */ `
+${vA ? range(TM / 4).map((g) => `      let av${g} = ${innerA}[lid.y + ${g * WY}u];`).join("\n") : ""}
+${vB ? range(TN / 4).map((g) => `      let bv${g} = ${innerB}[lid.x + ${g * WX}u];`).join("\n") : ""}
+${range(TM).map((i) => `      let a${i} = ${vA ? `av${Math.floor(i / 4)}[${i % 4}]` : `${innerA}[lid.y + ${i * WY}u]`};`).join("\n")}
+${range(TN).map((j) => `      let b${j} = ${vB ? `bv${Math.floor(j / 4)}[${j % 4}]` : `${innerB}[lid.x + ${j * WX}u]`};`).join("\n")}
+${each(TM, TN, (i, j) => /* wgsl */ `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
+      if (bias_grad) {
+${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
+      }`;
+  // The loop over those rows, unrolled here: the NVIDIA Vulkan driver left 32-deep ones rolled
+  // (H100: 32x64-k32's unsplit 192×192×1536 weight gradient 86.5 → 47.3 µs unrolled, 4096³ input
+  // and weight gradients on 128×128 33 → 36 and 35 → 37 TFLOP/s; docs/performance.md §16).
+  const inner = range(KB).map((k) => `    {${kRow.replace(/\[k\]/g, `[${k}u]`)}\n    }`).join("\n");
   // Each invocation loads L vec4s (or scalars) of each slab per K-step; a guard where the slab does
   // not divide evenly among the invocations.
   const W = vec ? 4 : 1;
@@ -344,16 +358,7 @@ ${stash}
     if (k0 + BK < k_end) {
 ${fetch("(k0 + BK)")}
     }
-    for (var k = 0u; k < ${KB}u; k++) {
-${vA ? range(TM / 4).map((g) => `      let av${g} = ${innerA}[lid.y + ${g * WY}u];`).join("\n") : ""}
-${vB ? range(TN / 4).map((g) => `      let bv${g} = ${innerB}[lid.x + ${g * WX}u];`).join("\n") : ""}
-${range(TM).map((i) => `      let a${i} = ${vA ? `av${Math.floor(i / 4)}[${i % 4}]` : `${innerA}[lid.y + ${i * WY}u]`};`).join("\n")}
-${range(TN).map((j) => `      let b${j} = ${vB ? `bv${Math.floor(j / 4)}[${j % 4}]` : `${innerB}[lid.x + ${j * WX}u]`};`).join("\n")}
-${each(TM, TN, (i, j) => /* wgsl */ `      c${i}_${j} = c${i}_${j} + a${i} * b${j};`)}
-      if (bias_grad) {
-${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
-      }
-    }
+${inner}
     workgroupBarrier();
   }${KG > 1 ? sliceSums(form, tile) : ""}
   let slab = ${split ? "wid.z * p.len" : "p.c_off + batch * p.c_zs"};
@@ -496,15 +501,17 @@ export function tileCount(M, N, tile) {
  * outputs 4×4 per invocation with 32-deep steps (64×32 for the forward, 32×64 for input gradients,
  * and for input gradients below 500k outputs the sliced 32×32), except forward products from 290k
  * outputs on, which take 64×64 tiles of 256 invocations, as does everything from a million outputs
- * on; big squares (≥ 512 tiles of 128×128) 128×128, with 16-deep K-steps in the forward where
- * workgroupLimit (the device's bytes of workgroup memory) allows. Weight gradients (long K = B·T,
- * split along K: chooseSplits) take the sliced 32×32 below 250k outputs, 64×64w from there.
+ * on; big squares (≥ 512 tiles of 128×128) 128×128, with 16-deep K-steps in the forward and the
+ * weight gradient where workgroupLimit (the device's bytes of workgroup memory) allows. Weight
+ * gradients (long K = B·T, split along K: chooseSplits) take the sliced 32×32 below 250k outputs,
+ * 64×64w from there.
  */
 export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
   if (tileCount(M, N, "128x128") >= 512) {
-    // H100, 4096³: 32–35 TFLOP/s; the forward 37 with 16-deep K-steps (33 with 8-deep) where the
-    // device offers the workgroup memory those take
-    return form === "forward" && workgroupBytes(form, "128x128-k16") <= workgroupLimit ? "128x128-k16" : "128x128";
+    // H100, 4096³, TFLOP/s, 8- / 16-deep K-steps: forward 36 / 38, input gradient 36 / 35, weight
+    // gradient 37 / 39; the 16-deep where the device offers the workgroup memory they take
+    const deep = form !== "backward_input" && workgroupBytes(form, "128x128-k16") <= workgroupLimit;
+    return deep ? "128x128-k16" : "128x128";
   }
   const outputs = M * N;
   if (formOf(form).aT) return outputs >= 250_000 ? "64x64w" : "32x32-s2";
@@ -515,15 +522,31 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
 }
 
 /**
- * How many K-splits a product gets (1 = none; each split keeps ≥ 64 of K): with 256-invocation
- * tiles, enough to reach ~512 workgroups; with the sliced 32×32 (weight gradients below 250k
- * outputs), 8. More splits than that cost more in slabs to sum than they give in parallelism: on
- * the H100, 16 splits of large's 192×192 weight gradient took 20.0 µs, 8 took 18.8.
+ * How many K-splits a product gets (1 = none; each split keeps ≥ 64 of K): enough to reach ~512
+ * workgroups, and with the sliced 32×32 (weight gradients below 250k outputs) at most 8. More
+ * splits than that cost more in slabs to sum than they give in parallelism: on the H100, 16 splits
+ * of large's 192×192 weight gradient (36 tiles) took 20.0 µs, 8 took 18.8; massive's 384×384 (144
+ * tiles) took 22.6 µs with 4, 26.4 with 8.
  */
 export function chooseSplits(M, N, K, tile) {
   const tiles = tileCount(M, N, tile);
-  const wanted = tileShape(tile).threads >= 256 ? Math.ceil(512 / tiles) : 8;
+  const wanted = tileShape(tile).threads >= 256 ? Math.ceil(512 / tiles) : Math.min(8, Math.ceil(512 / tiles));
   return Math.max(1, Math.min(16, Math.floor(K / 64), wanted));
+}
+
+/**
+ * The tile and K-splits of a forward or input-gradient product whose result goes straight into a
+ * LayerNorm dispatch, which sums the split slabs as it reads them (Ops.layernormForward's and
+ * layernormBackwardInput's sumIn), so splitting K costs no final-sum dispatch: fc_out's forward and
+ * the input gradients of fc_in and of q/k/v (K = 3C–4C onto N = C, few output tiles). From K = 512,
+ * one split per 256 of K, at most 4, on 64×64w. H100, µs unsplit → split (slabs unsummed; the tile
+ * bench, docs/performance.md §16): large 1536×192×768 forward 39.7 → 28.8 (3 splits), input gradient
+ * 35.2 → 26.3; xl 1024×256×1024 38.6 → 29.1 (4); huge 2048×256×1024 input gradient 51.5 → 42.7
+ * (3; 4: 43.3); massive 1024×384×1536 forward 72.9 → 52.0 (4), input gradient 63.5 → 48.2.
+ */
+export function chooseSummedSplits(form, M, N, K, workgroupLimit = 16384) {
+  if (form === "backward_weight" || K < 512) return { tile: chooseTile(form, M, N, K, workgroupLimit), splits: 1 };
+  return { tile: "64x64w", splits: Math.min(4, Math.floor(K / 256)) };
 }
 
 /** K per split: a multiple of the tile's BK (K: the whole, concatenated K). */

@@ -64,6 +64,20 @@ export async function runKernelCases(device, cases, inputs) {
       ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads });
       return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C], grads: [grads, c.nParams] };
     },
+    // split-K products left unsummed for the LayerNorm that reads them (the trainer's fc_out -> next
+    // LayerNorm, fc_in's and q/k/v's input gradients -> LayerNorm backward): x = G·Wᵀ + bias + R split
+    // into slabs, LayerNorm(x) summing them; dout = dH·W2 split likewise, the LayerNorm's dx from it
+    layernorm_summed(c, plan) {
+      const { rows, C, K, splits, tile } = c, params = input(`${c.id}_params`), partials = empty(splits * rows * C);
+      const x = empty(rows * C), out = empty(rows * C), stats = empty(2 * rows), dout = empty(rows * C), dx = input(`${c.id}_dx0`);
+      const forward = new SplitSums(), backward = new SplitSums();
+      ops.matmul(plan, "forward", { M: rows, N: C, K, A: input(`${c.id}_G`), B: input(`${c.id}_W`), C: x, bias: params, biasOff: c.biasOff,
+        R: input(`${c.id}_R`), tile, splits, partials, sums: forward });
+      ops.layernormForward(plan, { rows, C, x, params, wOff: c.wOff, bOff: c.bOff, out, stats, eps: c.eps, sumIn: forward.regions[0] });
+      ops.matmul(plan, "backward_input", { M: rows, N: C, K, A: input(`${c.id}_dH`), B: input(`${c.id}_W2`), C: dout, tile, splits, partials, sums: backward });
+      ops.layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, dx, accumulate: true, sumIn: backward.regions[0] });
+      return { x: [x, rows * C], out: [out, rows * C], stats: [stats, 2 * rows], dout: [dout, rows * C], dx: [dx, rows * C] };
+    },
     // a Linear's input and weight gradients in one dispatch: dX = dY·W (times gelu'(H)), dW = dYᵀ·X (+ db)
     matmul_pair(c, plan) {
       const { R, Nout, Nin, splits } = c, dY = input(`${c.id}_dY`), dX = empty(R * Nin), dW = empty(Nout * Nin + Nout);
