@@ -27,7 +27,9 @@ def test_dispatches_per_step_are_the_fused_plans():
         assert c["eval"] == (3 + 5 * L if prologue else 4 + 7 * L)  # embedding, L blocks, (ln_f,) logits, cross-entropy
         assert c["decode"] == 2 + 7 * L  # q, k, v apart: they write the KV cache at the position
         # a block: 5 forward (7 with the LayerNorms apart), then 14 backward with its split-K sums in one
-        # dispatch, 10 of them when each Linear's two products share one (small models), 17 with one sum
-        # per product (big ones; one more for the head's); fewer where a weight gradient does not split K
+        # dispatch, 10 of them when each Linear's two products share one (small models), 12 where only
+        # fc_in's and fc_out's do (from xl up, both products on 64×64 tiles), 17 with one sum per product
+        # (one more for the head's); fewer where a weight gradient does not split K
         assert c["step"] <= 13 + 24 * L, (name, c["step"])
     assert (counts["tiny"]["step"], counts["large"]["step"]) == (10 + 15 * 2, 12 + 21 * 6)
+    assert [counts[p]["step"] for p in ("xl", "huge", "massive")] == [12 + 19 * L for L in (8, 12, 14)]

@@ -359,8 +359,9 @@ gelu_matmul_case("forward", 68, 132, 44, "32x32-s4")
 gelu_matmul_case("backward_input", 68, 36, 72, "64x32-s2")
 
 
-def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None):
-    """A Linear's backward in one dispatch: dX = dY·W (· gelu'(H)) and dW = dYᵀ·X with db = Σ dY."""
+def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None, dx_splits=None):
+    """A Linear's backward in one dispatch: dX = dY·W (· gelu'(H)) and dW = dYᵀ·X with db = Σ dY; dX split
+    along K too where dx_splits is given (its slabs summed by a dispatch after the pair's)."""
     dy, w, x = rng.standard_normal((R, n_out)), rng.standard_normal((n_out, n_in)), rng.standard_normal((R, n_in))
     dx = dy @ w
     inputs = {"dY": f32(dy), "W": f32(w), "X": f32(x)}
@@ -370,18 +371,20 @@ def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None):
         dx = dx * gelu_grad64(np.float32(h).astype(np.float64))
     dw = np.concatenate([(dy.T @ x).ravel(), dy.sum(0)])
     name = (f"matmul pair R={R} {n_out}->{n_in} split-K {splits}{' gelu' if gelu else ''}"
-            f"{f' tiles {tiles}' if tiles else ''}")
+            f"{f' tiles {tiles}' if tiles else ''}{f', dX split-K {dx_splits}' if dx_splits else ''}")
 
     def check(o):
         report(f"{name}: dX", o["dX"], dx.ravel(), 2.4e-6 * n_out * math.sqrt(n_out))
         report(f"{name}: dW, db", o["dW"], dw, 2e-6 * R * math.sqrt(R))
 
-    add_case(dict(op="matmul_pair", R=R, Nout=n_out, Nin=n_in, splits=splits, gelu=gelu, tiles=tiles), inputs, check)
+    add_case(dict(op="matmul_pair", R=R, Nout=n_out, Nin=n_in, splits=splits, gelu=gelu, tiles=tiles,
+                  dxSplits=dx_splits), inputs, check)
 
 
 matmul_pair_case(130, 37, 70, 3, gelu=True)
 matmul_pair_case(70, 45, 33, 1, tiles=["64x64w", "128x64w"])
 matmul_pair_case(200, 29, 140, 4, tiles=["128x128", "32x64w"])
+matmul_pair_case(150, 300, 44, 3, tiles=["64x64w", "64x64w"], dx_splits=3)  # large up: fc_in's backward
 matmul_pair_case(130, 36, 68, 3, gelu=True)  # vec4 reads (both widths multiples of 4)
 matmul_pair_case(70, 44, 32, 1, tiles=["64x64w", "128x64w"])
 matmul_pair_case(130, 36, 68, 2, gelu=True, tiles=["32x64-k32", "32x32"])  # as small: both become 32x32w-k32

@@ -27,10 +27,12 @@ function matmulPairFor(first, second, vec) {
 // a tile other than an unsliced one of 16×16 invocations becomes the 256-invocation 32×32 (2×2 each,
 // the input gradients' choice at tiny). (32x64w-k32 would keep a 32×64 shape, but beside a weight
 // gradient's 32x32w-k32 the pair needs more than 16 KiB of workgroup memory.)
-const pairTile = (tile) => {
+/** Whether a product on this tile can share a pair's dispatch as it is (matmulPair changes any other tile). */
+export function pairsAsIs(tile) {
   const { WX, WY, KG } = tileShape(tile);
-  return WX === 16 && WY === 16 && KG === 1 ? tile : "32x32w-k32";
-};
+  return WX === 16 && WY === 16 && KG === 1;
+}
+const pairTile = (tile) => (pairsAsIs(tile) ? tile : "32x32w-k32");
 const attentionKernels = new Map();
 // kind: "forward" or "backward"; options: attentionLayout's (the kind's own where absent; the layout
 // bench tries others)
@@ -104,6 +106,7 @@ export class Ops {
     const [A, B0, , R0, C0] = x.buffers, [, B1, , , C1] = w.buffers;
     const index = plan.add(matmulPairFor(spec("backward_input", x), spec("backward_weight", w), vec), values, [A, B0, R0, C0, B1, C1],
       grid1d(values.count0 + w.grid[0] * w.grid[1] * w.grid[2]));
+    if (x.region) this._splitFinal(plan, x.region, inputGrad.sums);
     return w.region ? this._splitFinal(plan, w.region, weightGrad.sums) : index;
   }
 

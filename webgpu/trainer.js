@@ -5,7 +5,7 @@
 // loss, through a ring of mappable buffers so the next step is never stalled.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, SplitSums, adamwValues, NORM_PARTIALS } from "./ops.js";
+import { Ops, SplitSums, adamwValues, pairsAsIs, NORM_PARTIALS } from "./ops.js";
 import { chooseSplits, chooseTile, chooseSummedSplits } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 
@@ -48,10 +48,13 @@ function splitKSlabFloats(M, N, batches, rows) {
 // dispatches fewer, which is host time saved where the host is the bound.
 const GROUPED_SPLIT_SUMS_FLOATS = 10 * 2 ** 20;
 
-// A Linear's two backward products share a dispatch (Ops.matmulPair) only while the block's biggest
+// Every Linear's two backward products share a dispatch (Ops.matmulPair) while the block's biggest
 // product (rows × 4C outputs) is this small. H100, ms/step, separate vs paired (medians of 3): tiny
 // 0.69 vs 0.42, small 0.91 vs 0.82, medium 1.56 vs 1.58, then slower: large 3.63 vs 3.79, massive
-// 15.5 vs 17.0 (a pair takes 256-invocation tiles only, and two products' registers).
+// 15.5 vs 17.0 (a pair takes 256-invocation tiles only, and two products' registers). Past it, a
+// Linear pairs only where both its products' own tiles pair as they are (fc_in and fc_out from xl
+// on, 64×64w): xl 3.880 → 3.781–3.797, huge 8.393 → 8.320–8.330, massive 10.661 → 10.357–10.368
+// (200 steps; docs/performance.md §16).
 const PAIRED_MAX_OUTPUTS = 500_000;
 
 // A LayerNorm is the prologue of the product it feeds (Ops.matmul's ln) only while its input
@@ -372,7 +375,8 @@ export class Trainer {
     // dispatch while the model is small enough for a step to be paid per dispatch (PAIRED_MAX_OUTPUTS)
     const paired = rows * 4 * C <= PAIRED_MAX_OUTPUTS;
     // toLayerNorm: the input gradient goes straight into a LayerNorm's backward, which (summed.backward)
-    // sums its split-K slabs; returns their region for that LayerNorm (null: the product is whole)
+    // sums its split-K slabs; returns their region for that LayerNorm (null: the product is whole).
+    // Past `paired`, the two products still share a dispatch where both tiles pair as they are.
     const linearBackward = (inputGrad, weightGrad, toLayerNorm = false) => {
       const { M, N, batches = 1 } = weightGrad, partialsOff = slabsUsed;
       if (sums) slabsUsed += splitKSlabFloats(M, N, batches, rows);
@@ -381,10 +385,17 @@ export class Trainer {
         ops.matmulPair(plan, inputGrad, dW);
         return null;
       }
-      const split = toLayerNorm && summed.backward ? chooseSummedSplits("backward_input", rows, C, inputGrad.K * (inputGrad.kcat ?? 1), ops.workgroupLimit) : { splits: 1 };
+      const K = inputGrad.K * (inputGrad.kcat ?? 1);
+      const split = toLayerNorm && summed.backward ? chooseSummedSplits("backward_input", rows, inputGrad.N, K, ops.workgroupLimit)
+        : { tile: chooseTile("backward_input", rows, inputGrad.N, K, ops.workgroupLimit), splits: 1 };
       const unsummed = split.splits > 1 ? new SplitSums() : null;
-      ops.matmul(plan, "backward_input", unsummed ? { ...inputGrad, ...split, partials: this.summedPartials, sums: unsummed } : inputGrad);
-      ops.matmul(plan, "backward_weight", dW);
+      const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: this.summedPartials, sums: unsummed } : {}) };
+      if (pairsAsIs(split.tile) && pairsAsIs(chooseTile("backward_weight", M, N, rows, ops.workgroupLimit))) {
+        ops.matmulPair(plan, dX, dW);
+      } else {
+        ops.matmul(plan, "backward_input", dX);
+        ops.matmul(plan, "backward_weight", dW);
+      }
       return unsummed?.regions[0] ?? null;
     };
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);

@@ -82,7 +82,8 @@ export async function runKernelCases(device, cases, inputs) {
     matmul_pair(c, plan) {
       const { R, Nout, Nin, splits } = c, dY = input(`${c.id}_dY`), dX = empty(R * Nin), dW = empty(Nout * Nin + Nout);
       const partials = splits > 1 ? empty(splits * (Nout * Nin + Nout)) : null;
-      ops.matmulPair(plan, { M: R, N: Nin, K: Nout, A: dY, B: input(`${c.id}_W`), C: dX, geluGradOf: c.gelu ? input(`${c.id}_H`) : null, tile: c.tiles?.[0] },
+      const dxSplit = c.dxSplits ? { splits: c.dxSplits, partials: empty(c.dxSplits * R * Nin) } : {};
+      ops.matmulPair(plan, { M: R, N: Nin, K: Nout, A: dY, B: input(`${c.id}_W`), C: dX, geluGradOf: c.gelu ? input(`${c.id}_H`) : null, tile: c.tiles?.[0], ...dxSplit },
         { M: Nout, N: Nin, K: R, A: dY, B: input(`${c.id}_X`), C: dW, biasGrad: true, splits, partials, tile: c.tiles?.[1] });
       return { dX: [dX, R * Nin], dW: [dW, Nout * Nin + Nout] };
     },
