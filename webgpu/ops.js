@@ -87,8 +87,9 @@ export class Ops {
 
   /**
    * Two products in one dispatch, sharing A: a Linear's input gradient (form backward_input, its
-   * geluGradOf allowed) and its weight gradient (backward_weight, split-K or not, with the same
-   * options as matmul). Neither reads what the other writes, so no barrier separates them.
+   * geluGradOf allowed) and its weight gradient (backward_weight); either may split K, with the
+   * same options as matmul (each split's final sum goes to its own `sums`, or is recorded after
+   * the pair). Neither reads what the other writes, so no barrier separates them.
    */
   matmulPair(plan, inputGrad, weightGrad) {
     if (inputGrad.A !== weightGrad.A) throw new Error("matmulPair: both products read the same A");

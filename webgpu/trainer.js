@@ -69,8 +69,9 @@ const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
  * The products that leave their split-K slabs for the LayerNorm after them to sum
  * (chooseSummedSplits): fc_out's forward where that LayerNorm is a dispatch of its own (not a
  * prologue), and the input gradients of fc_in and of q/k/v where a Linear's backward products are
- * not paired. forward, backward: whether they split (for `rows` rows); floats: the slabs' scratch,
- * sized for the biggest of them (generation's prefill has fewer rows).
+ * not paired. backward: whether the input gradients split (for `rows` rows; the forward's rule is
+ * _recordForward's prologue test); floats: the slabs' scratch, sized for the biggest of them
+ * (generation's prefill has fewer rows).
  */
 function summedSplitPlan({ dModel: C }, rows) {
   const forward = rows * C > LAYERNORM_PROLOGUE_MAX_ACTIVATIONS, backward = rows * 4 * C > PAIRED_MAX_OUTPUTS;
@@ -78,7 +79,7 @@ function summedSplitPlan({ dModel: C }, rows) {
     const { splits } = chooseSummedSplits("forward", rows, C, K);
     return on && splits > 1 ? splits * rows * C : 0;
   };
-  return { forward, backward, floats: Math.max(16, slabs(forward, 4 * C), slabs(backward, 4 * C), slabs(backward, 3 * C)) };
+  return { backward, floats: Math.max(16, slabs(forward, 4 * C), slabs(backward, 4 * C), slabs(backward, 3 * C)) };
 }
 
 /**
