@@ -66,20 +66,18 @@ const PAIRED_MAX_OUTPUTS = 500_000;
 const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
 
 /**
- * The products that leave their split-K slabs for the LayerNorm after them to sum
+ * Floats of the scratch where products leave their split-K slabs for the LayerNorm after them to sum
  * (chooseSummedSplits): fc_out's forward where that LayerNorm is a dispatch of its own (not a
  * prologue), and the input gradients of fc_in and of q/k/v where a Linear's backward products are
- * not paired. backward: whether the input gradients split (for `rows` rows; the forward's rule is
- * _recordForward's prologue test); floats: the slabs' scratch, sized for the biggest of them
- * (generation's prefill has fewer rows).
+ * not all paired; sized for the biggest of them at `rows` rows (generation's prefill has fewer).
  */
-function summedSplitPlan({ dModel: C }, rows) {
+function summedSlabFloats({ dModel: C }, rows) {
   const forward = rows * C > LAYERNORM_PROLOGUE_MAX_ACTIVATIONS, backward = rows * 4 * C > PAIRED_MAX_OUTPUTS;
   const slabs = (on, K) => {
     const { splits } = chooseSummedSplits("forward", rows, C, K);
     return on && splits > 1 ? splits * rows * C : 0;
   };
-  return { backward, floats: Math.max(16, slabs(forward, 4 * C), slabs(backward, 4 * C), slabs(backward, 3 * C)) };
+  return Math.max(16, slabs(forward, 4 * C), slabs(backward, 4 * C), slabs(backward, 3 * C));
 }
 
 /**
@@ -134,7 +132,7 @@ function trainerBuffers(config) {
   activations("train", B, T, T); // eval runs on the same set
   for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
     ["d qkv", 3 * qkvStride(rows * C)], ["attention delta", B * H * T], ["split-K partials", splitKPlan(m, rows).floats],
-    ["split-K LayerNorm partials", summedSplitPlan(m, rows).floats],
+    ["split-K LayerNorm partials", summedSlabFloats(m, rows)],
     ["token order", V + 1 + rows], ["norm partials", NORM_PARTIALS], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
@@ -315,7 +313,7 @@ export class Trainer {
     // prologue (which also stores the output and statistics for the backward), or that output, from
     // a dispatch of its own (LAYERNORM_PROLOGUE_MAX_ACTIVATIONS)
     const prologue = rows * C <= LAYERNORM_PROLOGUE_MAX_ACTIVATIONS;
-    // fc_out's result, where it leaves its split-K slabs for the next LayerNorm to sum (summedSplitPlan)
+    // fc_out's result, where it leaves its split-K slabs for the next LayerNorm to sum (summedSlabFloats)
     let unsummed = null;
     const normalised = (name, x, out, stats) => {
       const ln = { wOff: o[`${name}.weight`], bOff: o[`${name}.bias`], out, stats, eps };
@@ -366,8 +364,7 @@ export class Trainer {
     });
     const splitK = splitKPlan(this.cfg, rows);
     d.splitK = this.buffer("split-K partials", 4 * splitK.floats, S);
-    const summed = summedSplitPlan(this.cfg, rows);
-    this.summedPartials = this.buffer("split-K LayerNorm partials", 4 * summed.floats, S);
+    this.summedPartials = this.buffer("split-K LayerNorm partials", 4 * summedSlabFloats(this.cfg, rows), S);
     // grouped: a block's split-K weight gradients lie side by side in d.splitK, summed by one dispatch
     // at the block's end (splitKPlan)
     const sums = splitK.grouped ? new SplitSums() : null;
@@ -375,7 +372,7 @@ export class Trainer {
     // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one
     // dispatch while the model is small enough for a step to be paid per dispatch (PAIRED_MAX_OUTPUTS)
     const paired = rows * 4 * C <= PAIRED_MAX_OUTPUTS;
-    // toLayerNorm: the input gradient goes straight into a LayerNorm's backward, which (summed.backward)
+    // toLayerNorm: the input gradient goes straight into a LayerNorm's backward, which (unpaired)
     // sums its split-K slabs; returns their region for that LayerNorm (null: the product is whole).
     // Past `paired`, the two products still share a dispatch where both tiles pair as they are.
     const linearBackward = (inputGrad, weightGrad, toLayerNorm = false) => {
@@ -387,7 +384,7 @@ export class Trainer {
         return null;
       }
       const K = inputGrad.K * (inputGrad.kcat ?? 1);
-      const split = toLayerNorm && summed.backward ? chooseSummedSplits("backward_input", rows, inputGrad.N, K, ops.workgroupLimit)
+      const split = toLayerNorm ? chooseSummedSplits("backward_input", rows, inputGrad.N, K, ops.workgroupLimit)
         : { tile: chooseTile("backward_input", rows, inputGrad.N, K, ops.workgroupLimit), splits: 1 };
       const unsummed = split.splits > 1 ? new SplitSums() : null;
       const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: this.summedPartials, sums: unsummed } : {}) };

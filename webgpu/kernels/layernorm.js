@@ -8,6 +8,7 @@
 // H200: 32 lanes suit C ≤ 192; past that 64 lanes are faster (C 384: 9.7 -> 9.0 µs forward,
 // C 1280: 22 -> 15 µs), below it they are no faster.
 import { kernel, LINEAR_ID } from "./kernel.js";
+import { sumSlabs } from "./matmul.js";
 
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 
@@ -45,8 +46,7 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
 // its later passes: the product's final sum costs no dispatch of its own. Each lane reads back only
 // what it wrote (lanes past the last row, which write nothing, compute rows nobody uses).
 const SUM_IN_UNIFORMS = [["src", "u32"], ["len", "u32"], ["splits", "u32"]];
-const slabSum = (i) => /* wgsl */ `var v = 0.0;
-  for (var z = 0u; z < p.splits; z++) { v = v + parts[p.src + z * p.len + ${i}]; }`;
+const slabSum = (i) => sumSlabs("parts", "p.src", "p.splits", "p.len", i);
 
 // x: (rows,C) -> out: (rows,C); stats: (rows,2) = mean, rstd (variance from a second pass over x:
 // no cancellation when |mean| ≫ std, as in the residual stream)

@@ -451,6 +451,14 @@ fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
 `, "matmul_pair");
 }
 
+/**
+ * WGSL: `var v`, the sum over a split-K product's `splits` slabs (len floats apart, the first at
+ * src) of element i, slab by slab in order: the one order every final sum takes, here and in the
+ * LayerNorms that sum a product's slabs themselves (layernorm.js sumIn).
+ */
+export const sumSlabs = (partials, src, splits, len, i) => /* wgsl */ `var v = 0.0;
+  for (var z = 0u; z < ${splits}; z++) { v = v + ${partials}[${src} + z * ${len} + ${i}]; }`;
+
 /** Split-K products whose sums one matmul_split_final dispatch finishes together. */
 export const SPLIT_REGIONS = 5;
 const REGION_FIELDS = ["end", "src", "len", "N", "splits", "c_off", "c_zs", "bias_off", "r_off", "flags"];
@@ -467,8 +475,7 @@ export const matmulSplitFinal = kernel("matmul_split_final",
 fn finish(i_all: u32, src: u32, len: u32, N: u32, splits: u32, c_off: u32, c_zs: u32, bias_off: u32, r_off: u32, flags: u32) {
   let batch = i_all / len;
   let i = i_all - batch * len;
-  var v = 0.0;
-  for (var z = 0u; z < splits; z++) { v = v + partials[src + (batch * splits + z) * len + i]; }
+  ${sumSlabs("partials", "src + batch * splits * len", "splits", "len", "i")}
   let idx = c_off + batch * c_zs + i;
   if ((flags & 1u) != 0u) { v = v + bias[bias_off + i % N]; }
   if ((flags & 2u) != 0u) { v = v + C[idx]; }
@@ -529,9 +536,8 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
  * tiles) took 22.6 µs with 4, 26.4 with 8.
  */
 export function chooseSplits(M, N, K, tile) {
-  const tiles = tileCount(M, N, tile);
-  const wanted = tileShape(tile).threads >= 256 ? Math.ceil(512 / tiles) : Math.min(8, Math.ceil(512 / tiles));
-  return Math.max(1, Math.min(16, Math.floor(K / 64), wanted));
+  const cap = tileShape(tile).threads >= 256 ? 16 : 8;
+  return Math.max(1, Math.min(cap, Math.floor(K / 64), Math.ceil(512 / tileCount(M, N, tile))));
 }
 
 /**
