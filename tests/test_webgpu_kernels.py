@@ -238,8 +238,25 @@ layernorm_summed_case(70, 44, 150, 3, "64x64w")  # 32 lanes a row; the last work
 layernorm_summed_case(37, 200, 96, 2, "32x32-s2")  # 64 lanes a row, scalar reads, a sliced tile
 
 
-def layernorm_params_case(rows, C):
-    """A block's two LayerNorms' weight and bias gradients in one dispatch."""
+def split_weight_gradients(products, inputs, c_off, gap):
+    """Split-K weight gradients dW = Aᵀ·B (+ db) of products [(M, N, K, tile, splits, bias_grad)], each into
+    its own stretch of one buffer from c_off on, `gap` floats apart: their inputs (added to `inputs`), the
+    ops' specs, references [(offset, values, tolerance)] and where the buffer ends."""
+    specs, refs = [], []
+    for i, (M, N, K, tile, splits, bias_grad) in enumerate(products):
+        a, b = rng.standard_normal((K, M)), rng.standard_normal((K, N))
+        out = np.concatenate([(a.T @ b).ravel(), a.sum(0) if bias_grad else []])
+        inputs[f"A{i}"], inputs[f"B{i}"] = f32(a), f32(b)
+        refs.append((c_off, out, 2e-6 * K * math.sqrt(K)))
+        specs.append(dict(M=M, N=N, K=K, tile=tile, splits=splits, biasGrad=bias_grad, cOff=c_off))
+        c_off += out.size + gap
+    return specs, refs, c_off
+
+
+def layernorm_params_case(rows, C, products=()):
+    """A block's two LayerNorms' weight and bias gradients in one dispatch; products: [(M, N, K, tile,
+    splits, bias_grad)], split-K weight gradients into the same gradient buffer (after the LayerNorms'),
+    whose final sums that dispatch takes too (a block's end)."""
     w_offs, n_params = [4, 4 + 2 * C + 7], 4 + 4 * C + 7 + 3
     inputs, ref = {}, np.zeros(n_params)
     for j, w_off in enumerate(w_offs):
@@ -250,12 +267,24 @@ def layernorm_params_case(rows, C):
         ref[w_off:w_off + C] = (dout * xhat).sum(0)
         ref[w_off + C:w_off + 2 * C] = dout.sum(0)
         inputs.update({f"x{j}": f32(x), f"dout{j}": f32(dout), f"stats{j}": f32(np.stack([mean, rstd], 1))})
-    add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=n_params), inputs,
-             lambda o: report(f"layernorm parameter gradients of two LayerNorms {rows}x{C}", o["grads"], ref, 1e-4))
+    specs, product_refs, c_off = split_weight_gradients(products, inputs, n_params + 5, 11)
+    name = f"layernorm parameter gradients of two LayerNorms {rows}x{C}"
+
+    def check(o):
+        report(name, o["grads"][:n_params], ref, 1e-4)
+        for j, (off, out, tol) in enumerate(product_refs):
+            got = np.asarray(o["grads"])[off:off + out.size]
+            report(f"{name}: split-K product {j}'s sums in the same dispatch", got, out, tol)
+
+    add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=c_off, products=specs), inputs, check)
 
 
 layernorm_params_case(130, 50)
 layernorm_params_case(67, 333)
+# a block's end: q/k/v's (3 batches in the trainer; here one), o_proj's, fc_in's and fc_out's, the head's
+layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (120, 40, 150, "64x64w", 2, True),
+                                (40, 40, 150, "32x32", 4, False), (45, 37, 130, "128x64", 2, True),
+                                (250, 40, 150, "32x64", 3, False)])
 
 
 # --- LayerNorm as a forward product's prologue: C = LayerNorm(x)·Wᵀ (+ bias), the LayerNorm's output and
@@ -387,22 +416,19 @@ matmul_pair_case(200, 29, 140, 4, tiles=["128x128", "32x64w"])
 matmul_pair_case(150, 300, 44, 3, tiles=["64x64w", "64x64w"], dx_splits=3)  # large up: fc_in's backward
 matmul_pair_case(130, 36, 68, 3, gelu=True)  # vec4 reads (both widths multiples of 4)
 matmul_pair_case(70, 44, 32, 1, tiles=["64x64w", "128x64w"])
-matmul_pair_case(130, 36, 68, 2, gelu=True, tiles=["32x64-k32", "32x32"])  # as small: both become 32x32w-k32
+# tiles of as many invocations laid out differently: 16×8 beside 8×8 with K sliced in two; 16×16 beside
+# 8×8×4 (each with its own workgroup arrays); both sliced (arrays shared)
+matmul_pair_case(130, 36, 68, 2, gelu=True, tiles=["32x64-k32", "32x32-s2"])
+matmul_pair_case(150, 300, 44, 3, tiles=["64x64w", "32x32-s4"], dx_splits=3)
+matmul_pair_case(130, 37, 70, 4, tiles=["32x32-s2", "32x32-s2"])
+matmul_pair_case(96, 36, 68, 2, gelu=True, tiles=["32x32-s2", "32x32-s2"])
 
 
 # --- split-K weight gradients of several products, their final sums in one dispatch (a block's end)
 def split_sums_case(products):
     """products: [(M, N, K, tile, splits, bias_grad)], each into its own stretch of one C, with gaps."""
-    specs, inputs, ref, c_off = [], {}, [], 0
-    for i, (M, N, K, tile, splits, bias_grad) in enumerate(products):
-        a, b = rng.standard_normal((K, M)), rng.standard_normal((K, N))
-        out = (a.T @ b).ravel()
-        if bias_grad:
-            out = np.concatenate([out, a.sum(0)])
-        inputs[f"A{i}"], inputs[f"B{i}"] = f32(a), f32(b)
-        ref.append((c_off, out, 2e-6 * K * math.sqrt(K)))
-        specs.append(dict(M=M, N=N, K=K, tile=tile, splits=splits, biasGrad=bias_grad, cOff=c_off))
-        c_off += out.size + 13
+    inputs = {}
+    specs, ref, c_off = split_weight_gradients(products, inputs, 0, 13)
     name = f"matmul split-K sums of {len(products)} products in one dispatch"
 
     def check(o):

@@ -3,11 +3,11 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulPairKernel, matmulGrid, chooseTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
-import { layernormKernels, layernormBackwardParams, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
+import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { layernormKernels, layernormBackwardParams, layernormBackwardParamsSums, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
-import { attentionForward, attentionBackwardKV, attentionBackwardQ, attentionLayout, attentionGrid, ATTENTION_LAYOUTS } from "./kernels/attention.js";
+import { attentionForward, attentionBackward, attentionLayout, attentionGrid, ATTENTION_LAYOUTS } from "./kernels/attention.js";
 import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 
@@ -23,16 +23,20 @@ function matmulPairFor(first, second, vec) {
   if (!pairKernels.has(key)) pairKernels.set(key, matmulPairKernel(first, second, vec));
   return pairKernels.get(key);
 }
-// A pair's tiles must share an invocation layout, and sliced-K tiles do not pair (matmulPairKernel):
-// a tile other than an unsliced one of 16×16 invocations becomes the 256-invocation 32×32 (2×2 each,
-// the input gradients' choice at tiny). (32x64w-k32 would keep a 32×64 shape, but beside a weight
-// gradient's 32x32w-k32 the pair needs more than 16 KiB of workgroup memory.)
-/** Whether a product on this tile can share a pair's dispatch as it is (matmulPair changes any other tile). */
-export function pairsAsIs(tile) {
+// A pair's tiles must have as many invocations: where no tile is given, a tile other than an unsliced
+// one of 16×16 invocations becomes the 256-invocation 32×32 (2×2 each, the input gradients' choice
+// at tiny). (32x64w-k32 would keep a 32×64 shape, but beside a weight gradient's 32x32w-k32 the pair
+// needs more than 16 KiB of workgroup memory.)
+const pairsAsIs = (tile) => {
   const { WX, WY, KG } = tileShape(tile);
   return WX === 16 && WY === 16 && KG === 1;
-}
+};
 const pairTile = (tile) => (pairsAsIs(tile) ? tile : "32x32w-k32");
+/** Whether products on these two tiles can share a pair's dispatch on a device with workgroupLimit bytes of workgroup memory. */
+export function tilesPair(inputGrad, weightGrad, workgroupLimit = 16384) {
+  return tileShape(inputGrad.tile).threads === tileShape(weightGrad.tile).threads
+    && pairSlabs({ form: "backward_input", ...inputGrad }, { form: "backward_weight", ...weightGrad }).bytes <= workgroupLimit;
+}
 const attentionKernels = new Map();
 // kind: "forward" or "backward"; options: attentionLayout's (the kind's own where absent; the layout
 // bench tries others)
@@ -41,7 +45,7 @@ function attentionFor(kind, D, options = ATTENTION_LAYOUTS[kind]) {
   if (!attentionKernels.has(key)) {
     const layout = attentionLayout(D, options);
     attentionKernels.set(key, kind === "forward" ? { layout, fwd: attentionForward(D, layout) }
-      : { layout, q: attentionBackwardQ(D, layout), kv: attentionBackwardKV(D, layout) });
+      : { layout, backward: attentionBackward(D, layout) });
   }
   return attentionKernels.get(key);
 }
@@ -89,18 +93,17 @@ export class Ops {
    * Two products in one dispatch, sharing A: a Linear's input gradient (form backward_input, its
    * geluGradOf allowed) and its weight gradient (backward_weight); either may split K, with the
    * same options as matmul (each split's final sum goes to its own `sums`, or is recorded after
-   * the pair). Neither reads what the other writes, so no barrier separates them.
+   * the pair). Neither reads what the other writes, so no barrier separates them. Tiles given must
+   * pair (tilesPair); one not given is chosen as for matmul, then made a 256-invocation one.
    */
   matmulPair(plan, inputGrad, weightGrad) {
     if (inputGrad.A !== weightGrad.A) throw new Error("matmulPair: both products read the same A");
     if (inputGrad.bias || inputGrad.gelu || weightGrad.bias || weightGrad.R || weightGrad.gelu || weightGrad.geluGradOf) {
       throw new Error("matmulPair: an input gradient (geluGradOf allowed) and a plain weight gradient (biasGrad allowed)");
     }
-    const pair = (form, a) => {
-      const tile = a.tile ?? chooseTile(form, a.M, a.N, a.K * (a.kcat ?? 1));
-      return this._matmulDispatch(form, { ...a, tile: pairTile(tile) });
-    };
+    const pair = (form, a) => this._matmulDispatch(form, { ...a, tile: a.tile ?? pairTile(chooseTile(form, a.M, a.N, a.K * (a.kcat ?? 1))) });
     const x = pair("backward_input", inputGrad), w = pair("backward_weight", weightGrad), vec = x.vec && w.vec;
+    if (!tilesPair(x, w, this.workgroupLimit)) throw new Error(`matmulPair: tiles ${x.tile} and ${w.tile} do not pair on this device`);
     const spec = (form, d) => ({ form, tile: d.tile, split: d.split, kcat: d.kcat });
     const values = { count0: x.grid[0] * x.grid[1] * x.grid[2], gx0: x.grid[0], gy0: x.grid[1], gx1: w.grid[0], gy1: w.grid[1] };
     for (const [s, d] of [["0", x], ["1", w]]) for (const [f, v] of Object.entries(d.uniforms)) values[`${f}${s}`] = v;
@@ -157,18 +160,7 @@ export class Ops {
   /** The final sums of the split-K products collected in `sums`, SPLIT_REGIONS per dispatch; empties it. */
   recordSplitSums(plan, sums) {
     for (let first = 0; first < sums.regions.length; first += SPLIT_REGIONS) {
-      const group = sums.regions.slice(first, first + SPLIT_REGIONS), values = {};
-      let end = 0;
-      for (let r = 0; r < SPLIT_REGIONS; r++) {
-        const g = group[r];
-        if (g) {
-          if (g.buffers.some((b, i) => b !== group[0].buffers[i])) throw new Error("split-K sums of one dispatch must share their buffers");
-          end += g.batches * g.len;
-        }
-        const fields = splitRegionFields(r);
-        [end, g?.src, g?.len, g?.N, g?.splits, g?.c_off, g?.c_zs, g?.bias_off, g?.r_off, g?.flags]
-          .forEach((v, i) => { values[fields[i]] = v ?? 0; });
-      }
+      const group = sums.regions.slice(first, first + SPLIT_REGIONS), { values, end } = splitRegionValues(group);
       plan.add(matmulSplitFinal, values, group[0].buffers, grid1d(Math.ceil(end / 256)));
     }
     sums.regions = [];
@@ -212,9 +204,10 @@ export class Ops {
   /**
    * The weight and bias gradients of up to LAYERNORM_PARAM_JOBS LayerNorms of `rows` rows of C in
    * one dispatch; jobs: [{dout, x, stats, wOff}], each bias gradient right after its weight's (as in
-   * the manifest).
+   * the manifest). sums (a SplitSums, emptied): split-K products' final sums recorded here too, in
+   * the same dispatch where they are up to SPLIT_REGIONS plain weight gradients into grads.
    */
-  layernormBackwardParams(plan, { rows, C, jobs, grads }) {
+  layernormBackwardParams(plan, { rows, C, jobs, grads, sums = null }) {
     if (jobs.length < 1 || jobs.length > LAYERNORM_PARAM_JOBS) throw new Error(`1 to ${LAYERNORM_PARAM_JOBS} LayerNorms per dispatch, got ${jobs.length}`);
     const values = { rows, C }, buffers = [];
     for (let j = 0; j < LAYERNORM_PARAM_JOBS; j++) {
@@ -222,7 +215,19 @@ export class Ops {
       values[`w_off${j}`] = job.wOff;
       buffers.push(job.dout, job.x, job.stats);
     }
-    return plan.add(layernormBackwardParams, values, [...buffers, grads], [layernormBackwardParamsWorkgroups(C), jobs.length]);
+    const nx = layernormBackwardParamsWorkgroups(C), regions = sums?.regions ?? [];
+    // the sums come along where they are plain weight gradients into grads, one dispatch's worth
+    const along = regions.length > 0 && regions.length <= SPLIT_REGIONS
+      && regions.every((r) => r.flags === 0 && r.buffers[0] === regions[0].buffers[0] && r.buffers[3] === grads);
+    if (!along) {
+      const index = plan.add(layernormBackwardParams, values, [...buffers, grads], [nx, jobs.length]);
+      if (regions.length) this.recordSplitSums(plan, sums);
+      return index;
+    }
+    const { values: regionValues, end } = splitRegionValues(regions);
+    sums.regions = [];
+    return plan.add(layernormBackwardParamsSums, { ...values, jobs: jobs.length, ...regionValues }, [...buffers, grads, regions[0].buffers[0]],
+      [nx, jobs.length + Math.ceil(Math.ceil(end / 256) / nx)]);
   }
 
   /** Both halves of one LayerNorm's backward (its bias right after its weight in grads). */
@@ -257,11 +262,15 @@ export class Ops {
     return plan.add(A.fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], attentionGrid(T, B * H, A.layout));
   }
 
-  attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv, layout }) {
-    const D = C / H, A = attentionFor("backward", D, layout), scale = 1 / Math.sqrt(D);
-    const grid = attentionGrid(T, B * H, A.layout);
-    plan.add(A.q, { T, H, C, scale }, [q, k, v, dout, out, lse, delta, dq], grid); // also writes delta, which dK/dV reads
-    plan.add(A.kv, { T, H, C, scale }, [q, k, v, dout, lse, delta, dk, dv], grid);
+  /**
+   * dq, dk, dv in one dispatch. qkv and dqkv: {buffer, stride}, q, k and v (dq, dk, dv) at floats 0,
+   * stride and 2·stride of one buffer, each (B,T,C).
+   */
+  attentionBackward(plan, { B, T, H, C, qkv, out, lse, dout, dqkv, layout }) {
+    const D = C / H, A = attentionFor("backward", D, layout);
+    if (qkv.stride % 4 || dqkv.stride % 4) throw new Error("attentionBackward: q, k and v lie a multiple of 4 floats apart");
+    plan.add(A.backward, { T, H, C, scale: 1 / Math.sqrt(D), q_stride: qkv.stride, dq_stride: dqkv.stride },
+      [qkv.buffer, dout, out, lse, dqkv.buffer], attentionGrid(T, B * H, A.layout, 2));
   }
 
   /**
@@ -282,6 +291,23 @@ export class Ops {
 export { NORM_PARTIALS };
 
 /** Split-K products whose final sums are recorded later, together (Ops.matmul's `sums`). */
+/** The uniforms of up to SPLIT_REGIONS split-K sums (splitRegionFields), and their elements' end. */
+function splitRegionValues(group) {
+  const values = {};
+  let end = 0;
+  for (let r = 0; r < SPLIT_REGIONS; r++) {
+    const g = group[r];
+    if (g) {
+      if (g.buffers.some((b, i) => b !== group[0].buffers[i])) throw new Error("split-K sums of one dispatch must share their buffers");
+      end += g.batches * g.len;
+    }
+    const fields = splitRegionFields(r);
+    [end, g?.src, g?.len, g?.N, g?.splits, g?.c_off, g?.c_zs, g?.bias_off, g?.r_off, g?.flags]
+      .forEach((v, i) => { values[fields[i]] = v ?? 0; });
+  }
+  return { values, end };
+}
+
 export class SplitSums {
   constructor() { this.regions = []; }
   add(region) { this.regions.push(region); return this; }

@@ -5,8 +5,8 @@
 // loss, through a ring of mappable buffers so the next step is never stalled.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, SplitSums, adamwValues, pairsAsIs, NORM_PARTIALS } from "./ops.js";
-import { chooseSplits, chooseTile, chooseSummedSplits } from "./kernels/matmul.js";
+import { Ops, SplitSums, adamwValues, tilesPair, NORM_PARTIALS } from "./ops.js";
+import { chooseSplits, chooseTile, chooseSummedSplits, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 
 const LOSS_RING = 8;
@@ -110,7 +110,7 @@ const uniformBytesBound = (L) => 256 * (24 + 49 * L);
  * buffers a real Trainer creates.
  */
 function trainerBuffers(config) {
-  const m = config.model, { nLayer: L, dModel: C, nHead: H, vocabSize: V, ctx: T } = m, B = config.training.batch, rows = B * T;
+  const m = config.model, { nLayer: L, dModel: C, vocabSize: V, ctx: T } = m, B = config.training.batch, rows = B * T;
   const last = manifest(m).at(-1), P = last.offset + last.numel;
   const list = [];
   const add = (label, bytes, storage = true) => list.push({ label, bytes: bufferBytes(bytes), storage });
@@ -131,7 +131,7 @@ function trainerBuffers(config) {
   };
   activations("train", B, T, T); // eval runs on the same set
   for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
-    ["d qkv", 3 * qkvStride(rows * C)], ["attention delta", B * H * T], ["split-K partials", splitKPlan(m, rows).floats],
+    ["d qkv", 3 * qkvStride(rows * C)], ["split-K partials", splitKPlan(m, rows).floats],
     ["split-K LayerNorm partials", summedSlabFloats(m, rows)],
     ["token order", V + 1 + rows], ["norm partials", NORM_PARTIALS], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
@@ -360,7 +360,7 @@ export class Trainer {
       // d ln2 keeps ln2's output gradient until the block's LayerNorm parameter sums, after ln1's backward
       res: this.buffer("d res", 4 * rows * C, S), ln: this.buffer("d ln", 4 * rows * C, S), ln2: this.buffer("d ln2", 4 * rows * C, S),
       h: this.buffer("d h", 4 * rows * 4 * C, S),
-      att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C), delta: this.buffer("attention delta", 4 * B * H * T, S),
+      att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C),
     });
     const splitK = splitKPlan(this.cfg, rows);
     d.splitK = this.buffer("split-K partials", 4 * splitK.floats, S);
@@ -388,8 +388,10 @@ export class Trainer {
         : { tile: chooseTile("backward_input", rows, inputGrad.N, K, ops.workgroupLimit), splits: 1 };
       const unsummed = split.splits > 1 ? new SplitSums() : null;
       const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: this.summedPartials, sums: unsummed } : {}) };
-      if (pairsAsIs(split.tile) && pairsAsIs(chooseTile("backward_weight", M, N, rows, ops.workgroupLimit))) {
-        ops.matmulPair(plan, dX, dW);
+      const own = chooseTile("backward_weight", M, N, rows, ops.workgroupLimit);
+      const tile = tileWithThreads(own, tileShape(split.tile).threads) ?? own;
+      if (tilesPair(split, { tile }, ops.workgroupLimit)) {
+        ops.matmulPair(plan, dX, { ...dW, tile });
       } else {
         ops.matmul(plan, "backward_input", dX);
         ops.matmul(plan, "backward_weight", dW);
@@ -426,17 +428,17 @@ export class Trainer {
       linearBackward({ M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att },
         { M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
       const dqkv = d.qkv;
-      ops.attentionBackward(plan, { B, T, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse, dout: d.att, delta: d.delta, dq: dqkv.q, dk: dqkv.k, dv: dqkv.v });
+      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, dout: d.att, dqkv: { buffer: dqkv.qkv, stride: dqkv.stride } });
       // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
       // dW and db of each (three batches)
       const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
         { M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }, true);
       ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), dx: d.res, accumulate: true, sumIn: dLn1 });
-      // what only the optimizer reads, once per block: both LayerNorms' parameter gradients, then
-      // (grouped) the split-K sums of the block's weight gradients (and, in the last block, the head's)
-      ops.layernormBackwardParams(plan, { rows, C, grads: G, jobs: [
+      // what only the optimizer reads, once per block and in one dispatch: both LayerNorms' parameter
+      // gradients and (grouped) the split-K sums of the block's weight gradients (and, in the last
+      // block, the head's)
+      ops.layernormBackwardParams(plan, { rows, C, grads: G, sums, jobs: [
         { dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") }] });
-      if (sums) ops.recordSplitSums(plan, sums);
       slabsUsed = 0;
     }
     ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });

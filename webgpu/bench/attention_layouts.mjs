@@ -1,4 +1,4 @@
-// Attention's three kernels (forward, backward_q, backward_kv) on each preset's shape, in every
+// Attention's two kernels (forward, backward: dq and dk/dv in one dispatch) on each preset's shape, in every
 // workgroup layout worth trying (kernels/attention.js attentionLayout: rows a workgroup owns, split
 // invocations a row, tile rows of the other side in workgroup memory), on a real GPU: the data
 // behind ATTENTION_LAYOUTS, each kind's (forward, backward) default.
@@ -55,11 +55,11 @@ function layouts(D) {
 /** µs per dispatch of each kernel, for one preset's shape and one layout. */
 async function time({ B, T, H, C }, layout) {
   const n = B * T * C, buf = (m) => device.createBuffer({ size: 4 * m, usage: S });
-  const [q, k, v, out, dout, dq, dk, dv] = Array.from({ length: 8 }, () => buf(n));
-  const [lse, delta] = [buf(B * H * T), buf(B * H * T)];
+  const [q, k, v, out, dout] = Array.from({ length: 5 }, () => buf(n));
+  const stride = Math.ceil(n / 64) * 64, [qkv, dqkv, lse] = [buf(3 * stride), buf(3 * stride), buf(B * H * T)];
   const plans = {
     forward: (plan) => ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse, layout }),
-    backward: (plan) => ops.attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv, layout }),
+    backward: (plan) => ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: qkv, stride }, out, lse, dout, dqkv: { buffer: dqkv, stride }, layout }),
   };
   const us = {};
   for (const [name, record] of Object.entries(plans)) {
@@ -69,7 +69,7 @@ async function time({ B, T, H, C }, layout) {
     us[name] = await replayMicroseconds(device, plan);
     plan.destroy();
   }
-  for (const b of [q, k, v, out, dout, dq, dk, dv, lse, delta]) b.destroy();
+  for (const b of [q, k, v, out, dout, qkv, dqkv, lse]) b.destroy();
   return us;
 }
 

@@ -1,8 +1,8 @@
 // Causal self-attention, FlashAttention-2 style. q, k, v, out: (B,T,C) with head h on channels
 // h·D .. h·D+D-1. The forward keeps a running max and sum per query (online softmax) and saves one
 // log-sum-exp per row; the backward recomputes P from q, k and that statistic, so no T×T matrix
-// ever exists (memory linear in T). No atomics: dQ and dK/dV are two passes, each workgroup owning
-// a block of rows of its output.
+// ever exists (memory linear in T). No atomics: dQ and dK/dV are two halves of one dispatch, each
+// workgroup owning a block of rows of one of them.
 //
 // Parallel layout (all kernels): a workgroup owns ROWS rows (queries; keys for dK/dV) of one
 // (batch, head) and gives each row SPLIT invocations. The other side (keys; queries) streams
@@ -112,32 +112,31 @@ ${body}`, k);
 }
 
 // WGSL: rows j0 .. j0+TILE-1 of one head of buf (zeros from row `end` on) into tile rows [at, at+TILE)
-const loadTile = (buf, at, rowBase, times = "") => /* wgsl */ `
+// (base: where in buf the tensor starts, in vec4s)
+const loadTile = (buf, at, rowBase, times = "", base = "") => /* wgsl */ `
     for (var e = li; e < TILE * D4; e += WG) {
       let r = e / D4;
       let c = e % D4;
       var x = vec4f(0.0);
-      if (j0 + r < end) { x = ${buf}[(${rowBase} + j0 + r) * C4 + h * D4 + c]${times}; }
+      if (j0 + r < end) { x = ${buf}[${base}(${rowBase} + j0 + r) * C4 + h * D4 + c]${times}; }
       sh[${at} + r][c] = x;
     }`;
 
 // Workgroup (x, y) = ((batch, head), row block): GPUs start workgroups x fastest, so every head's
 // block of one length starts before any shorter block (longest first), and the short blocks fill the
 // tail; with blocks fastest, each wave mixed all lengths and the longest ones started late.
-const HEAD = /* wgsl */ `
-  let b = wid.x / p.H;
-  let h = wid.x % p.H;
+// bh: the workgroup's (batch, head); block: its row block, in starting order
+const HEAD = (bh) => /* wgsl */ `
+  let b = ${bh} / p.H;
+  let h = ${bh} % p.H;
   let C4 = p.C / 4u;
   let t = li % SPLIT;`;
 // the longest (last) query block first
-const QUERY_BLOCK = /* wgsl */ `
-  let q0 = ((p.T + ROWS - 1u) / ROWS - 1u - wid.y) * ROWS;
+const QUERY_BLOCK = (block) => /* wgsl */ `
+  let q0 = ((p.T + ROWS - 1u) / ROWS - 1u - ${block}) * ROWS;
   let qi = q0 + li / SPLIT;
   let valid = qi < p.T;`;
 const vec4s = (names, mode) => names.map((n) => [n, mode, "vec4f"]);
-
-// C++'s attention_backward is two kernels here: attention_backward_q (dq, and delta) and
-// attention_backward_kv (dk, dv), so that each output block has one owner (no atomics).
 
 // q: (B,T,C) queries at absolute positions past..past+T-1; k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
 export function attentionForward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.forward)) {
@@ -146,7 +145,7 @@ export function attentionForward(D, layout = attentionLayout(D, ATTENTION_LAYOUT
     [...vec4s(["q", "k", "v"], "read"), ["out", "rw", "vec4f"], ["lse", "rw"]], /* wgsl */ `
 ${withPreamble(D, layout, /* wgsl */ `
 @compute @workgroup_size(WG)
-fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}${QUERY_BLOCK}
+fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD("wid.x")}${QUERY_BLOCK("wid.y")}
   let tq = p.past + qi; // sees keys 0..tq
   var qr: array<vec4f, D4>;
   var acc: array<vec4f, D4>;
@@ -203,14 +202,22 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
 `)}`, "attention_forward");
 }
 
-// dq_i = scale · Σ_{j≤i} ds_ij·k_j, ds_ij = p_ij·(dout_i·v_j − delta_i); also writes
-// delta: (B,H,T) = rowsum(dout · out) per head, which the dK/dV pass reads.
-export function attentionBackwardQ(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward)) {
-  return kernel(`attention_backward_q_${variant(D, layout, "backward")}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
-    [...vec4s(["q", "k", "v", "dout", "out"], "read"), ["lse", "read"], ["delta", "rw"], ["dq", "rw", "vec4f"]], /* wgsl */ `
+// C++'s attention_backward is two halves of one dispatch here, so that each output block has one
+// owner (no atomics) and neither waits for the other: workgroup (x, 2·block) computes dK, dV of key
+// block `block`, (x, 2·block + 1) dQ of the query block of the same length. delta_i = dout_i·out_i,
+// which both need, each computes for itself (the dK/dV half once per query tile) where a separate
+// pass would cost a dispatch. q, k, v lie in one buffer qkv (q at float 0, k at q_stride, v at
+// 2·q_stride), dq, dk, dv in dqkv (dq_stride apart); lse: (B,H,T).
+export function attentionBackward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward)) {
+  return kernel(`attention_backward_${variant(D, layout, "backward")}`,
+    [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"], ["q_stride", "u32"], ["dq_stride", "u32"]],
+    [...vec4s(["qkv", "dout", "out"], "read"), ["lse", "read"], ["dqkv", "rw", "vec4f"]], /* wgsl */ `
 ${withPreamble(D, layout, /* wgsl */ `
-@compute @workgroup_size(WG)
-fn attention_backward_q(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}${QUERY_BLOCK}
+var<workgroup> stats: array<vec2f, TILE>; // (lse, delta) of the tile's queries (dK/dV half)
+
+// dq_i = scale · Σ_{j≤i} ds_ij·k_j, ds_ij = p_ij·(dout_i·v_j − delta_i)
+fn backward_q(bh: u32, block: u32, li: u32) {${HEAD("bh")}${QUERY_BLOCK("block")}
+  let K4 = p.q_stride / 4u;
   var qr: array<vec4f, D4>;
   var dor: array<vec4f, D4>;
   var dqa: array<vec4f, D4>;
@@ -219,14 +226,14 @@ fn attention_backward_q(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
   if (valid) {
     let base = (b * p.T + qi) * C4 + h * D4;
     for (var c = 0u; c < D4; c++) {
-      qr[c] = q[base + c] * p.scale;
+      qr[c] = qkv[base + c] * p.scale;
       dor[c] = dout[base + c];
       row_delta += dot(dor[c], out[base + c]);
     }
     row_lse = lse[(b * p.H + h) * p.T + qi];
   }
   let end = min(p.T, q0 + ROWS);
-  for (var j0 = 0u; j0 < end; j0 += TILE) {${loadTile("k", "0u", "b * p.T")}${loadTile("v", "TILE", "b * p.T")}
+  for (var j0 = 0u; j0 < end; j0 += TILE) {${loadTile("qkv", "0u", "b * p.T", "", "K4 + ")}${loadTile("qkv", "TILE", "b * p.T", "", "2u * K4 + ")}
     workgroupBarrier();
     if (valid && j0 <= qi) {
       for (var i = 0u; i < PER_THREAD; i++) {
@@ -245,24 +252,16 @@ fn attention_backward_q(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
   merge(&dqa, p.scale, li);
   if (valid) {
     for (var c = 0u; c < D4; c++) {
-      if (owns(c, t)) { dq[(b * p.T + qi) * C4 + h * D4 + c] = dqa[c]; }
+      if (owns(c, t)) { dqkv[(b * p.T + qi) * C4 + h * D4 + c] = dqa[c]; }
     }
-    if (t == 0u) { delta[(b * p.H + h) * p.T + qi] = row_delta; }
   }
 }
-`)}`, "attention_backward_q");
-}
 
-// dk_j = Σ_{i≥j} ds_ij·(scale·q_i), dv_j = Σ_{i≥j} p_ij·dout_i; lse, delta: (B,H,T)
-export function attentionBackwardKV(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward)) {
-  return kernel(`attention_backward_kv_${variant(D, layout, "backward")}`, [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
-    [...vec4s(["q", "k", "v", "dout"], "read"), ["lse", "read"], ["delta", "read"], ...vec4s(["dk", "dv"], "rw")], /* wgsl */ `
-${withPreamble(D, layout, /* wgsl */ `
-var<workgroup> stats: array<vec2f, TILE>; // (lse, delta) of the tile's queries
-
-@compute @workgroup_size(WG)
-fn attention_backward_kv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD}
-  let k0 = wid.y * ROWS; // block 0, which sees every query, first
+// dk_j = Σ_{i≥j} ds_ij·(scale·q_i), dv_j = Σ_{i≥j} p_ij·dout_i
+fn backward_kv(bh: u32, block: u32, li: u32) {${HEAD("bh")}
+  let K4 = p.q_stride / 4u;
+  let DK4 = p.dq_stride / 4u;
+  let k0 = block * ROWS; // block 0, which sees every query, first
   let kj = k0 + li / SPLIT;
   let valid = kj < p.T;
   var kr: array<vec4f, D4>;
@@ -271,13 +270,18 @@ fn attention_backward_kv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoc
   var dva: array<vec4f, D4>;
   if (valid) {
     let base = (b * p.T + kj) * C4 + h * D4;
-    for (var c = 0u; c < D4; c++) { kr[c] = k[base + c]; vr[c] = v[base + c]; }
+    for (var c = 0u; c < D4; c++) { kr[c] = qkv[K4 + base + c]; vr[c] = qkv[2u * K4 + base + c]; }
   }
   let end = p.T;
-  for (var j0 = k0; j0 < end; j0 += TILE) {${loadTile("q", "0u", "b * p.T", " * p.scale")}${loadTile("dout", "TILE", "b * p.T")}
+  for (var j0 = k0; j0 < end; j0 += TILE) {${loadTile("qkv", "0u", "b * p.T", " * p.scale")}${loadTile("dout", "TILE", "b * p.T")}
     for (var e = li; e < TILE; e += WG) {
       var st = vec2f(0.0);
-      if (j0 + e < end) { let i = (b * p.H + h) * p.T + j0 + e; st = vec2f(lse[i], delta[i]); }
+      if (j0 + e < end) {
+        let row = (b * p.T + j0 + e) * C4 + h * D4;
+        var row_delta = 0.0; // as backward_q sums it
+        for (var c = 0u; c < D4; c++) { row_delta += dot(dout[row + c], out[row + c]); }
+        st = vec2f(lse[(b * p.H + h) * p.T + j0 + e], row_delta);
+      }
       stats[e] = st;
     }
     workgroupBarrier();
@@ -304,12 +308,24 @@ fn attention_backward_kv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoc
   if (valid) {
     let base = (b * p.T + kj) * C4 + h * D4;
     for (var c = 0u; c < D4; c++) {
-      if (owns(c, t)) { dk[base + c] = dka[c]; dv[base + c] = dva[c]; }
+      if (owns(c, t)) { dqkv[DK4 + base + c] = dka[c]; dqkv[2u * DK4 + base + c] = dva[c]; }
     }
   }
 }
-`)}`, "attention_backward_kv");
+
+@compute @workgroup_size(WG)
+fn attention_backward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+  if (wid.y % 2u == 0u) {
+    backward_kv(wid.x, wid.y / 2u, li);
+  } else {
+    backward_q(wid.x, wid.y / 2u, li);
+  }
+}
+`)}`, "attention_backward");
 }
 
-/** Workgroup counts of a kernel whose workgroups own `rows` rows of each (batch, head): [B·H, blocks]. */
-export const attentionGrid = (T, BH, layout) => [BH, Math.ceil(T / layout.rows)];
+/**
+ * Workgroup counts of a kernel whose workgroups own `rows` rows of each (batch, head): [B·H, blocks]
+ * (halves: the backward's two, [B·H, 2·blocks]).
+ */
+export const attentionGrid = (T, BH, layout, halves = 1) => [BH, halves * Math.ceil(T / layout.rows)];

@@ -8,7 +8,7 @@
 // H200: 32 lanes suit C ≤ 192; past that 64 lanes are faster (C 384: 9.7 -> 9.0 µs forward,
 // C 1280: 22 -> 15 µs), below it they are no faster.
 import { kernel, LINEAR_ID } from "./kernel.js";
-import { sumSlabs } from "./matmul.js";
+import { sumSlabs, SPLIT_REGIONS, splitRegionFields } from "./matmul.js";
 
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 
@@ -156,13 +156,36 @@ const paramsSums = (j) => /* wgsl */ `for (var r = li / ${PARAM_COLS}u; r < p.ro
       dw = dw + d * (x${j}[r * p.C + c] - stats${j}[2u * r]) * stats${j}[2u * r + 1u];
       db = db + d;
     }`;
-export const layernormBackwardParams = kernel("layernorm_backward_params",
-  [["rows", "u32"], ["C", "u32"], ...range(LAYERNORM_PARAM_JOBS).map((j) => [`w_off${j}`, "u32"])],
-  [...range(LAYERNORM_PARAM_JOBS).flatMap((j) => [[`dout${j}`, "read"], [`x${j}`, "read"], [`stats${j}`, "read"]]), ["grads", "rw"]],
+// withSums: the same dispatch also finishes up to SPLIT_REGIONS split-K weight gradients, a block's
+// (ops.recordSplitSums' regions, each into grads with no epilogue), which nothing reads before the
+// optimizer: workgroup rows from p.jobs on each sum 256 elements' slabs, in matmul_split_final's
+// order, so a block's end is one dispatch. The LayerNorm rows come first, so their long serial
+// loops start before the short sums.
+const paramsKernel = (withSums) => kernel(`layernorm_backward_params${withSums ? "_sums" : ""}`,
+  [["rows", "u32"], ["C", "u32"], ...range(LAYERNORM_PARAM_JOBS).map((j) => [`w_off${j}`, "u32"]),
+    ...(withSums ? [["jobs", "u32"], ...range(SPLIT_REGIONS).flatMap((r) => splitRegionFields(r).map((f) => [f, "u32"]))] : [])],
+  [...range(LAYERNORM_PARAM_JOBS).flatMap((j) => [[`dout${j}`, "read"], [`x${j}`, "read"], [`stats${j}`, "read"]]), ["grads", "rw"],
+    ...(withSums ? [["partials", "read"]] : [])],
   /* wgsl */ `
 var<workgroup> sums: array<vec2f, 256>;
+${withSums ? /* wgsl */ `
+fn finish(i_all: u32, src: u32, len: u32, splits: u32, c_off: u32, c_zs: u32) {
+  let batch = i_all / len;
+  let i = i_all - batch * len;
+  ${sumSlabs("partials", "src + batch * splits * len", "splits", "len", "i")}
+  grads[c_off + batch * c_zs + i] = v;
+}
+` : ""}
 @compute @workgroup_size(256)
-fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
+fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {${withSums ? /* wgsl */ `
+  if (wid.y >= p.jobs) {
+    let g = ((wid.y - p.jobs) * nwg.x + wid.x) * 256u + li;
+    // an else-chain, no return inside: what follows the sums' rows must stay uniform for the barrier
+    ${range(SPLIT_REGIONS).map((r) => /* wgsl */ `if (g < p.r${r}_end) {
+      finish(g${r ? ` - p.r${r - 1}_end` : ""}, p.r${r}_src, p.r${r}_len, p.r${r}_splits, p.r${r}_c_off, p.r${r}_c_zs);
+    }`).join(" else ")}
+    return;
+  }` : ""}
   let col = li % ${PARAM_COLS}u;
   let c = min(wid.x * ${PARAM_COLS}u + col, p.C - 1u);
   var dw = 0.0;
@@ -179,4 +202,7 @@ fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(local_i
   grads[w_off + c] = total.x;
   grads[w_off + p.C + c] = total.y;
 }
-`);
+`, "layernorm_backward_params");
+export const layernormBackwardParams = paramsKernel(false);
+/** layernorm_backward_params that also finishes a block's split-K weight gradients (ops.layernormBackwardParams' sums). */
+export const layernormBackwardParamsSums = paramsKernel(true);

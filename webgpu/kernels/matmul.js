@@ -408,29 +408,37 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id
 }
 
 /**
+ * How a pair's two products lay out their workgroup arrays: `shared` (one set sized for the larger,
+ * as a workgroup computes one of the two products; possible where both slabs have the same element
+ * types and K-slice count) or one set each; and the bytes that takes.
+ */
+export function pairSlabs(first, second) {
+  const [a0, a1] = [first, second].map((k) => slabArrays(k.form, k.tile));
+  const shared = a0.every((x, i) => x.type === a1[i].type && x.groups === a1[i].groups);
+  const merged = shared ? a0.map((x, i) => ({ ...x, rows: Math.max(x.rows, a1[i].rows), cols: Math.max(x.cols, a1[i].cols) })) : null;
+  const bytes = (arrays) => 4 * arrays.reduce((n, x) => n + slabFloats(x), 0);
+  return { shared, merged, bytes: shared ? bytes(merged) : bytes(a0) + bytes(a1) };
+}
+
+/**
  * Two products that read the same A in one dispatch: an input gradient dX = dY·W (its GELU epilogue
  * allowed) and the weight gradient dW = dYᵀ·X (split-K or not, bias gradient fused) of one Linear.
  * Neither needs the other, so they need no barrier between them: the first `count0` workgroups (of a
- * 1-D grid) compute the first product, the rest the second. Both tiles must have the same invocation
- * layout. Uniforms: the matmul fields suffixed 0 and 1, count0, and each product's grid width gx and
- * height gy (z: batches × splits). Bindings: A (shared), B0, R0, C0, B1, C1. vec: both products read
- * A and B as vec4s.
+ * 1-D grid) compute the first product, the rest the second. The tiles may differ in shape and in
+ * how their invocations are laid out, not in how many there are: the workgroup is one-dimensional
+ * and each product reads its own (x, y, K-slice) from the invocation's index. Uniforms: the matmul
+ * fields suffixed 0 and 1, count0, and each product's grid width gx and height gy (z: batches ×
+ * splits). Bindings: A (shared), B0, R0, C0, B1, C1. vec: both products read A and B as vec4s.
  */
 export function matmulPairKernel(first, second, vec = false) {
   const t0 = tileShape(first.tile), t1 = tileShape(second.tile);
-  if (t0.WX !== t1.WX || t0.WY !== t1.WY) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocation layout`);
-  // sliced K ends by handing sums through the slabs, which a pair shares between its products
-  if (t0.KG > 1 || t1.KG > 1) throw new Error(`matmul pair: sliced-K tiles (${first.tile}, ${second.tile}) do not pair`);
+  if (t0.threads !== t1.threads) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} differ in invocations (${t0.threads}, ${t1.threads})`);
   const name = (k) => `${k.form}_${k.tile}${k.split ? "_split" : ""}${k.kcat ? "_kcat" : ""}`;
-  // A workgroup computes one of the two products, so both use the same workgroup arrays, sized for
-  // the larger (two sets would exceed 16 KiB for tiles with 32-deep K-steps); a product whose rows
-  // are shorter than the arrays' leaves their tails unused
-  const [a0, a1] = [first, second].map((k) => slabArrays(k.form, k.tile));
-  const shared = a0.every((x, i) => x.type === a1[i].type);
-  const bytes = (arrays) => 4 * arrays.reduce((n, x) => n + slabFloats(x), 0);
-  if (!shared && bytes(a0) + bytes(a1) > 16384) throw new Error(`matmul pair: tiles ${first.tile} and ${second.tile} need more than 16 KiB of workgroup memory`);
-  const arrays = shared ? a0.map((x, i) => declareSlab({ ...x, rows: Math.max(x.rows, a1[i].rows), cols: Math.max(x.cols, a1[i].cols) })).join("\n") : "";
+  const { shared, merged } = pairSlabs(first, second);
+  const arrays = shared ? merged.map(declareSlab).join("\n") : "";
   const body = (k, s) => productBody(k.form, k.tile, k.split, k.kcat, s, { A: "A", B: `B${s}`, bias: null, R: s === "0" ? "R0" : null, C: `C${s}`, G: null }, vec, shared);
+  // invocation li of a WX×WY×KG layout
+  const lid = ({ WX, WY }) => `vec3u(li % ${WX}u, (li / ${WX}u) % ${WY}u, li / ${WX * WY}u)`;
   return kernel(`matmul_pair_${name(first)}_${name(second)}${vec ? "_vec4" : ""}`,
     [...["0", "1"].flatMap((s) => MATMUL_UNIFORMS.map((f) => [`${f}${s}`, "u32"])),
       ["count0", "u32"], ["gx0", "u32"], ["gy0", "u32"], ["gx1", "u32"], ["gy1", "u32"]],
@@ -438,14 +446,14 @@ export function matmulPairKernel(first, second, vec = false) {
     /* wgsl */ `${GELU_FNS}${LINEAR_ID}${arrays}${body(first, "0")}${body(second, "1")}
 fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
 
-@compute @workgroup_size(${t0.WX}, ${t0.WY})
+@compute @workgroup_size(${t0.threads})
 fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
-        @builtin(local_invocation_id) lid: vec3u, @builtin(local_invocation_index) li: u32) {
+        @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg);
   if (w < p.count0) {
-    product0(tile_of(w, p.gx0, p.gy0), lid, li);
+    product0(tile_of(w, p.gx0, p.gy0), ${lid(t0)}, li);
   } else {
-    product1(tile_of(w - p.count0, p.gx1, p.gy1), lid, li);
+    product1(tile_of(w - p.count0, p.gx1, p.gy1), ${lid(t1)}, li);
   }
 }
 `, "matmul_pair");
@@ -493,6 +501,20 @@ ${range(SPLIT_REGIONS).map((r) => /* wgsl */ `  if (g < p.r${r}_end) {
 }
 `);
 
+/**
+ * The tile of the same output shape and K-step as `tile` whose workgroup has `threads` invocations
+ * (it slices K into more or fewer groups), or null: what lets a product pair with one whose tile has
+ * that many (matmulPairKernel).
+ */
+export function tileWithThreads(tile, threads) {
+  const t = tileShape(tile);
+  const twin = Object.keys(MATMUL_TILES).find((name) => {
+    const u = tileShape(name);
+    return u.threads === threads && ["WX", "WY", "BK", "TM", "TN"].every((f) => u[f] === t[f]);
+  });
+  return twin ?? null;
+}
+
 /** Workgroups of a product on a tile. */
 export function tileCount(M, N, tile) {
   const t = tileShape(tile);
@@ -530,13 +552,13 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
 
 /**
  * How many K-splits a product gets (1 = none; each split keeps ≥ 64 of K): enough to reach ~512
- * workgroups, and with the sliced 32×32 (weight gradients below 250k outputs) at most 8. More
+ * workgroups, and with sliced K (weight gradients below 250k outputs) at most 8. More
  * splits than that cost more in slabs to sum than they give in parallelism: on the H100, 16 splits
  * of large's 192×192 weight gradient (36 tiles) took 20.0 µs, 8 took 18.8; massive's 384×384 (144
  * tiles) took 22.6 µs with 4, 26.4 with 8.
  */
 export function chooseSplits(M, N, K, tile) {
-  const cap = tileShape(tile).threads >= 256 ? 16 : 8;
+  const { threads, KG } = tileShape(tile), cap = threads >= 256 && KG === 1 ? 16 : 8;
   return Math.max(1, Math.min(cap, Math.floor(K / 64), Math.ceil(512 / tileCount(M, N, tile))));
 }
 

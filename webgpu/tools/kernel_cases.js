@@ -18,10 +18,14 @@ export async function runKernelCases(device, cases, inputs) {
     return b;
   };
   const empty = (n) => make(4 * n);
-  async function read(buffer, n) {
+  // split-K weight gradients' slabs, each product's at a multiple of 64 floats (256-byte binding offsets)
+  const slabFloats = (p) => Math.ceil((p.splits * (p.M * p.N + (p.biasGrad ? p.M : 0))) / 64) * 64;
+  const splitPartials = (products) => empty(Math.max(1, products.reduce((n, p) => n + slabFloats(p), 0)));
+  // n floats of buffer from byte offset
+  async function read(buffer, n, offset = 0) {
     const staging = device.createBuffer({ size: Math.max(16, 4 * n), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
     const enc = device.createCommandEncoder();
-    enc.copyBufferToBuffer(buffer, 0, staging, 0, Math.max(16, 4 * n));
+    enc.copyBufferToBuffer(buffer, offset, staging, 0, Math.max(16, 4 * n));
     device.queue.submit([enc.finish()]);
     await staging.mapAsync(GPUMapMode.READ);
     const out = new Float32Array(staging.getMappedRange().slice(0, 4 * n));
@@ -46,8 +50,7 @@ export async function runKernelCases(device, cases, inputs) {
     },
     // several split-K backward_weight products into one C, their sums in one dispatch
     matmul_split_sums(c, plan) {
-      const slabFloats = (p) => Math.ceil((p.splits * (p.M * p.N + (p.biasGrad ? p.M : 0))) / 64) * 64;
-      const partials = empty(c.products.reduce((n, p) => n + slabFloats(p), 0)), C = empty(c.cLen), sums = new SplitSums();
+      const partials = splitPartials(c.products), C = empty(c.cLen), sums = new SplitSums();
       let partialsOff = 0;
       c.products.forEach((p, i) => {
         ops.matmul(plan, "backward_weight", { M: p.M, N: p.N, K: p.K, A: input(`${c.id}_A${i}`), B: input(`${c.id}_B${i}`), C, cOff: p.cOff,
@@ -87,11 +90,17 @@ export async function runKernelCases(device, cases, inputs) {
         { M: Nout, N: Nin, K: R, A: dY, B: input(`${c.id}_X`), C: dW, biasGrad: true, splits, partials, tile: c.tiles?.[1] });
       return { dX: [dX, R * Nin], dW: [dW, Nout * Nin + Nout] };
     },
-    // two LayerNorms' parameter gradients in one dispatch
+    // two LayerNorms' parameter gradients in one dispatch, with the split-K sums of c.products there too
     layernorm_params(c, plan) {
-      const { rows, C } = c, grads = empty(c.nParams);
+      const { rows, C } = c, grads = empty(c.nParams), sums = new SplitSums(), partials = splitPartials(c.products);
+      let partialsOff = 0;
+      c.products.forEach((p, i) => {
+        ops.matmul(plan, "backward_weight", { M: p.M, N: p.N, K: p.K, A: input(`${c.id}_A${i}`), B: input(`${c.id}_B${i}`), C: grads, cOff: p.cOff,
+          biasGrad: p.biasGrad, tile: p.tile, splits: p.splits, partials, partialsOff, sums });
+        partialsOff += slabFloats(p);
+      });
       const jobs = c.wOffs.map((wOff, j) => ({ dout: input(`${c.id}_dout${j}`), x: input(`${c.id}_x${j}`), stats: input(`${c.id}_stats${j}`), wOff }));
-      ops.layernormBackwardParams(plan, { rows, C, jobs, grads });
+      ops.layernormBackwardParams(plan, { rows, C, jobs, grads, sums });
       return { grads: [grads, c.nParams] };
     },
     embedding(c, plan) {
@@ -109,10 +118,14 @@ export async function runKernelCases(device, cases, inputs) {
     attention(c, plan) {
       const { B, T, H, C } = c, n = B * T * C;
       const q = input(`${c.id}_q`), k = input(`${c.id}_k`), v = input(`${c.id}_v`), dout = input(`${c.id}_dout`);
-      const out = empty(n), lse = empty(B * H * T), delta = empty(B * H * T), dq = empty(n), dk = empty(n), dv = empty(n);
+      const out = empty(n), lse = empty(B * H * T);
       ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse });
-      ops.attentionBackward(plan, { B, T, H, C, q, k, v, out, lse, dout, delta, dq, dk, dv });
-      return { out: [out, n], lse: [lse, B * H * T], dq: [dq, n], dk: [dk, n], dv: [dv, n] };
+      // the backward reads q, k, v from one buffer and writes dq, dk, dv to another, `stride` floats apart
+      const stride = Math.ceil(n / 64) * 64, qkv = empty(3 * stride), dqkv = empty(3 * stride);
+      ["q", "k", "v"].forEach((x, i) => device.queue.writeBuffer(qkv, 4 * i * stride, inputs[`${c.id}_${x}`]));
+      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: qkv, stride }, out, lse, dout, dqkv: { buffer: dqkv, stride } });
+      const part = (i) => [dqkv, n, 4 * i * stride];
+      return { out: [out, n], lse: [lse, B * H * T], dq: part(0), dk: part(1), dv: part(2) };
     },
     attention_cached(c, plan) {
       const { T, past, kvT, H, C } = c, out = empty(T * C), lse = empty(H * T);
@@ -138,7 +151,7 @@ export async function runKernelCases(device, cases, inputs) {
     plan.encode(pass);
     pass.end();
     device.queue.submit([enc.finish()]);
-    for (const [name, [buf, count]] of Object.entries(outputs)) results[`${c.id}_${name}`] = await read(buf, count);
+    for (const [name, [buf, count, offset]] of Object.entries(outputs)) results[`${c.id}_${name}`] = await read(buf, count, offset);
     plan.destroy();
   }
   for (const b of created) b.destroy();
