@@ -35,12 +35,14 @@ const pow2Floor = (x) => 2 ** Math.floor(Math.log2(x));
 
 /**
  * Each kind's layout options (attentionLayout), from timing every layout on every preset's shape on
- * an H100 (webgpu/bench/attention_layouts.mjs; docs/performance.md §15): the backward's kernels carry
- * four gradient accumulators a row where the forward carries one, and with 4 invocations a row
- * instead of 8 they took 15–24% less time (huge: 111.8 → 85.2 µs a layer), where the forward took
- * 0–16% more.
+ * an H100 (webgpu/bench/attention_layouts.mjs; docs/performance.md §15, §17): the backward carries
+ * four gradient accumulators a row where the forward carries one, so it wants fewer invocations a
+ * row. As two kernels, 4 invocations instead of 8 took 15–24% less time (huge: 111.8 → 85.2 µs a
+ * layer), where the forward took 0–16% more; as one dispatch (dq and dk/dv side by side), 64 rows
+ * of 2 invocations with 16-row tiles were the fastest layout at large, xl, huge and massive (huge
+ * 85.5 → 68.1 µs, massive 66.1 → 58.1).
  */
-export const ATTENTION_LAYOUTS = { forward: {}, backward: { split: 4 } };
+export const ATTENTION_LAYOUTS = { forward: {}, backward: { rows: 64, split: 2, tile: 16 } };
 
 // a kernel's name: the head size, and a layout other than its kind's default (pipelines are cached
 // by name)
