@@ -8,7 +8,7 @@
 // H200: 32 lanes suit C ≤ 192; past that 64 lanes are faster (C 384: 9.7 -> 9.0 µs forward,
 // C 1280: 22 -> 15 µs), below it they are no faster.
 import { kernel, LINEAR_ID } from "./kernel.js";
-import { sumSlabs, SPLIT_REGIONS, splitRegionFields } from "./matmul.js";
+import { sumSlabs, SPLIT_REGIONS, splitRegionFields, splitRegionChain } from "./matmul.js";
 
 const range = (n) => Array.from({ length: n }, (_, i) => i);
 
@@ -180,10 +180,7 @@ fn finish(i_all: u32, src: u32, len: u32, splits: u32, c_off: u32, c_zs: u32) {
 fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {${withSums ? /* wgsl */ `
   if (wid.y >= p.jobs) {
     let g = ((wid.y - p.jobs) * nwg.x + wid.x) * 256u + li;
-    // an else-chain, no return inside: what follows the sums' rows must stay uniform for the barrier
-    ${range(SPLIT_REGIONS).map((r) => /* wgsl */ `if (g < p.r${r}_end) {
-      finish(g${r ? ` - p.r${r - 1}_end` : ""}, p.r${r}_src, p.r${r}_len, p.r${r}_splits, p.r${r}_c_off, p.r${r}_c_zs);
-    }`).join(" else ")}
+    ${splitRegionChain("g", (r) => ["src", "len", "splits", "c_off", "c_zs"].map((f) => `p.r${r}_${f}`))}
     return;
   }` : ""}
   let col = li % ${PARAM_COLS}u;

@@ -473,6 +473,15 @@ const REGION_FIELDS = ["end", "src", "len", "N", "splits", "c_off", "c_zs", "bia
 /** The final's uniform fields of region r (r_end: its elements end at this global index). */
 export const splitRegionFields = (r) => REGION_FIELDS.map((f) => `r${r}_${f}`);
 
+/**
+ * WGSL: global element g of a dispatch over up to SPLIT_REGIONS regions, handed to its region's
+ * `finish` with its index in the region and args(r) (uniform field expressions); an else-chain with
+ * no return inside, so that code after it stays in uniform control flow.
+ */
+export const splitRegionChain = (g, args) => range(SPLIT_REGIONS).map((r) => /* wgsl */ `if (${g} < p.r${r}_end) {
+    finish(${g}${r ? ` - p.r${r - 1}_end` : ""}, ${args(r).join(", ")});
+  }`).join(" else ");
+
 // Up to SPLIT_REGIONS products, region r: partials[src ..] (batches·splits slabs of len) ->
 // C[c_off + i·c_zs ..][0, len) = Σ_z slab[i·splits + z] (+ bias) (+ C) (+ R) for each batch i, z in
 // order; len is M·N, or M·N + M with a fused bias gradient (whose sums get no epilogue: flags are 0
@@ -494,10 +503,7 @@ fn finish(i_all: u32, src: u32, len: u32, N: u32, splits: u32, c_off: u32, c_zs:
 @compute @workgroup_size(256)
 fn matmul_split_final(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let g = linear_workgroup(wid, nwg) * 256u + li;
-${range(SPLIT_REGIONS).map((r) => /* wgsl */ `  if (g < p.r${r}_end) {
-    finish(g${r ? ` - p.r${r - 1}_end` : ""}, ${splitRegionFields(r).slice(1).map((f) => `p.${f}`).join(", ")});
-    return;
-  }`).join("\n")}
+  ${splitRegionChain("g", (r) => splitRegionFields(r).slice(1).map((f) => `p.${f}`))}
 }
 `);
 
