@@ -24,8 +24,9 @@ def test_tiles_of_a_preset_and_the_floor(tmp_path):
     assert len(products) == 12 and all(r["preset"] == "tiny" for r in products)
     for r in products:
         tried = {(x["tile"], x["splits"]) for x in r["results"]}
-        # only the tile asked for (weight gradients with each split count that keeps ≥ 64 of K)
+        # only the tile asked for, with each split count that keeps ≥ 64 of K: 1–16 for weight
+        # gradients, 1–4 for the other products once K ≥ 128
+        splits = (1, 2, 4, 8, 16) if r["form"] == "backward_weight" else (1, 2, 3, 4) if r["K"] >= 128 else (1,)
         assert {t for t, _ in tried} == {"32x32-s2"}
-        assert len(tried) == (sum(1 for s in (1, 2, 4, 8, 16) if s == 1 or r["K"] / s >= 64)
-                              if r["form"] == "backward_weight" else 1)
+        assert len(tried) == sum(1 for s in splits if s == 1 or r["K"] / s >= 64)
         assert r["chosen"]["us"] > 0 and r["count"] >= 1
