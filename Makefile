@@ -33,7 +33,7 @@ serve: build
 	$(PY) -m server serve --host $(HOST) --port $(PORT)
 
 test: build lint
-	$(PY) -m pytest -q tests e2e
+	$(PY) -m pytest -q --durations=30 tests e2e
 
 # Linters: ruff (Python, pyproject.toml), clang-format (C++, .clang-format), ESLint (JavaScript,
 # eslint.config.js). ESLint comes from npm into $(CACHE), keyed by the lockfile, like webgpu's package.
