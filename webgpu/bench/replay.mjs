@@ -18,6 +18,7 @@ export async function replay(device, plan, reps) {
  * one submit less one alone, after a warm-up, so that the submit's own cost drops out.
  */
 export async function replayMicroseconds(device, plan, reps = 30) {
+  if (!(reps >= 2)) throw new Error(`replayMicroseconds: reps ${reps}, at least 2 (the timing is reps replays less one)`);
   await replay(device, plan, 3);
   const one = Math.min(await replay(device, plan, 1), await replay(device, plan, 1));
   return (1000 * ((await replay(device, plan, reps)) - one)) / (reps - 1);
