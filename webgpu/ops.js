@@ -8,7 +8,7 @@ import { layernormKernels, layernormBackwardParams, layernormBackwardParamsSums,
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackward, attentionLayout, attentionGrid, ATTENTION_LAYOUTS } from "./kernels/attention.js";
-import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS } from "./kernels/adamw.js";
+import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 
 const matmulKernels = new Map();
@@ -278,8 +278,9 @@ export class Ops {
    * then scal[2] = the mean of the rows' losses (the step's loss, in the same dispatch).
    */
   gradGlobalNorm(plan, { n, grads, partials, scal, clip, losses, rows }) {
-    plan.add(gradGlobalNormPartials, { n }, [grads, partials], [NORM_PARTIALS, 1]);
-    plan.add(clipCoefficient, { parts: NORM_PARTIALS, clip, rows }, [partials, losses, scal], [1, 1]);
+    const parts = normPartials(n);
+    plan.add(gradGlobalNormPartials, { n, parts }, [grads, partials], [parts, 1]);
+    plan.add(clipCoefficient, { parts, clip, rows }, [partials, losses, scal], [1, 1]);
   }
 
   /** Returns the dispatch index, whose step-dependent uniforms adamwValues() fills each step. */

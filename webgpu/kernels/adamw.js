@@ -6,11 +6,14 @@
 // fewer than a kernel of its own.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
-// grad_global_norm_partials: NORM_PARTIALS workgroups of 256, each summing a fixed strided subset into one partial.
-// 256k invocations keep enough loads in flight to stream a big model's gradients at memory speed
-// (16k invocations with 1.5k-long loops took 584 us on 25M gradients on an H200).
+// grad_global_norm_partials: normPartials(n) workgroups of 256, each summing a fixed strided subset
+// into one partial. Up to 256k invocations keep enough loads in flight to stream a big model's
+// gradients at memory speed (16k invocations with 1.5k-long loops took 584 us on 25M gradients on an
+// H200); a small model gets fewer, each with ~8 gradients, rather than invocations with none:
+// SwiftShader pays ~1 ms per workgroup of this kernel (963 ms of tiny's ~5 s step had 1024).
 export const NORM_PARTIALS = 1024;
 const NORM_THREADS = 256;
+export const normPartials = (n) => Math.max(1, Math.min(NORM_PARTIALS, Math.ceil(n / (8 * NORM_THREADS))));
 
 const WG_SUM = /* wgsl */ `
 var<workgroup> red: array<f32, ${NORM_THREADS}>;
@@ -26,13 +29,13 @@ fn wg_sum(v: f32, li: u32) -> f32 {
   return total;
 }`;
 
-// grads: (n) -> partials: (NORM_PARTIALS) sums of squares; invocation g (of all NORM_PARTIALS·256)
-// sums g, g + NORM_PARTIALS·256, ..., then each workgroup adds its 256 sums as a fixed tree
-export const gradGlobalNormPartials = kernel("grad_global_norm_partials", [["n", "u32"]], [["grads", "read"], ["partials", "rw"]], /* wgsl */ `${WG_SUM}
+// grads: (n) -> partials: (parts) sums of squares; invocation g (of all parts·256) sums g,
+// g + parts·256, ..., then each workgroup adds its 256 sums as a fixed tree
+export const gradGlobalNormPartials = kernel("grad_global_norm_partials", [["n", "u32"], ["parts", "u32"]], [["grads", "read"], ["partials", "rw"]], /* wgsl */ `${WG_SUM}
 @compute @workgroup_size(${NORM_THREADS})
 fn grad_global_norm_partials(@builtin(global_invocation_id) gid: vec3u, @builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   var s = 0.0;
-  for (var i = gid.x; i < p.n; i += ${NORM_PARTIALS * NORM_THREADS}u) { let g = grads[i]; s = s + g * g; }
+  for (var i = gid.x; i < p.n; i += p.parts * ${NORM_THREADS}u) { let g = grads[i]; s = s + g * g; }
   let total = wg_sum(s, li);
   if (li == 0u) { partials[wid.x] = total; }
 }
