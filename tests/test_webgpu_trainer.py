@@ -1,8 +1,10 @@
 """webgpu/trainer.js end to end in headless Chromium (SwiftShader: correctness only, never speed).
 
-SwiftShader runs this WGSL at roughly a second per tiny-preset step on 2 shared cores, so these
-tests use the tiny preset's model with a smaller batch (and, for the 50-step parity, a shorter
-context): the arithmetic is the same at every size, only the loop counts differ.
+SwiftShader runs this WGSL at seconds per tiny-preset step on 2 shared cores, so these tests use
+the tiny preset's model with a smaller batch (and, for the 50-step parity, a shorter context): the
+arithmetic is the same at every size, only the loop counts differ. On SwiftShader the trainer picks
+each product's software tile (Trainer's matmulTiles); the parity run and the split-K run ask for the
+GPU's tiles, so the plan a GPU runs is checked against python_ref end to end here too.
 """
 import base64
 import json
@@ -71,7 +73,7 @@ def parity_run(host):
     cfg, tc = configs(PARITY)
     x, y = first_batch(cfg, tc)
     job = {"preset": "tiny", "overrides": PARITY, "corpus": CORPUS_URL, "steps": PARITY_STEPS, "evaluate": True,
-           "exportState": True, "lossBatch": {"x": x.ravel().tolist(), "y": y.ravel().tolist()}}
+           "exportState": True, "matmulTiles": "gpu", "lossBatch": {"x": x.ravel().tolist(), "y": y.ravel().tolist()}}
     return cfg, tc, (x, y), host.call("trainJob", job)
 
 
@@ -110,6 +112,7 @@ def test_export_loads_in_python_ref(parity_run, tmp_path):
 def test_import_state_round_trip(host, parity_run):
     _, _, (x, y), run = parity_run
     again = host.call("trainJob", {"preset": "tiny", "overrides": PARITY, "state": run["state"], "exportState": True,
+                                   "matmulTiles": "gpu",
                                    "lossBatch": {"x": x.ravel().tolist(), "y": y.ravel().tolist()}})
     assert again["state"] == run["state"], "importState then exportState must give the same bytes"
     print(f"re-imported state: fixed-batch loss {again['batchLoss']:.7f} vs {run['batchLoss']:.7f}")
@@ -201,9 +204,10 @@ def test_export_loads_in_cpp(parity_run, native):
 
 
 def test_tiny_preset_steps_with_split_k(host):
-    """The tiny preset as it ships (B·T = 512): weight gradients take the split-K path; 3 steps vs python_ref."""
+    """The tiny preset as it ships (B·T = 512), on the GPU's tiles: weight gradients take the split-K path;
+    3 steps vs python_ref."""
     cfg, tc = configs({})
-    run = host.call("trainJob", {"preset": "tiny", "corpus": CORPUS_URL, "steps": 3})
+    run = host.call("trainJob", {"preset": "tiny", "corpus": CORPUS_URL, "steps": 3, "matmulTiles": "gpu"})
     model = TinyGPT(cfg, tc.seed)
     optimizer = make_optimizer(model, tc)
     train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)

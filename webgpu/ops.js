@@ -3,7 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import { layernormKernels, layernormBackwardParams, layernormBackwardParamsSums, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
@@ -53,8 +53,14 @@ function attentionFor(kind, D, options = ATTENTION_LAYOUTS[kind]) {
 const cachesByDevice = new WeakMap(); // pipelines are shared by every trainer of a device
 
 export class Ops {
-  constructor(device) {
+  /**
+   * softwareTiles: run every product on softwareTile(the tile chosen or given), for an adapter that
+   * runs WGSL on the CPU; a pair whose software tiles do not pair becomes two dispatches. Off, a
+   * given tile is used as given (the kernel cases and benches time and check each tile).
+   */
+  constructor(device, { softwareTiles = false } = {}) {
     this.device = device;
+    this.softwareTiles = softwareTiles;
     if (!cachesByDevice.has(device)) cachesByDevice.set(device, new PipelineCache(device));
     this.pipelines = cachesByDevice.get(device);
     // what the device was created with (WebGPU's default, 16 KiB, where it asked for no more)
@@ -103,7 +109,12 @@ export class Ops {
     }
     const pair = (form, a) => this._matmulDispatch(form, { ...a, tile: a.tile ?? pairTile(chooseTile(form, a.M, a.N, a.K * (a.kcat ?? 1))) });
     const x = pair("backward_input", inputGrad), w = pair("backward_weight", weightGrad), vec = x.vec && w.vec;
-    if (!tilesPair(x, w, this.workgroupLimit)) throw new Error(`matmulPair: tiles ${x.tile} and ${w.tile} do not pair on this device`);
+    if (!tilesPair(x, w, this.workgroupLimit)) {
+      if (!this.softwareTiles) throw new Error(`matmulPair: tiles ${x.tile} and ${w.tile} do not pair on this device`);
+      // one dispatch saves a GPU's launch latency and barrier; on a CPU two cost about the same
+      this.matmul(plan, "backward_input", { ...inputGrad, tile: x.tile });
+      return this.matmul(plan, "backward_weight", { ...weightGrad, tile: w.tile });
+    }
     const spec = (form, d) => ({ form, tile: d.tile, split: d.split, kcat: d.kcat });
     const values = { count0: x.grid[0] * x.grid[1] * x.grid[2], gx0: x.grid[0], gy0: x.grid[1], gx1: w.grid[0], gy1: w.grid[1] };
     for (const [s, d] of [["0", x], ["1", w]]) for (const [f, v] of Object.entries(d.uniforms)) values[`${f}${s}`] = v;
@@ -119,6 +130,7 @@ export class Ops {
     accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = null, splits = 1,
     partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined, ln = null }) {
     tile ??= chooseTile(form, M, N, K * kcat, this.workgroupLimit);
+    if (this.softwareTiles) tile = softwareTile(tile);
     const bytes = workgroupBytes(form, tile, !!ln);
     if (bytes > this.workgroupLimit) throw new Error(`matmul tile ${tile} needs ${bytes} bytes of workgroup memory; this device offers ${this.workgroupLimit}`);
     if (ln && (form !== "forward" || splits > 1 || kcat > 1 || aOff % K !== 0)) throw new Error("a LayerNorm prologue: an unsplit forward product of whole rows");

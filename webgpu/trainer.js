@@ -8,6 +8,7 @@ import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, S
 import { Ops, SplitSums, adamwValues, tilesPair, NORM_PARTIALS } from "./ops.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
+import { isSoftwareAdapter } from "./software_adapter.js";
 
 const LOSS_RING = 8;
 const U = () => GPUBufferUsage;
@@ -216,9 +217,11 @@ export class Trainer {
   /**
    * @param {GPUDevice} device
    * @param {{model, training, initStd}} config  from model_config.js (site/static/js)
-   * @param {{corpus?: Uint8Array, seed?: number, state?: ArrayBuffer|Uint8Array}} options
+   * @param {{corpus?: Uint8Array, seed?: number, state?: ArrayBuffer|Uint8Array, matmulTiles?: "gpu"|"software"}} options
+   *   matmulTiles: the GPU's tile choices, or their software twins (Ops softwareTiles); by default
+   *   the software ones on an adapter that runs WGSL on the CPU (device.adapterInfo)
    */
-  constructor(device, config, { corpus = null, seed = config.training.seed, state = null } = {}) {
+  constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined } = {}) {
     checkModel(config.model);
     this.device = device;
     this.cfg = config.model;
@@ -233,7 +236,9 @@ export class Trainer {
     this.P = last.offset + last.numel;
     this.stepCount = 0;
     this.batchesDrawn = 0;
-    this.ops = new Ops(device);
+    matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
+    if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
+    this.ops = new Ops(device, { softwareTiles: matmulTiles === "software" });
     this.buffers = [];
     if (corpus) this.setCorpus(corpus);
 

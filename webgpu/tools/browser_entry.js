@@ -51,14 +51,16 @@ async function loadCorpus(path) { return new Uint8Array(await (await fetch(path)
 
 /**
  * A training session as the tests use it. job: {preset, overrides, seed, corpus (URL path), state (base64)?,
- * steps, fixedBatch: {x, y}?, lossBatch: {x, y}?, exportState, evaluate, decode: [tokens]?, generate: {...}?}
+ * steps, fixedBatch: {x, y}?, lossBatch: {x, y}?, exportState, evaluate, decode: [tokens]?, generate: {...}?,
+ * matmulTiles: "gpu" | "software" (Trainer's option)?}
  */
 export async function trainJob(job) {
   const { device } = await gpuDevice();
   const presets = await loadPresets();
   const config = configFromPresets(presets, job.preset, job.overrides ?? {});
   const corpus = job.corpus ? await loadCorpus(job.corpus) : null;
-  const trainer = new Trainer(device, config, { corpus, seed: job.seed ?? config.training.seed, state: job.state ? fromBase64(job.state) : null });
+  const trainer = new Trainer(device, config, { corpus, seed: job.seed ?? config.training.seed, state: job.state ? fromBase64(job.state) : null,
+    matmulTiles: job.matmulTiles });
   const result = { P: trainer.P, losses: [] };
   try {
     if (job.initialWeights) result.initialWeights = f32b64(await trainer.weights());

@@ -4,10 +4,8 @@
 import { Trainer, TRAINER_LIMITS, checkLimits } from "../../../webgpu/trainer.js";
 import { SECURE_CONTEXT_NEEDED } from "../wasm_loader.js";
 import { attentionWeights } from "../../../webgpu/inspect.js";
+import { isSoftwareAdapter } from "../../../webgpu/software_adapter.js";
 import { softmax, topBytes } from "../next_byte.js";
-
-// Adapters that run WGSL on the CPU: right answers, at a small fraction of a GPU's speed.
-const SOFTWARE_NAMES = /swiftshader|llvmpipe/i;
 
 /** The adapter's name in words, from whatever GPUAdapterInfo offers. */
 function adapterName(adapter) {
@@ -16,10 +14,7 @@ function adapterName(adapter) {
   return parts.length ? [...new Set(parts)].join(" ") : "an unnamed WebGPU adapter";
 }
 
-function isSoftware(adapter) {
-  const info = adapter.info ?? {};
-  return info.isFallbackAdapter === true || SOFTWARE_NAMES.test([info.vendor, info.architecture, info.device, info.description].join(" "));
-}
+const isSoftware = (adapter) => isSoftwareAdapter(adapter.info);
 
 /** An adapter of `gpu` (navigator.gpu by default); throws a sentence when there is none. */
 async function requestAdapter(gpu = globalThis.navigator?.gpu) {
