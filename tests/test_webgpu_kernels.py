@@ -443,12 +443,12 @@ split_sums_case([(37, 53, 150, "64x64", 3, True), (20, 33, 301, "32x64", 4, Fals
 
 
 # --- embedding forward + deterministic scatter-add backward
-def embedding_case(B, T, C, V=256, ctx=9):
+def embedding_case(B, T, C, V=256, ctx=9, distinct=20):
     rows = B * T
     wte_off, wpe_off = 3, 3 + V * C + 5
     n_params = wpe_off + ctx * C + 2
     params = rng.standard_normal(n_params)
-    tokens = rng.integers(0, 20, rows)  # few distinct tokens: many repeats to sum
+    tokens = rng.integers(0, distinct, rows)  # few distinct tokens: many repeats to sum
     dres = rng.standard_normal((rows, C))
     grads0 = rng.standard_normal(n_params)
     wte = params[wte_off:wte_off + V * C].reshape(V, C)
@@ -472,6 +472,8 @@ def embedding_case(B, T, C, V=256, ctx=9):
 
 
 embedding_case(3, 7, 10)
+# chains of ~60 rows a token, as a frequent byte makes: the backward's 8-row loads and their remainder
+embedding_case(4, 45, 12, ctx=45, distinct=3)
 
 
 # --- softmax cross-entropy: the forward (losses, logits untouched) and the backward fused with it
