@@ -2,7 +2,7 @@
 // the batch's positions by token (counting sort, O(B·T)), and one invocation per (token, channel)
 // sums its rows in ascending position order, so the result is deterministic. C++'s embedding_backward
 // is one kernel here whose workgroups split between the token (wte) and position (wpe) sums.
-import { kernel, LINEAR_ID } from "./kernel.js";
+import { kernel, LINEAR_ID, range } from "./kernel.js";
 
 // tokens: (rows) -> out: (rows,C) = wte[token] + wpe[past + t], t = row mod T
 export const embeddingForward = kernel("embedding_forward",
@@ -19,7 +19,6 @@ fn embedding_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
 `);
 
 const ROWS_IN_FLIGHT = 8;
-const rowsInFlight = Array.from({ length: ROWS_IN_FLIGHT }, (_, j) => j);
 
 // order: [V+1 starts | rows positions sorted by token]; dres: (B,T,C). The first token_groups
 // workgroups: grads[wte] += Σ rows of each token (one invocation per (token, channel)); the rest:
@@ -42,8 +41,8 @@ fn embedding_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
     var k = order[v];
     let end = order[v + 1u];
     for (; k + ${ROWS_IN_FLIGHT}u <= end; k += ${ROWS_IN_FLIGHT}u) {
-      ${rowsInFlight.map((j) => `let x${j} = dres[order[p.V + 1u + k + ${j}u] * p.C + c];`).join("\n      ")}
-      ${rowsInFlight.map((j) => `s = s + x${j};`).join(" ")}
+      ${range(ROWS_IN_FLIGHT).map((j) => `let x${j} = dres[order[p.V + 1u + k + ${j}u] * p.C + c];`).join("\n      ")}
+      ${range(ROWS_IN_FLIGHT).map((j) => `s = s + x${j};`).join(" ")}
     }
     for (; k < end; k++) { s = s + dres[order[p.V + 1u + k] * p.C + c]; }
     grads[p.wte_off + i] = grads[p.wte_off + i] + s;

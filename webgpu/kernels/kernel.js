@@ -25,6 +25,9 @@ export const LINEAR_ID = /* wgsl */ `
 fn linear_workgroup(wid: vec3u, nwg: vec3u) -> u32 { return wid.y * nwg.x + wid.x; }
 `;
 
+/** [0, 1, ..., n - 1]: the indices that generated WGSL unrolls over. */
+export const range = (n) => Array.from({ length: n }, (_, i) => i);
+
 /** Workgroup counts [x, y] covering n workgroups within the 65535-per-dimension limit. */
 export function grid1d(workgroups) {
   const x = Math.min(workgroups, 65535);

@@ -7,10 +7,9 @@
 // layernorm_backward_params (dw, db, column-parallel).
 // H200: 32 lanes suit C ≤ 192; past that 64 lanes are faster (C 384: 9.7 -> 9.0 µs forward,
 // C 1280: 22 -> 15 µs), below it they are no faster.
-import { kernel, LINEAR_ID } from "./kernel.js";
+import { kernel, LINEAR_ID, range } from "./kernel.js";
 import { sumSlabs, SPLIT_REGIONS, splitRegionFields, splitRegionChain } from "./matmul.js";
 
-const range = (n) => Array.from({ length: n }, (_, i) => i);
 
 // Opens the entry point: `row` (may be ≥ p.rows in the last workgroup: such lanes still reach every barrier
 // but read row `src` = p.rows - 1 and write nothing: `in_range`), `lane`, `base` = src's first element.

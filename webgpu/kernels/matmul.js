@@ -9,7 +9,7 @@
 // are small (a few hundred rows and columns), so on a big GPU they are latency-bound: the next K-slab
 // is loaded into registers while the current one is multiplied, and the tile is chosen per shape to
 // put enough workgroups in flight (chooseTile).
-import { kernel, LINEAR_ID } from "./kernel.js";
+import { kernel, LINEAR_ID, range } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
 
 /**
@@ -74,7 +74,6 @@ export const MATMUL_TILES = {
   // that offer more than WebGPU's default 16 KiB (workgroupBytes, chooseTile)
   "128x128-k16": { WX: 16, WY: 16, BK: 16, TM: 8, TN: 8 },
 };
-const range = (n) => Array.from({ length: n }, (_, i) => i);
 const each = (I, J, f) => range(I).flatMap((i) => range(J).map((j) => f(i, j))).join("\n");
 export const tileShape = (name) => {
   const t = MATMUL_TILES[name];

@@ -9,20 +9,13 @@
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { recordingDevice } from "./recording_device.js";
-import { Trainer } from "../trainer.js";
+import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
 import { MATMUL_FORMS, chooseTile, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
 import { LAYERNORM_LANES, layernormRowKernels } from "../kernels/layernorm.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const outdir = process.argv[2] ?? `${ROOT}build/wgsl`;
-
-// The plans depend on the config alone, so the weights are never made (the largest preset's would
-// take GiBs of host memory): a truthy stand-in state that importState ignores.
-class PlansOnly extends Trainer {
-  importState() {}
-}
 
 const variants = new Map(); // name -> WGSL
 const add = (name, code) => {
@@ -33,7 +26,7 @@ const add = (name, code) => {
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 for (const preset of Object.keys(presets.presets)) {
   const { device, shaders } = recordingDevice();
-  const trainer = new PlansOnly(device, configFromPresets(presets, preset), { state: new Uint8Array(0) });
+  const trainer = plansOnlyTrainer(device, configFromPresets(presets, preset));
   await trainer.decodeLogits([0]); // records the decode plan (the train and eval plans exist already)
   trainer.destroy();
   for (const [name, code] of shaders) add(name, code);

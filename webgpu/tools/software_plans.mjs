@@ -7,30 +7,15 @@
 //   node webgpu/tools/software_plans.mjs [preset,...]
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
-import { recordingDevice } from "./recording_device.js";
-import { Trainer } from "../trainer.js";
+import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
 import { MATMUL_TILES, softwareTile, tileShape } from "../kernels/matmul.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 
-// the plans depend on the config alone: a stand-in state that importState ignores, so no weights are made
-class PlansOnly extends Trainer {
-  importState() {}
-}
-
-// the tiles named in a kernel's name (a pair names two), longest names first so 32x32w-k32 is not read as 32x32
-const tileNames = Object.keys(MATMUL_TILES).sort((a, b) => b.length - a.length);
-const tilesOf = (name) => {
-  const found = [];
-  let rest = name;
-  for (const t of tileNames) {
-    const re = new RegExp(`_${t.replace(/[-]/g, "\\-")}(?=_|$)`, "g");
-    if (re.test(rest)) { found.push(t); rest = rest.replace(re, ""); }
-  }
-  return found;
-};
+// the tiles a matmul kernel's name holds (a pair's names two): its parts that are tile names
+const tilesOf = (name) => name.split("_").filter((part) => part in MATMUL_TILES);
 
 const names = process.argv[2] ? process.argv[2].split(",") : Object.keys(presets.presets);
 const out = {};
@@ -41,8 +26,8 @@ for (const limit of [16384, 32768]) {
     for (const [kind, info] of [["gpu", { vendor: "nvidia" }], ["software", { vendor: "google", architecture: "swiftshader", isFallbackAdapter: true }]]) {
       const { device } = recordingDevice();
       Object.assign(device, { adapterInfo: info, limits: { maxComputeWorkgroupStorageSize: limit } });
-      const trainer = new PlansOnly(device, configFromPresets(presets, name), { state: new Uint8Array(0) });
-      const tiles = new Set(trainer.trainPlan.entries.flatMap((e) => (e.kernel.name.startsWith("matmul") ? tilesOf(e.kernel.name) : [])));
+      const trainer = plansOnlyTrainer(device, configFromPresets(presets, name));
+      const tiles = new Set(trainer.trainPlan.entries.flatMap((e) => tilesOf(e.kernel.name)));
       out[limit][name][kind] = { step: trainer.trainPlan.entries.length, tiles: [...tiles].sort(), buffers: trainer.buffers.map((b) => b.size) };
       trainer.destroy();
     }
