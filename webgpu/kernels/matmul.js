@@ -550,16 +550,17 @@ export function tileCount(M, N, tile) {
  * outputs 4×4 per invocation with 32-deep steps (64×32 for the forward, 32×64 for input gradients,
  * and for input gradients below 500k outputs the sliced 32×32), except forward products from 290k
  * outputs on, which take 64×64 tiles of 256 invocations, as does everything from a million outputs
- * on; big squares (≥ 512 tiles of 128×128) 128×128, with 16-deep K-steps in the forward and the
- * weight gradient where workgroupLimit (the device's bytes of workgroup memory) allows. Weight
+ * on; big squares (≥ 512 tiles of 128×128) 128×128, with 16-deep K-steps where workgroupLimit (the
+ * device's bytes of workgroup memory) allows. Weight
  * gradients (long K = B·T, split along K: chooseSplits) take the sliced 32×32 below 250k outputs,
  * 64×64w from there.
  */
 export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
   if (tileCount(M, N, "128x128") >= 512) {
-    // H100, 4096³, TFLOP/s, 8- / 16-deep K-steps: forward 36 / 38, input gradient 36 / 35, weight
-    // gradient 37 / 39; the 16-deep where the device offers the workgroup memory they take
-    const deep = form !== "backward_input" && workgroupBytes(form, "128x128-k16") <= workgroupLimit;
+    // 4096³, TFLOP/s, 8- / 16-deep K-steps (the tile bench, H100 and H200, docs/performance.md §19):
+    // forward 36 / 38, input gradient 36 / 38, weight gradient 37–38 / 39; the 16-deep where the
+    // device offers the workgroup memory they take
+    const deep = workgroupBytes(form, "128x128-k16") <= workgroupLimit;
     return deep ? "128x128-k16" : "128x128";
   }
   const outputs = M * N;

@@ -1,16 +1,18 @@
 // Writes every WGSL kernel variant the trainer can use, one <kernel>_<specialisation>.wgsl file each:
 //   node webgpu/tools/dump_wgsl.mjs [outdir]     (default: build/wgsl, from the repo root)
 // The variants: the train, eval and decode plans of a Trainer for every preset in
-// site/static/presets.json, recorded on a stand-in device (no GPU, no weights), and every
+// site/static/presets.json, recorded on a stand-in device (no GPU, no weights) offering 16 and
+// 32 KiB of workgroup memory, and every
 // specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
-// (for any M, N) × split-K or not × K-concatenation or not × vec4 reads or not (× a LayerNorm
-// prologue or not, for unsplit forward products), each LayerNorm lane count. A source identical to one already written is not
+// (for any M, N, K) × vec4 reads or not × split-K or not (where the trainer splits that form on
+// that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue or not (unsplit
+// forward products); each LayerNorm lane count. A source identical to one already written is not
 // written again; the first file's header lists its other names. Prints {outdir, files, duplicates}.
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
-import { MATMUL_FORMS, chooseTile, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
+import { MATMUL_FORMS, chooseTile, chooseSummedSplits, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
 import { LAYERNORM_LANES, layernormRowKernels } from "../kernels/layernorm.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
@@ -24,24 +26,35 @@ const add = (name, code) => {
 };
 
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
-for (const preset of Object.keys(presets.presets)) {
-  const { device, shaders } = recordingDevice();
-  const trainer = plansOnlyTrainer(device, configFromPresets(presets, preset));
-  await trainer.decodeLogits([0]); // records the decode plan (the train and eval plans exist already)
-  trainer.destroy();
-  for (const [name, code] of shaders) add(name, code);
+// the plans with WebGPU's default 16 KiB of workgroup memory and with 32 KiB, with which more of a
+// Linear's backward products pair (matmulPair)
+for (const limit of [16384, 32768]) {
+  for (const preset of Object.keys(presets.presets)) {
+    const { device, shaders } = recordingDevice();
+    device.limits = { maxComputeWorkgroupStorageSize: limit };
+    const trainer = plansOnlyTrainer(device, configFromPresets(presets, preset));
+    await trainer.decodeLogits([0]); // records the decode plan (the train and eval plans exist already)
+    trainer.destroy();
+    for (const [name, code] of shaders) add(name, code);
+  }
 }
-// chooseTile depends on the product's M, N and K and the device's workgroup memory: powers of two up to
-// 2^16, with WebGPU's default 16 KiB and with 32 KiB, reach each of its answers
+// chooseTile and chooseSummedSplits depend on the product's M, N and K and the device's workgroup
+// memory: powers of two up to 2^16, with WebGPU's default 16 KiB and with 32 KiB, reach each of their
+// answers
 const sizes = Array.from({ length: 17 }, (_, i) => 2 ** i);
-const answers = (form) => sizes.flatMap((M) => sizes.flatMap((N) => sizes.flatMap((K) => [16384, 32768].map((limit) => chooseTile(form, M, N, K, limit)))));
+const shapes = sizes.flatMap((M) => sizes.flatMap((N) => sizes.flatMap((K) => [16384, 32768].map((limit) => [M, N, K, limit]))));
+const answers = (form) => new Set(shapes.map(([M, N, K, limit]) => chooseTile(form, M, N, K, limit)));
+// The trainer splits K of every weight gradient (chooseSplits), and of a forward or input-gradient
+// product only on chooseSummedSplits' tile; it concatenates K only in q/k/v's input gradient.
+const splitTiles = (form) => (form === "backward_weight" ? answers(form)
+  : new Set(shapes.map(([M, N, K, limit]) => chooseSummedSplits(form, M, N, K, limit)).filter((c) => c.splits > 1).map((c) => c.tile)));
 for (const form of Object.keys(MATMUL_FORMS)) {
-  for (const tile of new Set(answers(form))) {
-    for (const split of [false, true]) {
-      for (const kcat of [false, true]) {
+  for (const split of [false, true]) {
+    for (const tile of split ? splitTiles(form) : answers(form)) {
+      for (const kcat of form === "backward_input" ? [false, true] : [false]) {
         for (const vec of [false, true]) {
           // forward products may normalise A on the way in (a LayerNorm prologue)
-          for (const ln of form === "forward" && !split && !kcat ? [false, true] : [false]) {
+          for (const ln of form === "forward" && !split ? [false, true] : [false]) {
             const k = matmulKernel(form, tile, split, kcat, vec, ln);
             add(k.name, k.code);
           }
