@@ -46,6 +46,9 @@ wgsl_bench() {
 wgsl_bench . webgpu_bench ${PROFILE:+--profile 1} 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
 [ -z "${TIMELINE:-}" ] || /tmp/wg/bin/node webgpu/bench/step_timeline.mjs "$PRESETS" "$OUT/step_timeline.json" 200 20 \
   2> >(without_warnings >&2) || echo "step timeline failed: exit $?"
+# DISPATCHES=1: each dispatch's GPU time in place, inside running steps (dispatch_timeline.mjs)
+[ -z "${DISPATCHES:-}" ] || /tmp/wg/bin/node webgpu/bench/dispatch_timeline.mjs "${DISPATCH_PRESETS-$PRESETS}" "$OUT/dispatch_timeline.json" 20 20 \
+  2> >(without_warnings >&2) || echo "dispatch timeline failed: exit $?"
 # BASELINE=DIR (a carried copy of an earlier commit's webgpu/ and site/static/, e.g. from `git archive`):
 # the same WGSL bench on that code, then this code again, in the same call (A/B/A against drift)
 if [ -n "${BASELINE:-}" ]; then

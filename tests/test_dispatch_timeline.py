@@ -1,0 +1,27 @@
+"""webgpu/bench/dispatch_timeline.mjs (each dispatch's GPU time inside running steps; a speed only on a GPU,
+run_device.sh's machine): on SwiftShader, that it times every dispatch of a tiny step in place and adds them
+up by kernel family."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+from conftest import ROOT
+
+SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
+
+
+def test_every_dispatch_of_a_step_is_timed_in_place(tmp_path):
+    out = tmp_path / "timeline.json"
+    subprocess.run(["node", str(ROOT / "webgpu/bench/dispatch_timeline.mjs"), "tiny", str(out), "1", "0"],
+                   env=dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD), check=True, capture_output=True, timeout=600)
+    tiny = json.loads(out.read_text())["tiny"]
+    print(f"{tiny['dispatches']} dispatches, span {tiny['spanUs'] / 1e3:.1f} ms, "
+          f"families {[(f['family'], f['count']) for f in tiny['families']]}")
+    assert tiny["dispatches"] == len(tiny["each"]) > 30
+    assert all(d["us"] > 0 for d in tiny["each"])
+    assert sum(f["count"] for f in tiny["families"]) == tiny["dispatches"]
+    assert {"matmul_forward", "attention_forward", "attention_backward", "adamw_update"} <= {f["family"] for f in tiny["families"]}
+    # the dispatches run one after another: the last ends after all of them have run
+    assert tiny["spanUs"] >= 0.5 * tiny["busyUs"]
