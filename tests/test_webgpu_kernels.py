@@ -68,46 +68,44 @@ def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=Fals
              lambda out: report(name, out["C"], ref, tol))
 
 
-TILES = ("128x64", "64x64", "64x32", "32x64", "32x32", "32x32w", "128x128")
+TILES = ("64x64w", "64x64", "64x32", "32x64", "32x32", "32x32-s2", "128x128")
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):
     matmul_case(form, 37, 53, 29, TILES[i], bias=True)
     matmul_case(form, 130, 67, 150, TILES[i + 3], residual=True)
     matmul_case(form, 67, 130, 21, TILES[(i + 1) % 6], accumulate=True)
 matmul_case("forward", 1, 256, 48, "32x32")  # a decode step's logits
 matmul_case("backward_weight", 37, 53, 150, "64x64", bias=True, splits=3)  # split-K: chunks of 64, 64, 22
-matmul_case("backward_weight", 70, 130, 300, "128x64", accumulate=True, residual=True, splits=5)
+matmul_case("backward_weight", 70, 130, 300, "64x64w", accumulate=True, residual=True, splits=5)
 matmul_case("backward_weight", 45, 37, 130, "32x32", bias_grad=True)
 matmul_case("backward_weight", 70, 33, 301, "32x64", bias_grad=True, splits=4)
 matmul_case("backward_input", 150, 140, 37, "128x128", bias=True, accumulate=True)
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # the 256-invocation tiles
-    matmul_case(form, 130, 67, 150, ("32x64w", "64x64w", "128x64w")[i], bias=form != "backward_weight", residual=True)
-    matmul_case(form, 37, 140, 29, ("64x64w", "128x64w", "32x64w")[i], accumulate=True)
+    matmul_case(form, 130, 67, 150, ("32x32w-k32", "64x64w", "128x128")[i], bias=form != "backward_weight", residual=True)
+    matmul_case(form, 37, 140, 29, ("64x64w", "128x128", "32x32w-k32")[i], accumulate=True)
 # vec4 reads of A and B, every form on every tile (68 rows, 44 of K: partial tiles and K-steps)
-ALL_TILES = ("128x128", "128x64", "64x64", "64x32", "32x64", "32x32", "32x32w", "32x64w", "64x64w", "128x64w",
-             "32x32w-k32", "32x64w-k32", "64x32-k32", "32x64-k32", "32x32-s2", "32x32-s4", "64x32-s2", "32x64-s2",
-             "128x128-k16")
+ALL_TILES = ("128x128", "64x64", "64x32", "32x64", "32x32", "64x64w", "32x32w-k32", "64x32-k32", "32x64-k32",
+             "32x32-s2", "32x32-s4", "128x128-k16")
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):
     for j, tile in enumerate(ALL_TILES):
         matmul_case(form, 68, 132, 44, tile, vec=True, bias=(i + j) % 2 == 0 and form != "backward_weight",
                     residual=(i + j) % 3 == 0, accumulate=(i + j) % 3 == 1)
-matmul_case("backward_weight", 36, 52, 300, "32x64w", bias_grad=True, splits=3, vec=True)
+matmul_case("backward_weight", 36, 52, 300, "32x32-s2", bias_grad=True, splits=3, vec=True)
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # 32-deep K-steps, scalar reads
-    matmul_case(form, 37, 53, 70, ("32x32w-k32", "32x64w-k32")[i % 2], bias=form != "backward_weight", residual=True)
+    matmul_case(form, 37, 53, 70, ("32x32w-k32", "32x64-k32")[i % 2], bias=form != "backward_weight", residual=True)
 matmul_case("backward_weight", 45, 37, 301, "32x32w-k32", bias_grad=True, splits=4)
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # 4×4 each, 32-deep K-steps, scalar
     matmul_case(form, 70, 37, 75, ("64x32-k32", "32x64-k32")[i % 2], bias=form != "backward_weight", accumulate=True)
 matmul_case("backward_weight", 68, 132, 300, "64x32-k32", bias_grad=True, splits=3, vec=True)
-matmul_case("backward_weight", 68, 132, 300, "128x64w", bias_grad=True, splits=4, vec=True)
 matmul_case("backward_weight", 68, 132, 300, "64x64w", bias_grad=True, splits=5, vec=True)
-matmul_case("forward", 1, 256, 48, "32x32w", bias=True, vec=True)  # a decode step's logits
+matmul_case("forward", 1, 256, 48, "32x32w-k32", bias=True, vec=True)  # a decode step's logits
 # sliced K: scalar reads; K past one slab and ending inside a group's rows; a fused bias gradient
 # whose sums group 0 adds too; split-K of a sliced tile
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):
-    matmul_case(form, 70, 37, 75, ("32x32-s4", "64x32-s2", "32x64-s2")[i], bias=form != "backward_weight",
+    matmul_case(form, 70, 37, 75, ("32x32-s4", "32x32-s2", "32x32-s4")[i], bias=form != "backward_weight",
                 residual=True)
-    matmul_case(form, 37, 70, 45, ("32x32-s2", "32x32-s4", "64x32-s2")[i], accumulate=True)
+    matmul_case(form, 37, 70, 45, ("32x32-s2", "32x32-s4", "32x32-s2")[i], accumulate=True)
 matmul_case("backward_weight", 45, 37, 130, "32x32-s4", bias_grad=True)
-matmul_case("backward_weight", 68, 132, 300, "64x32-s2", bias_grad=True, splits=3, vec=True)
+matmul_case("backward_weight", 68, 132, 300, "32x32-s4", bias_grad=True, splits=3, vec=True)
 matmul_case("backward_weight", 45, 37, 301, "32x32-s4", bias_grad=True, splits=4)
 matmul_case("forward", 150, 140, 37, "128x128-k16", bias=True, residual=True)  # past 16 KiB of workgroup memory
 
@@ -153,18 +151,18 @@ def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_gr
              lambda out: report(name, np.asarray(out["C"])[keep], ref[keep], tol))
 
 
-batched_matmul_case("forward", 70, 37, 29, 3, "32x32w", bias=True)  # the q, k, v projections
+batched_matmul_case("forward", 70, 37, 29, 3, "32x32w-k32", bias=True)  # the q, k, v projections
 # their weight and bias gradients
 batched_matmul_case("backward_weight", 37, 29, 130, 3, "32x64", bias_grad=True, splits=3)
 batched_matmul_case("backward_weight", 20, 33, 70, 3, "32x32", bias_grad=True)
-batched_matmul_case("backward_input", 70, 37, 29, 3, "32x32w", kcat=True)  # their input gradient
+batched_matmul_case("backward_input", 70, 37, 29, 3, "32x32w-k32", kcat=True)  # their input gradient
 batched_matmul_case("backward_input", 45, 21, 40, 3, "32x64", kcat=True, splits=2)
 batched_matmul_case("forward", 68, 36, 28, 3, "64x64w", bias=True, vec=True)
-batched_matmul_case("backward_weight", 36, 28, 132, 3, "128x64w", bias_grad=True, splits=3, vec=True)
+batched_matmul_case("backward_weight", 36, 28, 132, 3, "64x64w", bias_grad=True, splits=3, vec=True)
 batched_matmul_case("backward_input", 68, 36, 28, 3, "128x128", kcat=True, vec=True)
-batched_matmul_case("backward_input", 44, 20, 40, 3, "32x64w", kcat=True, splits=2, vec=True)
+batched_matmul_case("backward_input", 44, 20, 40, 3, "64x64w", kcat=True, splits=2, vec=True)
 batched_matmul_case("forward", 68, 36, 28, 3, "32x32-s4", bias=True, vec=True)
-batched_matmul_case("backward_input", 68, 36, 52, 3, "32x64-s2", kcat=True, vec=True)
+batched_matmul_case("backward_input", 68, 36, 52, 3, "32x32-s2", kcat=True, vec=True)
 
 
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)
@@ -283,7 +281,7 @@ layernorm_params_case(130, 50)
 layernorm_params_case(67, 333)
 # a block's end: q/k/v's (3 batches in the trainer; here one), o_proj's, fc_in's and fc_out's, the head's
 layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (120, 40, 150, "64x64w", 2, True),
-                                (40, 40, 150, "32x32", 4, False), (45, 37, 130, "128x64", 2, True),
+                                (40, 40, 150, "32x32", 4, False), (45, 37, 130, "64x64", 2, True),
                                 (250, 40, 150, "32x64", 3, False)])
 
 
@@ -328,8 +326,8 @@ def layernorm_matmul_case(M, N, K, tile, vec, batches=1, first=0, bias=False, ge
              inputs, check)
 
 
-for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "32x64w", "128x64w", "64x32-k32", "32x64-k32",
-                          "32x32-s4", "64x32-s2", "128x128-k16")):
+for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "64x32-k32", "32x64-k32", "32x32-s4",
+                          "128x128-k16")):
     layernorm_matmul_case(70, 44, 36, tile, vec=True, bias=i % 2 == 0)
     layernorm_matmul_case(37, 21, 30, tile, vec=False)
 layernorm_matmul_case(68, 20, 48, "32x32", vec=True, batches=3, bias=True)  # q, k, v from ln1
@@ -380,12 +378,12 @@ def gelu_matmul_case(form, M, N, K, tile):
 
 
 gelu_matmul_case("forward", 67, 130, 29, "32x64")
-gelu_matmul_case("forward", 33, 70, 40, "32x32w")
+gelu_matmul_case("forward", 33, 70, 40, "32x32w-k32")
 gelu_matmul_case("backward_input", 70, 37, 41, "32x32")
 gelu_matmul_case("forward", 68, 132, 44, "64x64w")  # aligned: vec4 reads
 gelu_matmul_case("backward_input", 68, 36, 44, "32x64")
 gelu_matmul_case("forward", 68, 132, 44, "32x32-s4")
-gelu_matmul_case("backward_input", 68, 36, 72, "64x32-s2")
+gelu_matmul_case("backward_input", 68, 36, 72, "32x32-s2")
 
 
 def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None, dx_splits=None):
@@ -411,11 +409,11 @@ def matmul_pair_case(R, n_out, n_in, splits, gelu=False, tiles=None, dx_splits=N
 
 
 matmul_pair_case(130, 37, 70, 3, gelu=True)
-matmul_pair_case(70, 45, 33, 1, tiles=["64x64w", "128x64w"])
-matmul_pair_case(200, 29, 140, 4, tiles=["128x128", "32x64w"])
+matmul_pair_case(70, 45, 33, 1, tiles=["64x64w", "128x128"])
+matmul_pair_case(200, 29, 140, 4, tiles=["128x128", "32x32w-k32"])
 matmul_pair_case(150, 300, 44, 3, tiles=["64x64w", "64x64w"], dx_splits=3)  # large up: fc_in's backward
 matmul_pair_case(130, 36, 68, 3, gelu=True)  # vec4 reads (both widths multiples of 4)
-matmul_pair_case(70, 44, 32, 1, tiles=["64x64w", "128x64w"])
+matmul_pair_case(70, 44, 32, 1, tiles=["64x64w", "128x128"])
 # tiles of as many invocations laid out differently: 16×8 beside 8×8 with K sliced in two; 16×16 beside
 # 8×8×4 (each with its own workgroup arrays); both sliced (arrays shared)
 matmul_pair_case(130, 36, 68, 2, gelu=True, tiles=["32x64-k32", "32x32-s2"])
@@ -438,7 +436,7 @@ def split_sums_case(products):
     add_case(dict(op="matmul_split_sums", products=specs, cLen=c_off), inputs, check)
 
 
-split_sums_case([(37, 53, 150, "64x64", 3, True), (20, 33, 301, "32x64", 4, False), (45, 37, 130, "128x64", 2, True),
+split_sums_case([(37, 53, 150, "64x64", 3, True), (20, 33, 301, "32x64", 4, False), (45, 37, 130, "64x64", 2, True),
                  (16, 16, 200, "32x32", 5, True), (30, 20, 90, "32x32", 2, False), (9, 12, 70, "32x64", 3, True)])
 
 

@@ -25,8 +25,7 @@ function matmulPairFor(first, second, vec) {
 }
 // A pair's tiles must have as many invocations: where no tile is given, a tile other than an unsliced
 // one of 16×16 invocations becomes the 256-invocation 32×32 (2×2 each, the input gradients' choice
-// at tiny). (32x64w-k32 would keep a 32×64 shape, but beside a weight gradient's 32x32w-k32 the pair
-// needs more than 16 KiB of workgroup memory.)
+// at tiny).
 const pairsAsIs = (tile) => {
   const { WX, WY, KG } = tileShape(tile);
   return WX === 16 && WY === 16 && KG === 1;

@@ -43,33 +43,30 @@ const formOf = (form) => {
  * BK-deep slab together and multiply BK/KG rows of it each, and group 0 adds the other groups' sums
  * at the end. A product with few output tiles and a long K then has KG times the invocations at
  * work on each tile, with no partial sums in global memory and no second dispatch (split-K's cost).
+ * These are the tiles chooseTile picks on a GPU and their software twins (softwareTile). Others the
+ * tile bench tried and no preset's product ever chose on an H100 or H200 (128x64, 32x32w, 32x64w,
+ * 128x64w, 32x64w-k32, 64x32-s2, 32x64-s2) are listed in docs/performance.md §19.
  */
 export const MATMUL_TILES = {
   "128x128": { WX: 16, WY: 16, BK: 8, TM: 8, TN: 8 },
-  "128x64": { WX: 8, WY: 16, BK: 8, TM: 8, TN: 8 },
+  // 64 or 128 invocations with 4×4 or 8×4 outputs each: the software twins of the tiles below
   "64x64": { WX: 16, WY: 8, BK: 16, TM: 8, TN: 4 },
   "64x32": { WX: 8, WY: 16, BK: 16, TM: 4, TN: 4 },
   "32x64": { WX: 16, WY: 8, BK: 16, TM: 4, TN: 4 },
   "32x32": { WX: 8, WY: 8, BK: 16, TM: 4, TN: 4 },
-  "32x32w": { WX: 16, WY: 16, BK: 16, TM: 2, TN: 2 },
-  // 256 invocations with 2×4 to 8×4 outputs each: more FMAs per workgroup-memory read than 32x32w
-  "32x64w": { WX: 16, WY: 16, BK: 16, TM: 2, TN: 4 },
+  // 256 invocations with 4×4 outputs each
   "64x64w": { WX: 16, WY: 16, BK: 16, TM: 4, TN: 4 },
-  "128x64w": { WX: 16, WY: 16, BK: 8, TM: 8, TN: 4 },
   // a K-step of 32: half the barriers, twice the loads in flight, for long K on few tiles
   "32x32w-k32": { WX: 16, WY: 16, BK: 32, TM: 2, TN: 2 },
-  "32x64w-k32": { WX: 16, WY: 16, BK: 32, TM: 2, TN: 4 },
   // 4×4 outputs per invocation with 32-deep K-steps: products of K = C…4C on a few hundred tiles
   // pay per K-step, and these take half the steps of their BK-16 twins. (A 64-invocation 32×32
   // twin was as fast, but its scalar variant, 32 prefetch registers an invocation, made
   // SwiftShader's compiler take > 14 GB.)
   "64x32-k32": { WX: 8, WY: 16, BK: 32, TM: 4, TN: 4 },
   "32x64-k32": { WX: 16, WY: 8, BK: 32, TM: 4, TN: 4 },
-  // sliced K: 4×4 outputs per invocation, 128 or 256 invocations on a 32×32 to 64×32 tile
+  // sliced K: 4×4 outputs per invocation, 128 or 256 invocations on a 32×32 tile
   "32x32-s2": { WX: 8, WY: 8, BK: 32, TM: 4, TN: 4, KG: 2 },
   "32x32-s4": { WX: 8, WY: 8, BK: 32, TM: 4, TN: 4, KG: 4 },
-  "64x32-s2": { WX: 8, WY: 16, BK: 32, TM: 4, TN: 4, KG: 2 },
-  "32x64-s2": { WX: 16, WY: 8, BK: 32, TM: 4, TN: 4, KG: 2 },
   // 128×128 with 16-deep K-steps: 18.9 KiB of workgroup memory in the forward, so only on devices
   // that offer more than WebGPU's default 16 KiB (workgroupBytes, chooseTile)
   "128x128-k16": { WX: 16, WY: 16, BK: 16, TM: 8, TN: 8 },
