@@ -80,7 +80,8 @@ matmul_case("backward_weight", 45, 37, 130, "32x32", bias_grad=True)
 matmul_case("backward_weight", 70, 33, 301, "32x64", bias_grad=True, splits=4)
 matmul_case("backward_input", 150, 140, 37, "128x128", bias=True, accumulate=True)
 for i, form in enumerate(("forward", "backward_input", "backward_weight")):  # the 256-invocation tiles
-    matmul_case(form, 130, 67, 150, ("32x32w-k32", "64x64w", "128x128")[i], bias=form != "backward_weight", residual=True)
+    matmul_case(form, 130, 67, 150, ("32x32w-k32", "64x64w", "128x128")[i], bias=form != "backward_weight",
+                residual=True)
     matmul_case(form, 37, 140, 29, ("64x64w", "128x128", "32x32w-k32")[i], accumulate=True)
 # vec4 reads of A and B, every form on every tile (68 rows, 44 of K: partial tiles and K-steps)
 ALL_TILES = ("128x128", "64x64", "64x32", "32x64", "32x32", "64x64w", "32x32w-k32", "64x32-k32", "32x64-k32",
