@@ -6,8 +6,10 @@
 // specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
 // (for any M, N, K) × vec4 reads or not × split-K or not (where the trainer splits that form on
 // that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue or not (unsplit
-// forward products); each LayerNorm lane count. A source identical to one already written is not
-// written again; the first file's header lists its other names. Prints {outdir, files, duplicates}.
+// forward products); each LayerNorm lane count. These are a GPU's tiles: a software adapter's twins
+// (matmul.js softwareTile) are compiled by every test that trains on SwiftShader.
+// A source identical to one already written is not written again; the first file's header lists its
+// other names. Prints {outdir, files, duplicates}.
 import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
