@@ -1,6 +1,7 @@
-"""webgpu/tools/dump_wgsl.mjs: every WGSL variant the trainer can use, written one file each, and each
-file compiled on the Node adapter (npm `webgpu`, Dawn on SwiftShader) by webgpu/tools/compile_wgsl.mjs:
-no compilation error, and a compute pipeline made from it."""
+"""webgpu/tools/dump_wgsl.mjs: every WGSL variant the trainer can use, written one file each; and
+webgpu/tools/compile_wgsl.mjs, which compiles such files on the Node adapter (npm `webgpu`, Dawn on
+SwiftShader), on a few of them. Every variant is compiled in Chromium by test_webgpu_kernels.py, in the
+page that has already compiled most of them for its kernel cases."""
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ def node(script: str, *args: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def test_every_dumped_variant_compiles(tmp_path):
+def test_every_variant_is_dumped_and_the_node_compiler_checks_files(tmp_path):
     dump = node("dump_wgsl.mjs", str(tmp_path))
     files = sorted(p.name for p in tmp_path.glob("*.wgsl"))
     assert files == sorted(dump["files"])
@@ -39,8 +40,19 @@ def test_every_dumped_variant_compiles(tmp_path):
                 "adamw_update"}
     entry_points = {re.search(r"@compute[^\n]*\nfn (\w+)\(", (tmp_path / f).read_text()).group(1) for f in files}
     assert entry_points == families
-    compiled = node("compile_wgsl.mjs", str(tmp_path))
-    print(f"{compiled['adapter']}: {compiled['compiled']} of {len(files)} variants compiled, "
-          f"{len(compiled['failures'])} failed")
-    assert compiled["failures"] == []
-    assert compiled["compiled"] == len(files)
+
+    # the Node compiler on three small kernels, and on a broken one
+    few = tmp_path / "few"
+    few.mkdir()
+    for f in ("adamw_update.wgsl", "clip_coefficient.wgsl", "embedding_forward.wgsl"):
+        (few / f).write_text((tmp_path / f).read_text())
+    compiled = node("compile_wgsl.mjs", str(few))
+    print(f"{compiled['adapter']}: {compiled['compiled']} of 3 compiled")
+    assert compiled == {"adapter": compiled["adapter"], "compiled": 3, "failures": []}
+    (few / "broken.wgsl").write_text("@compute @workgroup_size(1) fn main() { let x: u32 = 1.5; }\n")
+    env = dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD)
+    r = subprocess.run(["node", str(ROOT / "webgpu/tools/compile_wgsl.mjs"), str(few)], env=env, capture_output=True,
+                       text=True, timeout=300)
+    broken = json.loads(r.stdout.strip().splitlines()[-1])
+    assert r.returncode == 1 and broken["compiled"] == 3
+    assert [f["file"] for f in broken["failures"]] == ["broken.wgsl"] and broken["failures"][0]["errors"]

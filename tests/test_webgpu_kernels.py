@@ -1,15 +1,19 @@
 """Each WGSL kernel family against a float64 reference (numpy / PyTorch autograd) on awkward shapes.
 
 Headless Chromium's WebGPU on SwiftShader, a software adapter: correctness only. One page runs
-every case (webgpu/tools/kernel_cases.js); each check prints its max error and tolerance.
+every case (webgpu/tools/kernel_cases.js); each check prints its max error and tolerance. The same page
+then compiles every other WGSL variant the trainer can use.
 """
+import json
 import math
+import subprocess
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from conftest import ROOT
 from support.browser_host import BrowserHost, b64, from_b64
 
 
@@ -608,14 +612,17 @@ adamw_case(1000, 1e-3, 1, rows=600)   # norm < 1: coefficient 1; losses past one
 
 
 @pytest.fixture(scope="module")
-def outputs():
+def host():
     host = BrowserHost()
-    try:
-        print("adapter:", host.call("adapterInfo"))
-        inputs = {name: b64(a) for _, ins, _ in CASES for name, a in ins.items()}
-        result = host.call("kernelCases", [c for c, _, _ in CASES], inputs)
-    finally:
-        host.close()
+    print("adapter:", host.call("adapterInfo"))
+    yield host
+    host.close()
+
+
+@pytest.fixture(scope="module")
+def outputs(host):
+    inputs = {name: b64(a) for _, ins, _ in CASES for name, a in ins.items()}
+    result = host.call("kernelCases", [c for c, _, _ in CASES], inputs)
     return {k: from_b64(v) for k, v in result.items()}
 
 
@@ -624,3 +631,18 @@ def test_kernel_matches_reference(outputs, index):
     case, _, check = CASES[index]
     prefix = case["id"] + "_"
     check({k[len(prefix):]: v for k, v in outputs.items() if k.startswith(prefix)})
+
+
+def test_every_dumped_variant_compiles_in_the_page(host, tmp_path):
+    """Every WGSL variant the trainer can use (webgpu/tools/dump_wgsl.mjs) becomes a pipeline in Chromium.
+    Run after the kernel cases in the same page, whose pipelines count as made: SwiftShader compiles a
+    pipeline in 1-21 s, and most variants are the cases' kernels."""
+    dump = json.loads(subprocess.run(["node", str(ROOT / "webgpu/tools/dump_wgsl.mjs"), str(tmp_path)], check=True,
+                                     capture_output=True, text=True, timeout=300).stdout.strip().splitlines()[-1])
+    sources = [{"name": f[:-5], "also": dump["duplicates"].get(f[:-5], []), "code": (tmp_path / f).read_text()}
+               for f in dump["files"]]
+    result = host.call("compileWgsl", sources)
+    print(f"{len(sources)} variants: {result['compiled']} compiled here, {result['alreadyMade']} made by the kernel "
+          f"cases, {len(result['failures'])} failed")
+    assert result["failures"] == []
+    assert result["compiled"] + result["alreadyMade"] == len(sources)

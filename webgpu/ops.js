@@ -50,6 +50,11 @@ function attentionFor(kind, D, options = ATTENTION_LAYOUTS[kind]) {
 }
 
 const cachesByDevice = new WeakMap(); // pipelines are shared by every trainer of a device
+/** The pipelines made on a device so far, by kernel name (every Ops of the device shares them). */
+export function pipelinesOf(device) {
+  if (!cachesByDevice.has(device)) cachesByDevice.set(device, new PipelineCache(device));
+  return cachesByDevice.get(device);
+}
 
 export class Ops {
   /**
@@ -60,8 +65,7 @@ export class Ops {
   constructor(device, { softwareTiles = false } = {}) {
     this.device = device;
     this.softwareTiles = softwareTiles;
-    if (!cachesByDevice.has(device)) cachesByDevice.set(device, new PipelineCache(device));
-    this.pipelines = cachesByDevice.get(device);
+    this.pipelines = pipelinesOf(device);
     // what the device was created with (WebGPU's default, 16 KiB, where it asked for no more)
     this.workgroupLimit = device.limits?.maxComputeWorkgroupStorageSize ?? 16384;
     // bound where a kernel's optional input (bias, residual) is unused

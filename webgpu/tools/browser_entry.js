@@ -2,6 +2,7 @@
 // bytes as base64 and run the real modules on navigator.gpu. The same calls also run inside a
 // module Web Worker (worker_entry.js), which is where the site trains.
 import { runKernelCases } from "./kernel_cases.js";
+import { pipelinesOf } from "../ops.js";
 import { Trainer } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
@@ -44,6 +45,41 @@ export async function kernelCases(cases, inputsB64) {
   const inputs = Object.fromEntries(Object.entries(inputsB64).map(([k, v]) => [k, fromBase64(v)]));
   const out = await runKernelCases(device, cases, inputs);
   return Object.fromEntries(Object.entries(out).map(([k, v]) => [k, f32b64(v)]));
+}
+
+/**
+ * Compiles WGSL kernels into compute pipelines on this page's device, as a GPU driver would be asked
+ * to: each source without a compilation error, then a pipeline from its one entry point (layout
+ * "auto"). sources: [{name, also, code}], dump_wgsl.mjs's files (also: the other kernel names of the
+ * same source). A kernel whose pipeline this page has made already (a kernel case's, by any of its
+ * names) is not compiled again. -> {compiled, alreadyMade, failures: [{name, errors}]}
+ */
+export async function compileWgsl(sources) {
+  const { device } = await gpuDevice();
+  const made = pipelinesOf(device).byName;
+  const result = { compiled: 0, alreadyMade: 0, failures: [] };
+  for (const { name, also, code } of sources) {
+    if ([name, ...also].some((n) => made.has(n))) {
+      result.alreadyMade += 1;
+      continue;
+    }
+    device.pushErrorScope("validation");
+    const module = device.createShaderModule({ label: name, code });
+    const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === "error")
+      .map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
+    if (!errors.length) {
+      try {
+        await device.createComputePipelineAsync({ label: name, layout: "auto", compute: { module } });
+      } catch (e) {
+        errors.push(`pipeline: ${e.message}`);
+      }
+    }
+    const scoped = await device.popErrorScope();
+    if (scoped) errors.push(`validation: ${scoped.message}`);
+    if (errors.length) result.failures.push({ name, errors });
+    else result.compiled += 1;
+  }
+  return result;
 }
 
 async function loadPresets() { return (await fetch("/site/static/presets.json")).json(); }
