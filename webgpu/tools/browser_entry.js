@@ -2,6 +2,7 @@
 // bytes as base64 and run the real modules on navigator.gpu. The same calls also run inside a
 // module Web Worker (worker_entry.js), which is where the site trains.
 import { runKernelCases } from "./kernel_cases.js";
+import { compileErrors } from "./compile_check.js";
 import { pipelinesOf } from "../ops.js";
 import { Trainer } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
@@ -48,9 +49,7 @@ export async function kernelCases(cases, inputsB64) {
 }
 
 /**
- * Compiles WGSL kernels into compute pipelines on this page's device, as a GPU driver would be asked
- * to: each source without a compilation error, then a pipeline from its one entry point (layout
- * "auto"). sources: [{name, also, code}], dump_wgsl.mjs's files (also: the other kernel names of the
+ * Compiles WGSL kernels into compute pipelines on this page's device (compile_check.js). sources: [{name, also, code}], dump_wgsl.mjs's files (also: the other kernel names of the
  * same source). A kernel whose pipeline this page has made already (a kernel case's, by any of its
  * names) is not compiled again. -> {compiled, alreadyMade, failures: [{name, errors}]}
  */
@@ -63,19 +62,7 @@ export async function compileWgsl(sources) {
       result.alreadyMade += 1;
       continue;
     }
-    device.pushErrorScope("validation");
-    const module = device.createShaderModule({ label: name, code });
-    const errors = (await module.getCompilationInfo()).messages.filter((m) => m.type === "error")
-      .map((m) => `${m.lineNum}:${m.linePos} ${m.message}`);
-    if (!errors.length) {
-      try {
-        await device.createComputePipelineAsync({ label: name, layout: "auto", compute: { module } });
-      } catch (e) {
-        errors.push(`pipeline: ${e.message}`);
-      }
-    }
-    const scoped = await device.popErrorScope();
-    if (scoped) errors.push(`validation: ${scoped.message}`);
+    const errors = await compileErrors(device, name, code);
     if (errors.length) result.failures.push({ name, errors });
     else result.compiled += 1;
   }

@@ -32,8 +32,7 @@ const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8
 // Linear's backward products pair (matmulPair)
 for (const limit of [16384, 32768]) {
   for (const preset of Object.keys(presets.presets)) {
-    const { device, shaders } = recordingDevice();
-    device.limits = { maxComputeWorkgroupStorageSize: limit };
+    const { device, shaders } = recordingDevice({ limits: { maxComputeWorkgroupStorageSize: limit } });
     const trainer = plansOnlyTrainer(device, configFromPresets(presets, preset));
     await trainer.decodeLogits([0]); // records the decode plan (the train and eval plans exist already)
     trainer.destroy();

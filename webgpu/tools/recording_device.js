@@ -20,8 +20,11 @@ export function plansOnlyTrainer(device, config) {
   return new PlansOnly(device, config, { state: new Uint8Array(0) });
 }
 
-/** {device, shaders}: shaders maps each shader module's label (a kernel's name) to its WGSL. */
-export function recordingDevice() {
+/**
+ * {device, shaders}: shaders maps each shader module's label (a kernel's name) to its WGSL. limits and
+ * adapterInfo: what the device reports (none: WebGPU's defaults and a GPU's tiles, as Ops reads them).
+ */
+export function recordingDevice({ limits, adapterInfo } = {}) {
   const shaders = new Map();
   const inert = () => ({});
   const pass = { setPipeline() {}, setBindGroup() {}, dispatchWorkgroups() {}, end() {} };
@@ -38,6 +41,7 @@ export function recordingDevice() {
     createCommandEncoder: () => ({ beginComputePass: () => pass, copyBufferToBuffer() {}, finish: inert }),
     queue: { writeBuffer() {}, submit() {}, onSubmittedWorkDone: async () => {} },
     destroy() {},
+    limits, adapterInfo,
   };
   return { device, shaders };
 }

@@ -24,8 +24,7 @@ for (const limit of [16384, 32768]) {
   for (const name of names) {
     out[limit][name] = {};
     for (const [kind, info] of [["gpu", { vendor: "nvidia" }], ["software", { vendor: "google", architecture: "swiftshader", isFallbackAdapter: true }]]) {
-      const { device } = recordingDevice();
-      Object.assign(device, { adapterInfo: info, limits: { maxComputeWorkgroupStorageSize: limit } });
+      const { device } = recordingDevice({ adapterInfo: info, limits: { maxComputeWorkgroupStorageSize: limit } });
       const trainer = plansOnlyTrainer(device, configFromPresets(presets, name));
       const tiles = new Set(trainer.trainPlan.entries.flatMap((e) => tilesOf(e.kernel.name)));
       out[limit][name][kind] = { step: trainer.trainPlan.entries.length, tiles: [...tiles].sort(), buffers: trainer.buffers.map((b) => b.size) };
