@@ -53,6 +53,7 @@ def test_webgpu_trains_like_webassembly_and_checkpoints_cross_over(server_url, p
     print(f"\n{choice}\n{build}\n{text}")
     assert text.startswith("Finished"), text
     assert "software: correct, not fast" in choice and "software: correct, not fast" in build
+    assert "subgroups of 4 invocations" in build, "the page says what the probe found (SwiftShader's subgroups)"
     gpu = losses(page)
     gpu_file = download(page, tmp_path / "webgpu-step20.tinygpt")
     screenshot(page, "backends_webgpu")

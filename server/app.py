@@ -25,7 +25,8 @@ WEBGPU = ROOT / "webgpu"
 # What the page's worker imports of webgpu/ (trainer.js and its imports, inspect.js for the
 # attention view): served at /webgpu/ and copied into dist/webgpu/. The rest of webgpu/
 # (node_modules, tools, bench, package files) is for Node and tests, never for the page.
-WEBGPU_RUNTIME = ("trainer.js", "prng.js", "ops.js", "plan.js", "software_adapter.js", "inspect.js", "kernels")
+WEBGPU_RUNTIME = ("trainer.js", "prng.js", "ops.js", "plan.js", "software_adapter.js", "subgroups.js", "inspect.js",
+                  "kernels")
 
 
 def webgpu_runtime_files(webgpu: Path = WEBGPU) -> list[str]:

@@ -25,8 +25,19 @@ def f32(a):
     return np.ascontiguousarray(a, dtype=np.float32)
 
 
-def add_case(case, inputs, check):
+def add_case(case, inputs, check, subgroups=False):
+    """subgroups: run the case's kernels at the subgroup width the page's device probed (webgpu/subgroups.js),
+    which must be more than one; otherwise without subgroups (the kernels' fallback)."""
     case["id"] = f"c{len(CASES)}"
+    if subgroups:
+        case["subgroups"] = True
+        plain_check = check
+
+        def check(out):
+            width = int(out["width"][0])
+            print(f"with subgroups of {width} invocations")
+            assert width > 1, "the page's device has no subgroups (probe: adapterInfo's subgroups)"
+            plain_check(out)
     CASES.append((case, {f"{case['id']}_{k}": v for k, v in inputs.items()}, check))
 
 
@@ -171,7 +182,7 @@ batched_matmul_case("backward_input", 68, 36, 52, 3, "32x32-s2", kcat=True, vec=
 
 
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)
-def layernorm_case(rows, C):
+def layernorm_case(rows, C, subgroups=False):
     eps = 1e-5
     w_off, b_off, n_params = 11, 11 + C, 11 + 2 * C + 9  # bias gradient right after the weight's, as in the manifest
     x = torch.tensor(rng.standard_normal((rows, C)) * 2 + 0.5, dtype=torch.float64, requires_grad=True)
@@ -195,15 +206,18 @@ def layernorm_case(rows, C):
         report(f"layernorm dbias {rows}x{C}", o["grads"][b_off:b_off + C], b.grad.numpy(), 1e-4)
 
     add_case(dict(op="layernorm", rows=rows, C=C, eps=eps, wOff=w_off, bOff=b_off, nParams=n_params),
-             {"x": f32(xd), "params": f32(params), "dout": f32(dout), "dx0": f32(dx0)}, check)
+             {"x": f32(xd), "params": f32(params), "dout": f32(dout), "dx0": f32(dx0)}, check, subgroups)
 
 
 layernorm_case(130, 50)  # three chunks of the two-pass parameter-gradient reduction
 layernorm_case(5, 200)
 layernorm_case(67, 333)  # rows not a multiple of a workgroup's, C past 256 and not a multiple of 32
+# the same with subgroups: runs of lanes add by shuffles, then meet (32 and 64 lanes a row)
+layernorm_case(130, 50, subgroups=True)
+layernorm_case(67, 333, subgroups=True)
 
 
-def layernorm_summed_case(rows, C, K, splits, tile):
+def layernorm_summed_case(rows, C, K, splits, tile, subgroups=False):
     """Split-K products whose slabs the LayerNorm reading them sums (the trainer's fc_out -> LayerNorm,
     input gradients -> LayerNorm backward): x = G·Wᵀ + bias + R, its LayerNorm; dout = dH·W2, dx (+)= its
     LayerNorm backward. x and dout are also stored where the unsplit products would have put them."""
@@ -234,11 +248,12 @@ def layernorm_summed_case(rows, C, K, splits, tile):
     add_case(dict(op="layernorm_summed", rows=rows, C=C, K=K, splits=splits, tile=tile, eps=eps, biasOff=bias_off,
                   wOff=w_off, bOff=b_off),
              {"G": f32(g), "W": f32(wt), "R": f32(r), "dH": f32(dh), "W2": f32(w2), "params": f32(params),
-              "dx0": f32(dx0)}, check)
+              "dx0": f32(dx0)}, check, subgroups)
 
 
 layernorm_summed_case(70, 44, 150, 3, "64x64w")  # 32 lanes a row; the last workgroup's rows past the end
 layernorm_summed_case(37, 200, 96, 2, "32x32-s2")  # 64 lanes a row, scalar reads, a sliced tile
+layernorm_summed_case(70, 44, 150, 3, "64x64w", subgroups=True)
 
 
 def split_weight_gradients(products, inputs, c_off, gap):
@@ -256,7 +271,7 @@ def split_weight_gradients(products, inputs, c_off, gap):
     return specs, refs, c_off
 
 
-def layernorm_params_case(rows, C, products=()):
+def layernorm_params_case(rows, C, products=(), subgroups=False):
     """A block's two LayerNorms' weight and bias gradients in one dispatch; products: [(M, N, K, tile,
     splits, bias_grad)], split-K weight gradients into the same gradient buffer (after the LayerNorms'),
     whose final sums that dispatch takes too (a block's end)."""
@@ -279,7 +294,8 @@ def layernorm_params_case(rows, C, products=()):
             got = np.asarray(o["grads"])[off:off + out.size]
             report(f"{name}: split-K product {j}'s sums in the same dispatch", got, out, tol)
 
-    add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=c_off, products=specs), inputs, check)
+    add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=c_off, products=specs), inputs, check,
+             subgroups)
 
 
 layernorm_params_case(130, 50)
@@ -288,6 +304,8 @@ layernorm_params_case(67, 333)
 layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (120, 40, 150, "64x64w", 2, True),
                                 (40, 40, 150, "32x32", 4, False), (45, 37, 130, "64x64", 2, True),
                                 (250, 40, 150, "32x64", 3, False)])
+layernorm_params_case(67, 333, subgroups=True)
+layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (40, 40, 150, "32x32", 4, False)], subgroups=True)
 
 
 # --- LayerNorm as a forward product's prologue: C = LayerNorm(x)·Wᵀ (+ bias), the LayerNorm's output and
@@ -506,7 +524,9 @@ cross_entropy_case(37, backward=False)
 
 
 # --- causal attention, forward + backward (head sizes 16, 32, 64; T across tile boundaries)
-def attention_case(B, T, H, D):
+def attention_case(B, T, H, D, subgroups=False, forward_split=None):
+    """subgroups: merge a row's partial results by shuffles where a row's invocations fit a subgroup
+    (the backward's 2; the forward's 8 only on subgroups of 8 or more, so forward_split 4 for SwiftShader's 4)."""
     C = H * D
 
     def t(shape):
@@ -523,7 +543,7 @@ def attention_case(B, T, H, D):
     scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(D)
     scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     lse = torch.logsumexp(scores, -1)  # (B,H,T)
-    name = f"attention B={B} T={T} H={H} D={D}"
+    name = f"attention B={B} T={T} H={H} D={D}{f' forward split {forward_split}' if forward_split else ''}"
 
     def check(o):
         report(f"{name} out", o["out"], y.detach().numpy().ravel(), 2e-6)
@@ -531,16 +551,20 @@ def attention_case(B, T, H, D):
         for g, ref in (("dq", q.grad), ("dk", k.grad), ("dv", v.grad)):
             report(f"{name} {g}", o[g], ref.numpy().ravel(), 2e-5)
 
-    add_case(dict(op="attention", B=B, T=T, H=H, C=C),
+    layout = {"forwardLayout": {"rows": 256 // forward_split, "split": forward_split}} if forward_split else {}
+    add_case(dict(op="attention", B=B, T=T, H=H, C=C, **layout),
              {"q": f32(q.detach().numpy()), "k": f32(k.detach().numpy()), "v": f32(v.detach().numpy()),
               "dout": f32(dout)},
-             check)
+             check, subgroups)
 
 
 attention_case(2, 70, 3, 16)
 attention_case(1, 37, 2, 32)
 attention_case(1, 40, 1, 64)
 attention_case(2, 100, 2, 32)  # query blocks of 32: a partial last block, tiles of 32 keys across the diagonal
+attention_case(2, 70, 3, 16, subgroups=True, forward_split=4)
+attention_case(2, 100, 2, 32, subgroups=True, forward_split=4)
+attention_case(1, 40, 1, 64, subgroups=True)  # the forward's 8 invocations a row merge as without subgroups
 
 
 # --- attention forward against a KV cache: queries at past..past+T-1, keys 0..kvT-1 of which the first past+T

@@ -87,6 +87,8 @@ def test_trajectory_parity_with_python_ref(parity_run):
            for _ in range(PARITY_STEPS)]
     got = np.array(run["losses"])
     rel = np.abs(got - ref) / np.abs(ref)
+    print(f"LayerNorm and attention kernels with subgroups of {run['subgroupWidth']} (webgpu/subgroups.js)")
+    assert run["subgroupWidth"] > 1, "SwiftShader has subgroups: the parity run checks the kernels using them"
     print(f"{PARITY_STEPS}-step parity (tiny model, ctx {cfg.ctx}, batch {tc.batch}, lr {tc.lr}): losses "
           f"{ref[0]:.4f} -> {ref[-1]:.4f}; max relative difference {rel.max():.3g} "
           f"at step {int(rel.argmax()) + 1} (bar 1e-3)")
@@ -157,16 +159,18 @@ def test_worker_kv_cache_matches_full_forward(host):
 
 def test_node_host_runs_the_same_module(parity_run):
     ("""The same trainer.js under Node's `webgpu` package (Dawn on SwiftShader's Vulkan ICD) """
-     """gives the browser's losses.""")
+     """gives the browser's losses; Node runs it without subgroups (TINYGPT_SUBGROUPS=0), so the """
+     """kernels' fallback is checked against the browser's subgroup kernels end to end.""")
     icd = Path("/usr/lib/chromium/vk_swiftshader_icd.json")
-    env = dict(os.environ, VK_ICD_FILENAMES=str(icd))
+    env = dict(os.environ, VK_ICD_FILENAMES=str(icd), TINYGPT_SUBGROUPS="0")
     job = {"preset": "tiny", "overrides": PARITY, "steps": 5}
     r = subprocess.run(["node", str(ROOT / "webgpu/tools/train_node.mjs")], input=json.dumps(job), env=env,
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
     node = json.loads(r.stdout.strip().splitlines()[-1])
     diff = float(np.max(np.abs(np.array(node["losses"]) - parity_run[3]["losses"][:5])))
-    print(f"Node host ({node['adapter']}): first 5 losses {node['losses']}; max difference to the browser's {diff:.3g}")
+    print(f"Node host ({node['adapter']}, no subgroups): first 5 losses {node['losses']}; "
+          f"max difference to the browser's (subgroups of {parity_run[3]['subgroupWidth']}) {diff:.3g}")
     assert diff < 1e-5
 
 

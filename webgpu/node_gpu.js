@@ -1,6 +1,7 @@
 // Node host: a GPUDevice from the npm `webgpu` package (Dawn). The trainer itself never imports this.
 // On a machine without a GPU, point VK_ICD_FILENAMES at SwiftShader's Vulkan ICD (webgpu.mk does).
 import { create, globals } from "webgpu";
+import { probeSubgroups, subgroupFeatures } from "./subgroups.js";
 
 // The GPU instance and adapter must outlive every device: if the garbage collector takes them, the
 // binding's event loop later runs Dawn's ProcessEvents on freed objects and the process crashes at
@@ -9,12 +10,16 @@ const alive = [];
 
 /**
  * features: optional features the device must have (an adapter without one is an error).
+ * subgroups: ask for the adapter's subgroups where it has them, and probe them (subgroups.js) so
+ * that the kernels use them; TINYGPT_SUBGROUPS=0 in the environment turns them off (a benchmark's
+ * fallback column).
  * exactTimestamps: timestamp queries at the GPU's own resolution.
  * DAWN_FEATURES (environment, comma-separated Dawn toggles, e.g. disable_robustness) is a diagnostic
  * for benchmarks: what a toggle costs or saves. Browsers run with Dawn's defaults, so no figure
  * taken with it describes the product.
  */
-export async function nodeDevice({ powerPreference = "high-performance", features = [], exactTimestamps = false } = {}) {
+export async function nodeDevice({ powerPreference = "high-performance", features = [], exactTimestamps = false,
+  subgroups = process.env.TINYGPT_SUBGROUPS !== "0" } = {}) {
   Object.assign(globalThis, globals);
   const toggles = process.env.DAWN_FEATURES;
   // exactTimestamps: Dawn rounds timestamp queries to ~65 µs unless told not to, which hides a
@@ -31,10 +36,13 @@ export async function nodeDevice({ powerPreference = "high-performance", feature
     .map((name) => [name, adapter.limits[name]]));
   const missing = features.filter((f) => !adapter.features.has(f));
   if (missing.length) throw new Error(`this adapter does not offer ${missing.join(", ")}`);
-  const device = await adapter.requestDevice({ requiredLimits, requiredFeatures: features });
+  const wanted = new Set([...features, ...(subgroups ? subgroupFeatures(adapter) : [])]);
+  const device = await adapter.requestDevice({ requiredLimits, requiredFeatures: [...wanted] });
   device.addEventListener("uncapturederror", (e) => {
     console.error(`WebGPU error: ${e.error.message}`);
     process.exitCode = 1;
   });
-  return { adapter, device, info: adapter.info };
+  const subgroupUse = subgroups ? await probeSubgroups(device, adapter.info)
+    : { width: 1, reason: "subgroups turned off (TINYGPT_SUBGROUPS=0)" };
+  return { adapter, device, info: adapter.info, subgroups: subgroupUse };
 }

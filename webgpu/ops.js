@@ -4,12 +4,13 @@
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
-import { layernormKernels, layernormBackwardParams, layernormBackwardParamsSums, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
+import { layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackward, attentionLayout, attentionGrid, ATTENTION_LAYOUTS } from "./kernels/attention.js";
 import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
+import { subgroupWidthOf } from "./subgroups.js";
 
 const matmulKernels = new Map();
 function matmulFor(form, tile, split, kcat, vec, ln) {
@@ -38,13 +39,14 @@ export function tilesPair(inputGrad, weightGrad, workgroupLimit = 16384) {
 }
 const attentionKernels = new Map();
 // kind: "forward" or "backward"; options: attentionLayout's (the kind's own where absent; the layout
-// bench tries others)
-function attentionFor(kind, D, options = ATTENTION_LAYOUTS[kind]) {
-  const key = JSON.stringify([kind, D, options]);
+// bench tries others); G: the subgroup width
+function attentionFor(kind, D, options, G) {
+  options ??= ATTENTION_LAYOUTS[kind];
+  const key = JSON.stringify([kind, D, options, G]);
   if (!attentionKernels.has(key)) {
     const layout = attentionLayout(D, options);
-    attentionKernels.set(key, kind === "forward" ? { layout, fwd: attentionForward(D, layout) }
-      : { layout, backward: attentionBackward(D, layout) });
+    attentionKernels.set(key, kind === "forward" ? { layout, fwd: attentionForward(D, layout, G) }
+      : { layout, backward: attentionBackward(D, layout, G) });
   }
   return attentionKernels.get(key);
 }
@@ -61,10 +63,13 @@ export class Ops {
    * softwareTiles: run every product on softwareTile(the tile chosen or given), for an adapter that
    * runs WGSL on the CPU; a pair whose software tiles do not pair becomes two dispatches. Off, a
    * given tile is used as given (the kernel cases and benches time and check each tile).
+   * subgroupWidth: the subgroup width the LayerNorm and attention kernels use (subgroups.js); by
+   * default what probeSubgroups() found on the device, 1 (none) where it has not run.
    */
-  constructor(device, { softwareTiles = false } = {}) {
+  constructor(device, { softwareTiles = false, subgroupWidth = subgroupWidthOf(device) } = {}) {
     this.device = device;
     this.softwareTiles = softwareTiles;
+    this.subgroupWidth = subgroupWidth;
     this.pipelines = pipelinesOf(device);
     // what the device was created with (WebGPU's default, 16 KiB, where it asked for no more)
     this.workgroupLimit = device.limits?.maxComputeWorkgroupStorageSize ?? 16384;
@@ -187,7 +192,7 @@ export class Ops {
    * into x first (layernorm.js), so the product's final sum needs no dispatch.
    */
   layernormForward(plan, { rows, C, x, params, wOff, bOff, out, stats, eps, sumIn = null }) {
-    const k = layernormKernels(C), grid = grid1d(k.workgroups(rows)), values = { rows, C, w_off: wOff, b_off: bOff, eps };
+    const k = layernormKernels(C, this.subgroupWidth), grid = grid1d(k.workgroups(rows)), values = { rows, C, w_off: wOff, b_off: bOff, eps };
     if (!sumIn) return plan.add(k.forward, values, [x, params, out, stats], grid);
     const [partials, bias, R] = this._sumInRegion(sumIn, rows, C, x);
     if (sumIn.flags & MATMUL_FLAGS.bias && bias !== params) throw new Error("layernormForward sumIn: the product's bias must lie in the LayerNorm's params buffer");
@@ -200,7 +205,7 @@ export class Ops {
    * sumIn: dout is a split-K product left unsummed, as in layernormForward; it is summed into dout.
    */
   layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate, sumIn = null }) {
-    const k = layernormKernels(C), grid = grid1d(k.workgroups(rows)), values = { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 };
+    const k = layernormKernels(C, this.subgroupWidth), grid = grid1d(k.workgroups(rows)), values = { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 };
     if (!sumIn) return plan.add(k.backwardInput, values, [dout, x, stats, params, dx], grid);
     if (sumIn.flags) throw new Error("layernormBackwardInput sumIn: a product with no epilogue");
     const [partials] = this._sumInRegion(sumIn, rows, C, dout);
@@ -230,18 +235,18 @@ export class Ops {
       values[`w_off${j}`] = job.wOff;
       buffers.push(job.dout, job.x, job.stats);
     }
-    const nx = layernormBackwardParamsWorkgroups(C), regions = sums?.regions ?? [];
+    const nx = layernormBackwardParamsWorkgroups(C), regions = sums?.regions ?? [], kernels = layernormParamsKernels(this.subgroupWidth);
     // the sums come along where they are plain weight gradients into grads, one dispatch's worth
     const along = regions.length > 0 && regions.length <= SPLIT_REGIONS
       && regions.every((r) => r.flags === 0 && r.buffers[0] === regions[0].buffers[0] && r.buffers[3] === grads);
     if (!along) {
-      const index = plan.add(layernormBackwardParams, values, [...buffers, grads], [nx, jobs.length]);
+      const index = plan.add(kernels.plain, values, [...buffers, grads], [nx, jobs.length]);
       if (regions.length) this.recordSplitSums(plan, sums);
       return index;
     }
     const { values: regionValues, end } = splitRegionValues(regions);
     sums.regions = [];
-    return plan.add(layernormBackwardParamsSums, { ...values, jobs: jobs.length, ...regionValues }, [...buffers, grads, regions[0].buffers[0]],
+    return plan.add(kernels.withSums, { ...values, jobs: jobs.length, ...regionValues }, [...buffers, grads, regions[0].buffers[0]],
       [nx, jobs.length + Math.ceil(Math.ceil(end / 256) / nx)]);
   }
 
@@ -273,7 +278,7 @@ export class Ops {
   }
 
   attentionForward(plan, { B, T, kvT, past, H, C, q, k, v, out, lse, layout }) {
-    const D = C / H, A = attentionFor("forward", D, layout);
+    const D = C / H, A = attentionFor("forward", D, layout, this.subgroupWidth);
     return plan.add(A.fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], attentionGrid(T, B * H, A.layout));
   }
 
@@ -282,7 +287,7 @@ export class Ops {
    * stride and 2·stride of one buffer, each (B,T,C).
    */
   attentionBackward(plan, { B, T, H, C, qkv, out, lse, dout, dqkv, layout }) {
-    const D = C / H, A = attentionFor("backward", D, layout);
+    const D = C / H, A = attentionFor("backward", D, layout, this.subgroupWidth);
     if (qkv.stride % 4 || dqkv.stride % 4) throw new Error("attentionBackward: q, k and v lie a multiple of 4 floats apart");
     plan.add(A.backward, { T, H, C, scale: 1 / Math.sqrt(D), q_stride: qkv.stride, dq_stride: dqkv.stride },
       [qkv.buffer, dout, out, lse, dqkv.buffer], attentionGrid(T, B * H, A.layout, 2));

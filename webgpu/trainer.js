@@ -217,11 +217,13 @@ export class Trainer {
   /**
    * @param {GPUDevice} device
    * @param {{model, training, initStd}} config  from model_config.js (site/static/js)
-   * @param {{corpus?: Uint8Array, seed?: number, state?: ArrayBuffer|Uint8Array, matmulTiles?: "gpu"|"software"}} options
+   * @param {{corpus?: Uint8Array, seed?: number, state?: ArrayBuffer|Uint8Array, matmulTiles?: "gpu"|"software", subgroupWidth?: number}} options
    *   matmulTiles: the GPU's tile choices, or their software twins (Ops softwareTiles); by default
    *   the software ones on an adapter that runs WGSL on the CPU (device.adapterInfo)
+   *   subgroupWidth: the LayerNorm and attention kernels' subgroup width (Ops); by default what
+   *   probeSubgroups() found on the device (subgroups.js), 1 (none) where it has not run
    */
-  constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined } = {}) {
+  constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined } = {}) {
     checkModel(config.model);
     this.device = device;
     this.cfg = config.model;
@@ -238,7 +240,7 @@ export class Trainer {
     this.batchesDrawn = 0;
     matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
     if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
-    this.ops = new Ops(device, { softwareTiles: matmulTiles === "software" });
+    this.ops = new Ops(device, { softwareTiles: matmulTiles === "software", subgroupWidth });
     this.buffers = [];
     if (corpus) this.setCorpus(corpus);
 

@@ -21,7 +21,7 @@ const presetNames = (args.presets ?? "small,medium,large,xl,huge,massive").split
 const steps = Number(args.steps ?? 30), warmup = Number(args.warmup ?? 5);
 const sizes = (args.sizes ?? "1024,2048,4096").split(",").filter(Boolean).map(Number);
 
-const { device, info } = await nodeDevice();
+const { device, info, subgroups } = await nodeDevice();
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
 const adapter = { vendor: info.vendor, architecture: info.architecture, device: info.device, description: info.description,
@@ -31,7 +31,8 @@ if (args["adapter-only"]) {
   device.destroy();
   process.exit(0);
 }
-const out = { adapter, presets: [], matmul: [] };
+const out = { adapter, subgroups, presets: [], matmul: [] };
+console.error(`subgroups: ${subgroups.reason}`);
 const ops = new Ops(device);
 
 for (const name of presetNames) {

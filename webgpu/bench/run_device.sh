@@ -58,6 +58,14 @@ if [ -n "${BASELINE:-}" ]; then
     wgsl_bench "$dir" "webgpu_bench_$side" 2> >(tee "$OUT/webgpu_bench_$side.log" >&2) || echo "WebGPU bench ($side) failed: exit $?"
   done
 fi
+# SUBGROUPS_AB=1: this code without subgroups (TINYGPT_SUBGROUPS=0, the kernels' fallback), then with them
+# again, after the bench above (A/B/A); with DISPATCHES=1, also the dispatch timeline without them
+if [ -n "${SUBGROUPS_AB:-}" ]; then
+  TINYGPT_SUBGROUPS=0 wgsl_bench . webgpu_bench_nosubgroups 2> >(tee "$OUT/webgpu_bench_nosubgroups.log" >&2) || echo "WebGPU bench (no subgroups) failed: exit $?"
+  wgsl_bench . webgpu_bench_again 2> >(tee "$OUT/webgpu_bench_again.log" >&2) || echo "WebGPU bench (again) failed: exit $?"
+  [ -z "${DISPATCHES:-}" ] || TINYGPT_SUBGROUPS=0 /tmp/wg/bin/node webgpu/bench/dispatch_timeline.mjs "${DISPATCH_PRESETS-$PRESETS}" \
+    "$OUT/dispatch_timeline_nosubgroups.json" 20 20 2> >(without_warnings >&2) || echo "dispatch timeline (no subgroups) failed: exit $?"
+fi
 # DAWN_DIAG=toggles (e.g. disable_robustness): this code's bench once more with those Dawn toggles, a
 # diagnostic of what they cost (browsers keep Dawn's defaults: never a product figure)
 [ -z "${DAWN_DIAG:-}" ] || DAWN_FEATURES=$DAWN_DIAG wgsl_bench . webgpu_bench_dawn 2> >(without_warnings > "$OUT/webgpu_bench_dawn.log") \

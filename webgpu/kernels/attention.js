@@ -9,10 +9,12 @@
 // through workgroup memory in tiles of TILE rows; invocation t of a row takes rows t, t+SPLIT, ...
 // of each tile and keeps its own partial state (softmax max and sum and accumulator, or gradient
 // sums) in registers, so no barrier is needed per key. Afterwards the SPLIT partial states of a row
-// are merged through workgroup memory in a fixed order (deterministic). Head rows are read as vec4
+// are merged through workgroup memory in a fixed order (deterministic), or, with subgroups at least
+// SPLIT wide (subgroups.js), by shuffles in a fixed butterfly, no barrier. Head rows are read as vec4
 // (D is a multiple of 4); shared rows are padded by one vec4 so that invocations reading different
 // rows at once hit different banks. D is compiled in.
-import { kernel } from "./kernel.js";
+import { kernel, range } from "./kernel.js";
+import { shuffleSum } from "../subgroups.js";
 
 const WORKGROUP_BYTES = 16384;
 
@@ -44,12 +46,15 @@ const pow2Floor = (x) => 2 ** Math.floor(Math.log2(x));
  */
 export const ATTENTION_LAYOUTS = { forward: {}, backward: { rows: 64, split: 2, tile: 16 } };
 
-// a kernel's name: the head size, and a layout other than its kind's default (pipelines are cached
-// by name)
-function variant(D, { rows, split, tile }, kind) {
+// a kernel's name: the head size, a layout other than its kind's default, and whether it merges by
+// shuffles (pipelines are cached by name)
+function variant(D, { rows, split, tile }, kind, G) {
   const base = attentionLayout(D, ATTENTION_LAYOUTS[kind]);
-  return `d${D}${rows === base.rows && split === base.split && tile === base.tile ? "" : `_r${rows}_s${split}_t${tile}`}`;
+  return `d${D}${rows === base.rows && split === base.split && tile === base.tile ? "" : `_r${rows}_s${split}_t${tile}`}${shuffles(split, G) ? "_sg" : ""}`;
 }
+
+/** Whether a layout of `split` invocations a row merges them by shuffles with subgroups of width G. */
+const shuffles = (split, G) => split > 1 && G >= split;
 
 /**
  * rows · split invocations a workgroup; tiles as large as two fit in workgroup memory (≤ 64 rows),
@@ -79,8 +84,9 @@ function constants(D, { rows, split, tile, stride }) {
 const flat = (i) => `sh[(${i}) / RS][(${i}) % RS]`;
 
 // A kernel body with the layout's constants, the shared tiles (two operands, reused as merge
-// scratch) and the merge of the SPLIT partial sums of each row; loops over constants unrolled.
-function withPreamble(D, layout, body) {
+// scratch) and the merge of the SPLIT partial sums of each row (useShuffles: by subgroup shuffles);
+// loops over constants unrolled.
+function withPreamble(D, layout, useShuffles, body) {
   const k = constants(D, layout);
   return unrollLoops(/* wgsl */ `${Object.entries(k).map(([n, v]) => /* wgsl */ `const ${n} = ${v}u;`).join("\n")}
 // rows [0, TILE): first operand; [TILE, 2·TILE): second. Two-dimensional so that bounds checks
@@ -89,8 +95,15 @@ function withPreamble(D, layout, body) {
 var<workgroup> sh: array<array<vec4f, RS>, 2 * TILE>;
 
 // Replaces each invocation's a by w·a summed over the SPLIT invocations of its row, for the vec4s c
-// it owns (owns(c, t)); others are left stale. Call from uniform control flow (barriers).
-fn merge(a: ptr<function, array<vec4f, D4>>, w: f32, li: u32) {
+// it owns (owns(c, t)); others are left stale (by shuffles: every vec4 is summed in every lane).
+// Call from uniform control flow (barriers, shuffles).
+${useShuffles ? /* wgsl */ `fn merge(a: ptr<function, array<vec4f, D4>>, w: f32, li: u32) {
+  for (var c = 0u; c < D4; c++) {
+    var v = (*a)[c] * w;
+    ${shuffleSum("v", k.SPLIT)}
+    (*a)[c] = v;
+  }
+}` : /* wgsl */ `fn merge(a: ptr<function, array<vec4f, D4>>, w: f32, li: u32) {
   let t = li % SPLIT;
   let first = li - t;
   for (var rd = 0u; rd < ROUNDS; rd++) {
@@ -108,7 +121,7 @@ fn merge(a: ptr<function, array<vec4f, D4>>, w: f32, li: u32) {
     }
     workgroupBarrier();
   }
-}
+}`}
 fn owns(c: u32, t: u32) -> bool { return (c % ROUND) % SPLIT == t; }
 ${body}`, k);
 }
@@ -141,11 +154,13 @@ const QUERY_BLOCK = (block) => /* wgsl */ `
 const vec4s = (names, mode) => names.map((n) => [n, mode, "vec4f"]);
 
 // q: (B,T,C) queries at absolute positions past..past+T-1; k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
-export function attentionForward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.forward)) {
-  return kernel(`attention_forward_${variant(D, layout, "forward")}`,
+// G: the subgroup width (1: none)
+export function attentionForward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.forward), G = 1) {
+  const useShuffles = shuffles(layout.split, G);
+  return kernel(`attention_forward_${variant(D, layout, "forward", G)}`,
     [["T", "u32"], ["kvT", "u32"], ["past", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
     [...vec4s(["q", "k", "v"], "read"), ["out", "rw", "vec4f"], ["lse", "rw"]], /* wgsl */ `
-${withPreamble(D, layout, /* wgsl */ `
+${withPreamble(D, layout, useShuffles, /* wgsl */ `
 @compute @workgroup_size(WG)
 fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD("wid.x")}${QUERY_BLOCK("wid.y")}
   let tq = p.past + qi; // sees keys 0..tq
@@ -185,14 +200,17 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
     workgroupBarrier();
   }
   // the row's softmax statistics from its SPLIT partial (max, sum) pairs
-  ${flat("li")} = vec4f(mx, l, 0.0, 0.0);
+  ${useShuffles ? /* wgsl */ `var m = mx;
+  ${range(Math.log2(layout.split)).map((i) => `m = max(m, subgroupShuffleXor(m, ${2 ** i}u));`).join("\n  ")}
+  var sum = l * exp(mx - m);
+  ${shuffleSum("sum", layout.split)}` : /* wgsl */ `${flat("li")} = vec4f(mx, l, 0.0, 0.0);
   workgroupBarrier();
   let first = li - t;
   var m = -1.0e30;
   for (var u = 0u; u < SPLIT; u++) { m = max(m, ${flat("first + u")}.x); }
   var sum = 0.0;
   for (var u = 0u; u < SPLIT; u++) { sum += ${flat("first + u")}.y * exp(${flat("first + u")}.x - m); }
-  workgroupBarrier();
+  workgroupBarrier();`}
   merge(&acc, select(0.0, exp(mx - m) / sum, valid), li);
   if (valid) {
     for (var c = 0u; c < D4; c++) {
@@ -210,11 +228,11 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
 // which both need, each computes for itself (the dK/dV half once per query tile) where a separate
 // pass would cost a dispatch. q, k, v lie in one buffer qkv (q at float 0, k at q_stride, v at
 // 2·q_stride), dq, dk, dv in dqkv (dq_stride apart); lse: (B,H,T).
-export function attentionBackward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward)) {
-  return kernel(`attention_backward_${variant(D, layout, "backward")}`,
+export function attentionBackward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward), G = 1) {
+  return kernel(`attention_backward_${variant(D, layout, "backward", G)}`,
     [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"], ["q_stride", "u32"], ["dq_stride", "u32"]],
     [...vec4s(["qkv", "dout", "out"], "read"), ["lse", "read"], ["dqkv", "rw", "vec4f"]], /* wgsl */ `
-${withPreamble(D, layout, /* wgsl */ `
+${withPreamble(D, layout, shuffles(layout.split, G), /* wgsl */ `
 var<workgroup> stats: array<vec2f, TILE>; // (lse, delta) of the tile's queries (dK/dV half)
 
 // dq_i = scale · Σ_{j≤i} ds_ij·k_j, ds_ij = p_ij·(dout_i·v_j − delta_i)

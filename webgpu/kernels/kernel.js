@@ -16,7 +16,9 @@ export function kernel(name, uniforms, buffers, body, entryPoint = name) {
   const struct = /* wgsl */ `struct Params {\n${uniforms.map(([n, t]) => /* wgsl */ `  ${n}: ${t},`).join("\n")}\n}\n`;
   const decls = buffers.map(([n, mode, type = "f32"], i) =>
     /* wgsl */ `@group(0) @binding(${i + 1}) var<storage, ${mode === "rw" ? "read_write" : "read"}> ${n}: array<${type}>;`).join("\n");
-  const code = /* wgsl */ `${struct}@group(0) @binding(0) var<uniform> p: Params;\n${decls}\n${body}`;
+  // a body that calls subgroup builtins (subgroups.js) needs the extension enabled, first thing
+  const enable = /\bsubgroup[A-Z]\w*\(/.test(body) ? "enable subgroups;\n" : "";
+  const code = /* wgsl */ `${enable}${struct}@group(0) @binding(0) var<uniform> p: Params;\n${decls}\n${body}`;
   return { name, entryPoint, uniforms, buffers, code };
 }
 

@@ -2,34 +2,54 @@
 // invocations (256 / lanes rows per workgroup of 256): adjacent lanes read adjacent columns, so
 // loads coalesce, and a row's partial sums meet in workgroup memory, where every lane of the row
 // adds the row's partials in the same fixed order (one barrier per reduction, no scheduling
-// dependence). Forward saves (mean, rstd) per row; backward recomputes x̂ from them. C++'s
+// dependence). With subgroups (width G > 1, subgroups.js) runs of G lanes first add theirs by
+// shuffles, and only the lanes / G run sums meet in workgroup memory (none where G = lanes: no
+// barrier). Forward saves (mean, rstd) per row; backward recomputes x̂ from them. C++'s
 // layernorm_backward is two kernels here: layernorm_backward_input (dx, row-parallel) and
 // layernorm_backward_params (dw, db, column-parallel).
 // H200: 32 lanes suit C ≤ 192; past that 64 lanes are faster (C 384: 9.7 -> 9.0 µs forward,
 // C 1280: 22 -> 15 µs), below it they are no faster.
 import { kernel, LINEAR_ID, range } from "./kernel.js";
 import { sumSlabs, SPLIT_REGIONS, splitRegionFields, splitRegionChain } from "./matmul.js";
+import { shuffleSum } from "../subgroups.js";
 
+// fn name(v, li): v summed over the LANES lanes of li's row, the same in every lane; through
+// workgroup memory `scratch` (256 of type); call from uniform control flow (a barrier).
+function rowSum(name, type, scratch, lanes, G) {
+  const width = Math.min(G, lanes);
+  if (width === 1) {
+    return /* wgsl */ `fn ${name}(v: ${type}, li: u32) -> ${type} {
+  ${scratch}[li] = v;
+  workgroupBarrier();
+  let lane0 = li - li % LANES;
+  var s = ${type}(0.0);
+  for (var k = 0u; k < LANES; k++) { s = s + ${scratch}[lane0 + k]; }
+  return s;
+}`;
+  }
+  const shuffled = /* wgsl */ `var s = v;
+  ${shuffleSum("s", width)}`;
+  if (width === lanes) return /* wgsl */ `fn ${name}(v: ${type}, li: u32) -> ${type} {
+  ${shuffled}
+  return s;
+}`;
+  return /* wgsl */ `fn ${name}(v: ${type}, li: u32) -> ${type} {
+  ${shuffled}
+  if (li % ${width}u == 0u) { ${scratch}[li / ${width}u] = s; }
+  workgroupBarrier();
+  let run0 = (li - li % LANES) / ${width}u;
+  var t = ${type}(0.0);
+  for (var k = 0u; k < ${lanes / width}u; k++) { t = t + ${scratch}[run0 + k]; }
+  return t;
+}`;
+}
 
 // Opens the entry point: `row` (may be ≥ p.rows in the last workgroup: such lanes still reach every barrier
 // but read row `src` = p.rows - 1 and write nothing: `in_range`), `lane`, `base` = src's first element.
-const rowMain = (entryPoint, lanes) => /* wgsl */ `${LINEAR_ID}
+const rowMain = (entryPoint, lanes, G, sums) => /* wgsl */ `${LINEAR_ID}
 const LANES = ${lanes}u;
-var<workgroup> partial_a: array<f32, 256>;
-var<workgroup> partial_b: array<f32, 256>;
-// Σ over the LANES lanes of li's row of what each wrote into partial[..]; same order in every lane
-fn row_total_a(li: u32) -> f32 {
-  let lane0 = li - li % LANES;
-  var s = 0.0;
-  for (var k = 0u; k < LANES; k++) { s = s + partial_a[lane0 + k]; }
-  return s;
-}
-fn row_total_b(li: u32) -> f32 {
-  let lane0 = li - li % LANES;
-  var s = 0.0;
-  for (var k = 0u; k < LANES; k++) { s = s + partial_b[lane0 + k]; }
-  return s;
-}
+${sums.map(([name, type], i) => /* wgsl */ `var<workgroup> partial_${i}: array<${type}, 256>;
+${rowSum(name, type, `partial_${i}`, lanes, G)}`).join("\n")}
 @compute @workgroup_size(256)
 fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let row = linear_workgroup(wid, nwg) * ${256 / lanes}u + li / LANES;
@@ -49,7 +69,7 @@ const slabSum = (i) => sumSlabs("parts", "p.src", "p.splits", "p.len", i);
 
 // x: (rows,C) -> out: (rows,C); stats: (rows,2) = mean, rstd (variance from a second pass over x:
 // no cancellation when |mean| ≫ std, as in the residual stream)
-const forwardKernel = (lanes, sumIn) => kernel(`layernorm_forward_lanes${lanes}${sumIn ? "_sum" : ""}`,
+const forwardKernel = (lanes, sumIn, G) => kernel(`layernorm_forward_lanes${lanes}${sumIn ? "_sum" : ""}${sgName(lanes, G)}`,
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"], ["eps", "f32"],
     ...(sumIn ? [...SUM_IN_UNIFORMS, ["bias_off", "u32"], ["flags", "u32"]] : [])],
   [["x", sumIn ? "rw" : "read"], ["params", "read"], ["out", "rw"], ["stats", "rw"], ...(sumIn ? [["parts", "read"], ["R", "read"]] : [])],
@@ -61,21 +81,17 @@ fn summed(i: u32, c: u32) -> f32 {
   if ((p.flags & 4u) != 0u) { v = v + R[i]; }
   return v;
 }` : ""}
-${rowMain("layernorm_forward", lanes)}
+${rowMain("layernorm_forward", lanes, G, [["row_sum_a", "f32"], ["row_sum_b", "f32"]])}
   var s = 0.0;
   ${sumIn ? /* wgsl */ `for (var c = lane; c < p.C; c += LANES) {
     let v = summed(base + c, c);
     if (in_range) { x[base + c] = v; }
     s = s + v;
   }` : "for (var c = lane; c < p.C; c += LANES) { s = s + x[base + c]; }"}
-  partial_a[li] = s;
-  workgroupBarrier();
-  let mean = row_total_a(li) / f32(p.C);
+  let mean = row_sum_a(s, li) / f32(p.C);
   var q = 0.0;
   for (var c = lane; c < p.C; c += LANES) { let d = x[base + c] - mean; q = q + d * d; }
-  partial_b[li] = q;
-  workgroupBarrier();
-  let rstd = 1.0 / sqrt(row_total_b(li) / f32(p.C) + p.eps);
+  let rstd = 1.0 / sqrt(row_sum_b(q, li) / f32(p.C) + p.eps);
   if (!in_range) { return; }
   for (var c = lane; c < p.C; c += LANES) {
     out[base + c] = (x[base + c] - mean) * rstd * params[p.w_off + c] + params[p.b_off + c];
@@ -88,10 +104,10 @@ ${rowMain("layernorm_forward", lanes)}
 `, "layernorm_forward");
 
 // dout: (rows,C) -> dx (rows,C), written (flags 0) or added (flags 1: the residual stream's gradient)
-const backwardInputKernel = (lanes, sumIn) => kernel(`layernorm_backward_input_lanes${lanes}${sumIn ? "_sum" : ""}`,
+const backwardInputKernel = (lanes, sumIn, G) => kernel(`layernorm_backward_input_lanes${lanes}${sumIn ? "_sum" : ""}${sgName(lanes, G)}`,
   [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"], ...(sumIn ? SUM_IN_UNIFORMS : [])],
   [["dout", sumIn ? "rw" : "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"], ...(sumIn ? [["parts", "read"]] : [])],
-  /* wgsl */ `${rowMain("layernorm_backward_input", lanes)}
+  /* wgsl */ `${rowMain("layernorm_backward_input", lanes, G, [["row_sum", "vec2f"]])}
   let mean = stats[2u * src];
   let rstd = stats[2u * src + 1u];
   var a = 0.0;
@@ -103,11 +119,9 @@ const backwardInputKernel = (lanes, sumIn) => kernel(`layernorm_backward_input_l
     a = a + dn;
     b = b + dn * (x[base + c] - mean) * rstd;
   }
-  partial_a[li] = a;
-  partial_b[li] = b;
-  workgroupBarrier();
-  let mean_dn = row_total_a(li) / f32(p.C);
-  let mean_dn_xhat = row_total_b(li) / f32(p.C);
+  let sums = row_sum(vec2f(a, b), li) / f32(p.C);
+  let mean_dn = sums.x;
+  let mean_dn_xhat = sums.y;
   if (!in_range) { return; }
   for (var c = lane; c < p.C; c += LANES) {
     let xhat = (x[base + c] - mean) * rstd;
@@ -120,25 +134,38 @@ const backwardInputKernel = (lanes, sumIn) => kernel(`layernorm_backward_input_l
 
 /** The lanes per row the row kernels are specialised for. */
 export const LAYERNORM_LANES = [32, 64];
-const rowKernels = new Map(LAYERNORM_LANES.map((lanes) => [lanes, {
-  forward: forwardKernel(lanes, false), backwardInput: backwardInputKernel(lanes, false),
-  forwardSum: forwardKernel(lanes, true), backwardInputSum: backwardInputKernel(lanes, true), rowsPerGroup: 256 / lanes,
-}]));
+// a variant's name: the subgroup width it uses, where it uses any
+const sgName = (lanes, G) => (Math.min(G, lanes) > 1 ? `_sg${Math.min(G, lanes)}` : "");
+const rowKernels = new Map();
 
-/** The row kernels (forward, backwardInput, and their sumIn variants forwardSum, backwardInputSum) of one lane count. */
-export const layernormRowKernels = (lanes) => rowKernels.get(lanes);
+/**
+ * The row kernels (forward, backwardInput, and their sumIn variants forwardSum, backwardInputSum)
+ * of one lane count, for subgroups of width G (1: none).
+ */
+export function layernormRowKernels(lanes, G = 1) {
+  const key = `${lanes}_${Math.min(G, lanes)}`;
+  if (!rowKernels.has(key)) {
+    rowKernels.set(key, {
+      forward: forwardKernel(lanes, false, G), backwardInput: backwardInputKernel(lanes, false, G),
+      forwardSum: forwardKernel(lanes, true, G), backwardInputSum: backwardInputKernel(lanes, true, G), rowsPerGroup: 256 / lanes,
+    });
+  }
+  return rowKernels.get(key);
+}
 
-/** The row kernels for rows of C, and their workgroup count for `rows` rows (see grid1d). */
-export function layernormKernels(C) {
-  const k = layernormRowKernels(C > 192 ? 64 : 32);
+/** The row kernels for rows of C (subgroup width G), and their workgroup count for `rows` rows (see grid1d). */
+export function layernormKernels(C, G = 1) {
+  const k = layernormRowKernels(C > 192 ? 64 : 32, G);
   return { ...k, workgroups: (rows) => Math.ceil(rows / k.rowsPerGroup) };
 }
 
 // The parameter gradients in one pass, without scratch: a workgroup owns PARAM_COLS columns and
 // sums all rows for them, its 256 invocations as PARAM_COLS columns × (256 / PARAM_COLS) row lanes
 // (many short serial loops; the rows were just read, so mostly hit L2); the row lanes' sums then
-// meet in workgroup memory and are added in lane order. H200, 1536 rows of 192: 2 columns 7.8 µs,
-// 1 column 8.9, 4 columns 9.3, 8 columns 13.2 (the former two-pass partial + final: 24).
+// meet in workgroup memory and are added in lane order (with subgroups, each run of G lanes first
+// adds its G / PARAM_COLS sums of a column by shuffles, and only the runs' sums meet). H200, 1536
+// rows of 192: 2 columns 7.8 µs, 1 column 8.9, 4 columns 9.3, 8 columns 13.2 (the former two-pass
+// partial + final: 24).
 const PARAM_COLS = 2;
 const PARAM_ROW_LANES = 256 / PARAM_COLS;
 
@@ -155,12 +182,19 @@ const paramsSums = (j) => /* wgsl */ `for (var r = li / ${PARAM_COLS}u; r < p.ro
       dw = dw + d * (x${j}[r * p.C + c] - stats${j}[2u * r]) * stats${j}[2u * r + 1u];
       db = db + d;
     }`;
+// Each lane's (dw, db) into sums[]: as they are (G = 1), or summed over the lanes of the same column
+// in each run of G, the run's sums at sums[run·PARAM_COLS + column]
+const paramsMeet = (G) => (G > PARAM_COLS ? /* wgsl */ `var s = vec2f(dw, db);
+  ${shuffleSum("s", G, PARAM_COLS)}
+  if (li % ${G}u < ${PARAM_COLS}u) { sums[li / ${G}u * ${PARAM_COLS}u + col] = s; }
+  workgroupBarrier();` : /* wgsl */ `sums[li] = vec2f(dw, db);
+  workgroupBarrier();`);
 // withSums: the same dispatch also finishes up to SPLIT_REGIONS split-K weight gradients, a block's
 // (ops.recordSplitSums' regions, each into grads with no epilogue), which nothing reads before the
 // optimizer: workgroup rows from p.jobs on each sum 256 elements' slabs, in matmul_split_final's
 // order, so a block's end is one dispatch. The LayerNorm rows come first, so their long serial
 // loops start before the short sums.
-const paramsKernel = (withSums) => kernel(`layernorm_backward_params${withSums ? "_sums" : ""}`,
+const paramsKernel = (withSums, G) => kernel(`layernorm_backward_params${withSums ? "_sums" : ""}${G > PARAM_COLS ? `_sg${G}` : ""}`,
   [["rows", "u32"], ["C", "u32"], ...range(LAYERNORM_PARAM_JOBS).map((j) => [`w_off${j}`, "u32"]),
     ...(withSums ? [["jobs", "u32"], ...range(SPLIT_REGIONS).flatMap((r) => splitRegionFields(r).map((f) => [f, "u32"]))] : [])],
   [...range(LAYERNORM_PARAM_JOBS).flatMap((j) => [[`dout${j}`, "read"], [`x${j}`, "read"], [`stats${j}`, "read"]]), ["grads", "rw"],
@@ -189,16 +223,23 @@ fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(num_wor
   ${range(LAYERNORM_PARAM_JOBS).map((j) => `if (wid.y == ${j}u) {
     ${paramsSums(j)}
   }`).join(" else ")}
-  sums[li] = vec2f(dw, db);
-  workgroupBarrier();
+  ${paramsMeet(G)}
   if (li >= ${PARAM_COLS}u || wid.x * ${PARAM_COLS}u + col >= p.C) { return; }
   var total = vec2f(0.0);
-  for (var k = 0u; k < ${PARAM_ROW_LANES}u; k++) { total = total + sums[col + k * ${PARAM_COLS}u]; }
+  for (var k = 0u; k < ${G > PARAM_COLS ? 256 / G : PARAM_ROW_LANES}u; k++) { total = total + sums[col + k * ${PARAM_COLS}u]; }
   let w_off = ${range(LAYERNORM_PARAM_JOBS).slice(1).reduce((acc, j) => `select(${acc}, p.w_off${j}, wid.y == ${j}u)`, "p.w_off0")};
   grads[w_off + c] = total.x;
   grads[w_off + p.C + c] = total.y;
 }
 `, "layernorm_backward_params");
-export const layernormBackwardParams = paramsKernel(false);
-/** layernorm_backward_params that also finishes a block's split-K weight gradients (ops.layernormBackwardParams' sums). */
-export const layernormBackwardParamsSums = paramsKernel(true);
+const paramsKernels = new Map();
+
+/**
+ * layernorm_backward_params for subgroups of width G (1: none), and its twin that also finishes a
+ * block's split-K weight gradients (ops.layernormBackwardParams' sums): { plain, withSums }.
+ */
+export function layernormParamsKernels(G = 1) {
+  const width = G > PARAM_COLS ? G : 1;
+  if (!paramsKernels.has(width)) paramsKernels.set(width, { plain: paramsKernel(false, width), withSums: paramsKernel(true, width) });
+  return paramsKernels.get(width);
+}

@@ -5,6 +5,7 @@ import { runKernelCases } from "./kernel_cases.js";
 import { compileErrors } from "./compile_check.js";
 import { pipelinesOf } from "../ops.js";
 import { Trainer } from "../trainer.js";
+import { probeSubgroups, subgroupFeatures } from "../subgroups.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
 export function toBase64(u8) {
@@ -28,16 +29,18 @@ export function gpuDevice() {
     // the deepest matmul tiles need more than the default 16 KiB of workgroup memory
     const device = await adapter.requestDevice({
       requiredLimits: { maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize },
+      requiredFeatures: subgroupFeatures(adapter),
     });
     device.addEventListener("uncapturederror", (e) => console.error(`WebGPU error: ${e.error.message}`));
-    return { adapter, device };
+    const subgroups = await probeSubgroups(device, adapter.info);
+    return { adapter, device, subgroups };
   })();
   return devicePromise;
 }
 
 export async function adapterInfo() {
-  const { adapter } = await gpuDevice();
-  return { vendor: adapter.info.vendor, architecture: adapter.info.architecture, description: adapter.info.description };
+  const { adapter, subgroups } = await gpuDevice();
+  return { vendor: adapter.info.vendor, architecture: adapter.info.architecture, description: adapter.info.description, subgroups };
 }
 
 /** Runs kernel cases; inputs and outputs as base64. */
@@ -75,7 +78,7 @@ async function loadCorpus(path) { return new Uint8Array(await (await fetch(path)
 /**
  * A training session as the tests use it. job: {preset, overrides, seed, corpus (URL path), state (base64)?,
  * steps, fixedBatch: {x, y}?, lossBatch: {x, y}?, exportState, evaluate, decode: [tokens]?, generate: {...}?,
- * matmulTiles: "gpu" | "software" (Trainer's option)?}
+ * matmulTiles: "gpu" | "software", subgroupWidth (Trainer's options)?}
  */
 export async function trainJob(job) {
   const { device } = await gpuDevice();
@@ -83,8 +86,8 @@ export async function trainJob(job) {
   const config = configFromPresets(presets, job.preset, job.overrides ?? {});
   const corpus = job.corpus ? await loadCorpus(job.corpus) : null;
   const trainer = new Trainer(device, config, { corpus, seed: job.seed ?? config.training.seed, state: job.state ? fromBase64(job.state) : null,
-    matmulTiles: job.matmulTiles });
-  const result = { P: trainer.P, losses: [] };
+    matmulTiles: job.matmulTiles, subgroupWidth: job.subgroupWidth });
+  const result = { P: trainer.P, losses: [], subgroupWidth: trainer.ops.subgroupWidth };
   try {
     if (job.initialWeights) result.initialWeights = f32b64(await trainer.weights());
     const fixed = job.fixedBatch ? { x: Uint32Array.from(job.fixedBatch.x), y: Uint32Array.from(job.fixedBatch.y) } : null;

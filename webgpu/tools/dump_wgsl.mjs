@@ -6,7 +6,8 @@
 // specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
 // (for any M, N, K) × vec4 reads or not × split-K or not (where the trainer splits that form on
 // that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue or not (unsplit
-// forward products); each LayerNorm lane count. These are a GPU's tiles: a software adapter's twins
+// forward products); each LayerNorm lane count; the LayerNorm and attention kernels without subgroups
+// and at the subgroup widths of SUBGROUP_DUMP_WIDTHS. These are a GPU's tiles: a software adapter's twins
 // (matmul.js softwareTile) are compiled by every test that trains on SwiftShader.
 // A source identical to one already written is not written again; the first file's header lists its
 // other names. Prints {outdir, files, duplicates}.
@@ -29,14 +30,17 @@ const add = (name, code) => {
 
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 // the plans with WebGPU's default 16 KiB of workgroup memory and with 32 KiB, with which more of a
-// Linear's backward products pair (matmulPair)
+// Linear's backward products pair (matmulPair); without subgroups and with SUBGROUP_DUMP_WIDTHS'
+const SUBGROUP_DUMP_WIDTHS = [1, 4, 32]; // none, SwiftShader's, most GPUs' (subgroups.js)
 for (const limit of [16384, 32768]) {
-  for (const preset of Object.keys(presets.presets)) {
-    const { device, shaders } = recordingDevice({ limits: { maxComputeWorkgroupStorageSize: limit } });
-    const trainer = plansOnlyTrainer(device, configFromPresets(presets, preset));
-    await trainer.decodeLogits([0]); // records the decode plan (the train and eval plans exist already)
-    trainer.destroy();
-    for (const [name, code] of shaders) add(name, code);
+  for (const subgroupWidth of SUBGROUP_DUMP_WIDTHS) {
+    for (const preset of Object.keys(presets.presets)) {
+      const { device, shaders } = recordingDevice({ limits: { maxComputeWorkgroupStorageSize: limit } });
+      const trainer = plansOnlyTrainer(device, configFromPresets(presets, preset), { subgroupWidth });
+      await trainer.decodeLogits([0]); // records the decode plan (the train and eval plans exist already)
+      trainer.destroy();
+      for (const [name, code] of shaders) add(name, code);
+    }
   }
 }
 // chooseTile and chooseSummedSplits depend on the product's M, N and K and the device's workgroup
@@ -66,8 +70,10 @@ for (const form of Object.keys(MATMUL_FORMS)) {
 }
 add(matmulSplitFinal.name, matmulSplitFinal.code);
 for (const lanes of LAYERNORM_LANES) {
-  const { forward, backwardInput } = layernormRowKernels(lanes);
-  for (const k of [forward, backwardInput]) add(k.name, k.code);
+  for (const subgroupWidth of SUBGROUP_DUMP_WIDTHS) {
+    const { forward, backwardInput } = layernormRowKernels(lanes, subgroupWidth);
+    for (const k of [forward, backwardInput]) add(k.name, k.code);
+  }
 }
 
 const byCode = new Map(); // WGSL -> the names that generate it, the first one written

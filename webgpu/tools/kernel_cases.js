@@ -4,9 +4,14 @@
 import { Ops, SplitSums, adamwValues, NORM_PARTIALS } from "../ops.js";
 import { Plan } from "../plan.js";
 
-/** cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array} */
+/**
+ * cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array}. A case
+ * runs without subgroups unless it says `subgroups: true`: then at the width the device's probe found
+ * (subgroups.js), which comes back as its output "width".
+ */
 export async function runKernelCases(device, cases, inputs) {
-  const ops = new Ops(device);
+  const plain = new Ops(device, { subgroupWidth: 1 }), withSubgroups = new Ops(device);
+  let ops = plain; // the case's, as it asks (the recorders below read it)
   const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_SRC | GPUBufferUsage.COPY_DST;
   const created = [];
   const make = (size) => { const b = device.createBuffer({ size: Math.max(16, size), usage: S }); created.push(b); return b; };
@@ -119,7 +124,7 @@ export async function runKernelCases(device, cases, inputs) {
       const { B, T, H, C } = c, n = B * T * C;
       const q = input(`${c.id}_q`), k = input(`${c.id}_k`), v = input(`${c.id}_v`), dout = input(`${c.id}_dout`);
       const out = empty(n), lse = empty(B * H * T);
-      ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse });
+      ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse, layout: c.forwardLayout });
       // the backward reads q, k, v from one buffer and writes dq, dk, dv to another, `stride` floats apart
       const stride = Math.ceil(n / 64) * 64, qkv = empty(3 * stride), dqkv = empty(3 * stride);
       ["q", "k", "v"].forEach((x, i) => device.queue.writeBuffer(qkv, 4 * i * stride, inputs[`${c.id}_${x}`]));
@@ -143,6 +148,8 @@ export async function runKernelCases(device, cases, inputs) {
 
   const results = {};
   for (const c of cases) {
+    ops = c.subgroups ? withSubgroups : plain;
+    if (c.subgroups) results[`${c.id}_width`] = Float32Array.of(ops.subgroupWidth);
     const plan = new Plan(device, ops.pipelines, c.id);
     const outputs = run[c.op](c, plan);
     plan.freeze();

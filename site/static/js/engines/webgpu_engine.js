@@ -5,6 +5,7 @@ import { Trainer, TRAINER_LIMITS, checkLimits } from "../../../webgpu/trainer.js
 import { SECURE_CONTEXT_NEEDED } from "../wasm_loader.js";
 import { attentionWeights } from "../../../webgpu/inspect.js";
 import { isSoftwareAdapter } from "../../../webgpu/software_adapter.js";
+import { probeSubgroups, subgroupFeatures } from "../../../webgpu/subgroups.js";
 import { softmax, topBytes } from "../next_byte.js";
 
 /** The adapter's name in words, from whatever GPUAdapterInfo offers. */
@@ -56,13 +57,13 @@ export async function requirements({ model, training, adapter = null }) {
   return { bytes: totalBytes, fits: reason === null, reason, where: `WebGPU on ${adapterName(chosen)}` };
 }
 
-/** A device with exactly the limits the trainer depends on, each at the adapter's own value. */
+/** A device with exactly the limits the trainer depends on, each at the adapter's own value, and subgroups where offered. */
 async function requestTrainerDevice(adapter) {
   const requiredLimits = {};
   for (const name of TRAINER_LIMITS) {
     if (adapter.limits[name] !== undefined) requiredLimits[name] = adapter.limits[name];
   }
-  return adapter.requestDevice({ label: "TinyGPT", requiredLimits });
+  return adapter.requestDevice({ label: "TinyGPT", requiredLimits, requiredFeatures: subgroupFeatures(adapter) });
 }
 
 /**
@@ -118,8 +119,10 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
   const onError = (e) => fatal(`WebGPU error: ${e.error.message}`);
   gpu.addEventListener("uncapturederror", onError);
 
-  let trainer;
+  let trainer, subgroups;
   try {
+    // a device passed in keeps what its owner found (probeSubgroups), or none
+    subgroups = ownDevice ? await probeSubgroups(gpu, chosen.info) : null;
     trainer = await createTrainer(gpu, config, { corpus, seed, state });
   } catch (e) {
     destroyed = true;
@@ -135,7 +138,7 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
 
   return {
     kind: "webgpu",
-    description: `WebGPU on ${name}` + (chosen && isSoftware(chosen) ? " (software: correct, not fast)" : ""),
+    description: `WebGPU on ${name}` + (subgroups ? `, ${subgroups.reason}` : "") + (chosen && isSoftware(chosen) ? " (software: correct, not fast)" : ""),
     paramCount: trainer.P,
     get step() { return trainer.stepCount; },
     dataState: () => ({ seed: trainer.seed, batchesDrawn: trainer.batchesDrawn }),
