@@ -43,7 +43,7 @@ def test_losses_match_python_ref(train_run):
                                ref_run.cfg.gradClip) for _ in range(STEPS)])
     got = np.array(train_run["losses"])
     rel = np.abs(got - ref) / ref
-    print(f"{train_run['description']}: tiny preset, seed 1337, {STEPS} steps {ref[0]:.4f} -> {ref[-1]:.4f}; "
+    print(f"{train_run['description']} Tiny preset, seed 1337, {STEPS} steps {ref[0]:.4f} -> {ref[-1]:.4f}; "
           f"max relative difference to python_ref {rel.max():.3g} at step {int(rel.argmax()) + 1} (bar 1e-3)")
     assert len(got) == STEPS and rel.max() < 1e-3
 
@@ -63,7 +63,7 @@ def test_exact_resume_through_export_state_and_data_state(train_run):
 
 
 def test_software_adapter_is_described_as_such(train_run):
-    assert train_run["description"].endswith("(software: correct, not fast)")
+    assert train_run["description"].endswith("(software: correct, not fast).")
 
 
 def test_generation_stops_within_one_token_of_abort():

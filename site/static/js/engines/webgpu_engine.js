@@ -138,7 +138,8 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
 
   return {
     kind: "webgpu",
-    description: `WebGPU on ${name}` + (subgroups ? `, ${subgroups.reason}` : "") + (chosen && isSoftware(chosen) ? " (software: correct, not fast)" : ""),
+    // a sentence, as the WebAssembly engine's: the page follows it with the parameter count
+    description: `WebGPU on ${name}` + (subgroups ? `, ${subgroups.reason}` : "") + (chosen && isSoftware(chosen) ? " (software: correct, not fast)" : "") + ".",
     paramCount: trainer.P,
     get step() { return trainer.stepCount; },
     dataState: () => ({ seed: trainer.seed, batchesDrawn: trainer.batchesDrawn }),
