@@ -1,7 +1,7 @@
 // Node host: a GPUDevice from the npm `webgpu` package (Dawn). The trainer itself never imports this.
 // On a machine without a GPU, point VK_ICD_FILENAMES at SwiftShader's Vulkan ICD (webgpu.mk does).
 import { create, globals } from "webgpu";
-import { probeSubgroups, subgroupFeatures } from "./subgroups.js";
+import { requestDeviceWithSubgroups } from "./subgroups.js";
 
 // The GPU instance and adapter must outlive every device: if the garbage collector takes them, the
 // binding's event loop later runs Dawn's ProcessEvents on freed objects and the process crashes at
@@ -36,13 +36,10 @@ export async function nodeDevice({ powerPreference = "high-performance", feature
     .map((name) => [name, adapter.limits[name]]));
   const missing = features.filter((f) => !adapter.features.has(f));
   if (missing.length) throw new Error(`this adapter does not offer ${missing.join(", ")}`);
-  const wanted = new Set([...features, ...(subgroups ? subgroupFeatures(adapter) : [])]);
-  const device = await adapter.requestDevice({ requiredLimits, requiredFeatures: [...wanted] });
+  const { device, subgroups: subgroupUse } = await requestDeviceWithSubgroups(adapter, { requiredLimits, requiredFeatures: features }, { subgroups });
   device.addEventListener("uncapturederror", (e) => {
     console.error(`WebGPU error: ${e.error.message}`);
     process.exitCode = 1;
   });
-  const subgroupUse = subgroups ? await probeSubgroups(device, adapter.info)
-    : { width: 1, reason: "subgroups turned off (TINYGPT_SUBGROUPS=0)" };
   return { adapter, device, info: adapter.info, subgroups: subgroupUse };
 }

@@ -30,8 +30,16 @@ fn probe(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li:
 
 const found = new WeakMap(); // device -> { width, reason }
 
-/** The features to ask a device of `adapter` for, so that probeSubgroups() can use them: subgroups where it offers them. */
-export const subgroupFeatures = (adapter) => (adapter.features.has("subgroups") ? ["subgroups"] : []);
+/**
+ * A device of `adapter` as `descriptor` asks, with the adapter's subgroups where it has them, probed
+ * (probeSubgroups): { device, subgroups: { width, reason } }. subgroups false: none asked for.
+ */
+export async function requestDeviceWithSubgroups(adapter, descriptor = {}, { subgroups = true } = {}) {
+  const wanted = subgroups && adapter.features.has("subgroups") ? ["subgroups"] : [];
+  const requiredFeatures = [...new Set([...(descriptor.requiredFeatures ?? []), ...wanted])];
+  const device = await adapter.requestDevice({ ...descriptor, requiredFeatures });
+  return { device, subgroups: subgroups ? await probeSubgroups(device, adapter.info) : { width: 1, reason: "subgroups turned off" } };
+}
 
 /** Why the probe's readback rules subgroups out, or null where every lane is where the kernels assume. */
 function checkProbe(words) {

@@ -14,11 +14,12 @@ import { sumSlabs, SPLIT_REGIONS, splitRegionFields, splitRegionChain } from "./
 import { shuffleSum } from "../subgroups.js";
 
 // fn name(v, li): v summed over the LANES lanes of li's row, the same in every lane; through
-// workgroup memory `scratch` (256 of type); call from uniform control flow (a barrier).
-function rowSum(name, type, scratch, lanes, G) {
-  const width = Math.min(G, lanes);
+// workgroup memory (its own scratch, where it needs any); call from uniform control flow (a barrier).
+function rowSum(name, type, lanes, G) {
+  const width = Math.min(G, lanes), scratch = `${name}_scratch`;
   if (width === 1) {
-    return /* wgsl */ `fn ${name}(v: ${type}, li: u32) -> ${type} {
+    return /* wgsl */ `var<workgroup> ${scratch}: array<${type}, 256>;
+fn ${name}(v: ${type}, li: u32) -> ${type} {
   ${scratch}[li] = v;
   workgroupBarrier();
   let lane0 = li - li % LANES;
@@ -33,7 +34,8 @@ function rowSum(name, type, scratch, lanes, G) {
   ${shuffled}
   return s;
 }`;
-  return /* wgsl */ `fn ${name}(v: ${type}, li: u32) -> ${type} {
+  return /* wgsl */ `var<workgroup> ${scratch}: array<${type}, ${256 / width}>;
+fn ${name}(v: ${type}, li: u32) -> ${type} {
   ${shuffled}
   if (li % ${width}u == 0u) { ${scratch}[li / ${width}u] = s; }
   workgroupBarrier();
@@ -46,10 +48,10 @@ function rowSum(name, type, scratch, lanes, G) {
 
 // Opens the entry point: `row` (may be ≥ p.rows in the last workgroup: such lanes still reach every barrier
 // but read row `src` = p.rows - 1 and write nothing: `in_range`), `lane`, `base` = src's first element.
+// sums: [[name, type]], the row sums (rowSum) the kernel calls.
 const rowMain = (entryPoint, lanes, G, sums) => /* wgsl */ `${LINEAR_ID}
 const LANES = ${lanes}u;
-${sums.map(([name, type], i) => /* wgsl */ `var<workgroup> partial_${i}: array<${type}, 256>;
-${rowSum(name, type, `partial_${i}`, lanes, G)}`).join("\n")}
+${sums.map(([name, type]) => rowSum(name, type, lanes, G)).join("\n")}
 @compute @workgroup_size(256)
 fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let row = linear_workgroup(wid, nwg) * ${256 / lanes}u + li / LANES;

@@ -5,7 +5,7 @@ import { runKernelCases } from "./kernel_cases.js";
 import { compileErrors } from "./compile_check.js";
 import { pipelinesOf } from "../ops.js";
 import { Trainer } from "../trainer.js";
-import { probeSubgroups, subgroupFeatures } from "../subgroups.js";
+import { requestDeviceWithSubgroups } from "../subgroups.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
 export function toBase64(u8) {
@@ -27,12 +27,10 @@ export function gpuDevice() {
     const adapter = await navigator.gpu.requestAdapter();
     if (!adapter) throw new Error("no WebGPU adapter");
     // the deepest matmul tiles need more than the default 16 KiB of workgroup memory
-    const device = await adapter.requestDevice({
+    const { device, subgroups } = await requestDeviceWithSubgroups(adapter, {
       requiredLimits: { maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize },
-      requiredFeatures: subgroupFeatures(adapter),
     });
     device.addEventListener("uncapturederror", (e) => console.error(`WebGPU error: ${e.error.message}`));
-    const subgroups = await probeSubgroups(device, adapter.info);
     return { adapter, device, subgroups };
   })();
   return devicePromise;
@@ -52,8 +50,8 @@ export async function kernelCases(cases, inputsB64) {
 }
 
 /**
- * Compiles WGSL kernels into compute pipelines on this page's device (compile_check.js). sources: [{name, also, code}], dump_wgsl.mjs's files (also: the other kernel names of the
- * same source). A kernel whose pipeline this page has made already (a kernel case's, by any of its
+ * Compiles WGSL kernels into compute pipelines on this page's device (compile_check.js). sources:
+ * [{name, also, code}], dump_wgsl.mjs's files (also: the other kernel names of the same source). A kernel whose pipeline this page has made already (a kernel case's, by any of its
  * names) is not compiled again. -> {compiled, alreadyMade, failures: [{name, errors}]}
  */
 export async function compileWgsl(sources) {

@@ -5,7 +5,7 @@ import { Trainer, TRAINER_LIMITS, checkLimits } from "../../../webgpu/trainer.js
 import { SECURE_CONTEXT_NEEDED } from "../wasm_loader.js";
 import { attentionWeights } from "../../../webgpu/inspect.js";
 import { isSoftwareAdapter } from "../../../webgpu/software_adapter.js";
-import { probeSubgroups, subgroupFeatures } from "../../../webgpu/subgroups.js";
+import { requestDeviceWithSubgroups } from "../../../webgpu/subgroups.js";
 import { softmax, topBytes } from "../next_byte.js";
 
 /** The adapter's name in words, from whatever GPUAdapterInfo offers. */
@@ -57,13 +57,16 @@ export async function requirements({ model, training, adapter = null }) {
   return { bytes: totalBytes, fits: reason === null, reason, where: `WebGPU on ${adapterName(chosen)}` };
 }
 
-/** A device with exactly the limits the trainer depends on, each at the adapter's own value, and subgroups where offered. */
+/**
+ * A device with exactly the limits the trainer depends on, each at the adapter's own value, and
+ * subgroups where offered: { device, subgroups } (requestDeviceWithSubgroups).
+ */
 async function requestTrainerDevice(adapter) {
   const requiredLimits = {};
   for (const name of TRAINER_LIMITS) {
     if (adapter.limits[name] !== undefined) requiredLimits[name] = adapter.limits[name];
   }
-  return adapter.requestDevice({ label: "TinyGPT", requiredLimits, requiredFeatures: subgroupFeatures(adapter) });
+  return requestDeviceWithSubgroups(adapter, { label: "TinyGPT", requiredLimits });
 }
 
 /**
@@ -104,7 +107,8 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
   const tooBig = checkLimits(config, device ? device.limits : chosen.limits);
   if (tooBig) throw new Error(tooBig);
   const ownDevice = !device;
-  const gpu = device ?? await requestTrainerDevice(chosen);
+  // a device passed in keeps what its owner found (probeSubgroups), and the description says nothing of it
+  const { device: gpu, subgroups } = device ? { device, subgroups: null } : await requestTrainerDevice(chosen);
   const name = chosen ? adapterName(chosen) : "the given WebGPU device";
 
   // the first fatal sentence wins: a lost device also fails every step still in flight
@@ -119,10 +123,8 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
   const onError = (e) => fatal(`WebGPU error: ${e.error.message}`);
   gpu.addEventListener("uncapturederror", onError);
 
-  let trainer, subgroups;
+  let trainer;
   try {
-    // a device passed in keeps what its owner found (probeSubgroups), or none
-    subgroups = ownDevice ? await probeSubgroups(gpu, chosen.info) : null;
     trainer = await createTrainer(gpu, config, { corpus, seed, state });
   } catch (e) {
     destroyed = true;
