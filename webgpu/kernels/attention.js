@@ -69,12 +69,15 @@ export function attentionLayout(D, { rows = 32, split = 8, tile = null } = {}) {
 // Compile-time constants of a layout; also the loop bounds that unrollLoops() unrolls.
 function constants(D, { rows, split, tile, stride }) {
   const wg = rows * split, shared = 2 * tile * stride, round = Math.min(D / 4, Math.floor(shared / wg));
-  if (round < 1 || tile % split || shared * 16 + 8 * tile > WORKGROUP_BYTES) throw new Error(`attention layout for D=${D} does not fit`);
+  // the shared tiles, the backward's (lse, delta) and delta's parts of each tile row
+  const bytes = shared * 16 + 8 * tile + tile * D;
+  if (round < 1 || tile % split || tile > wg || bytes > WORKGROUP_BYTES) throw new Error(`attention layout for D=${D} does not fit`);
   return {
     D4: D / 4, // vec4s per head row
     RS: stride, // row stride of a shared tile in vec4s (padded)
     ROWS: rows, SPLIT: split, WG: wg, TILE: tile,
     PER_THREAD: tile / split, // tile rows each invocation takes
+    LOADS: Math.ceil((tile * D) / 4 / wg), // vec4s of each tile operand each invocation loads
     ROUND: round, // vec4s each invocation hands in per merge round
     ROUNDS: Math.ceil(D / 4 / round),
   };
@@ -126,16 +129,27 @@ fn owns(c: u32, t: u32) -> bool { return (c % ROUND) % SPLIT == t; }
 ${body}`, k);
 }
 
-// WGSL: rows j0 .. j0+TILE-1 of one head of buf (zeros from row `end` on) into tile rows [at, at+TILE)
-// (base: where in buf the tensor starts, in vec4s)
-const loadTile = (buf, at, rowBase, times = "", base = "") => /* wgsl */ `
-    for (var e = li; e < TILE * D4; e += WG) {
+// The next tile's global loads go out while the current tile is multiplied: each invocation holds
+// its LOADS vec4s of each operand in registers (pre) until the barrier that ends the tile, then
+// stores them into workgroup memory. So a tile's loads never stall the workgroup, whose rows each
+// wait on one invocation's loads per tile otherwise.
+// WGSL: this invocation's vec4s of rows j .. j+TILE-1 of one head of buf into pre (zeros from row
+// `end` on); base: where in buf the tensor starts, in vec4s
+const fetchTile = (buf, pre, j, rowBase, times = "", base = "") => /* wgsl */ `
+    for (var x = 0u; x < LOADS; x++) {
+      let e = li + x * WG;
       let r = e / D4;
-      let c = e % D4;
-      var x = vec4f(0.0);
-      if (j0 + r < end) { x = ${buf}[${base}(${rowBase} + j0 + r) * C4 + h * D4 + c]${times}; }
-      sh[${at} + r][c] = x;
+      ${pre}[x] = vec4f(0.0);
+      if (e < TILE * D4 && ${j} + r < end) { ${pre}[x] = ${buf}[${base}(${rowBase} + ${j} + r) * C4 + h * D4 + e % D4]${times}; }
     }`;
+// WGSL: the vec4s fetched into pre, into tile rows [at, at+TILE)
+const stashTile = (pre, at) => /* wgsl */ `
+    for (var x = 0u; x < LOADS; x++) {
+      let e = li + x * WG;
+      if (e < TILE * D4) { sh[${at} + e / D4][e % D4] = ${pre}[x]; }
+    }`;
+const fetchRegisters = (...names) => names.map((n) => `
+  var ${n}: array<vec4f, LOADS>;`).join("");
 
 // Workgroup (x, y) = ((batch, head), row block): GPUs start workgroups x fastest, so every head's
 // block of one length starts before any shorter block (longest first), and the short blocks fill the
@@ -171,9 +185,11 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
   }
   var mx = -1.0e30;
   var l = 0.0;
-  let end = p.past + min(p.T, q0 + ROWS); // keys any query of the block sees
-  for (var j0 = 0u; j0 < end; j0 += TILE) {${loadTile("k", "0u", "b * p.kvT")}${loadTile("v", "TILE", "b * p.kvT")}
+  let end = p.past + min(p.T, q0 + ROWS); // keys any query of the block sees${fetchRegisters("pk", "pv")}${fetchTile("k", "pk", "0u", "b * p.kvT")}${fetchTile("v", "pv", "0u", "b * p.kvT")}
+  for (var j0 = 0u; j0 < end; j0 += TILE) {${stashTile("pk", "0u")}${stashTile("pv", "TILE")}
     workgroupBarrier();
+    if (j0 + TILE < end) {${fetchTile("k", "pk", "(j0 + TILE)", "b * p.kvT")}${fetchTile("v", "pv", "(j0 + TILE)", "b * p.kvT")}
+    }
     if (valid && j0 <= tq) {
       var s: array<f32, PER_THREAD>;
       var bmax = mx;
@@ -228,12 +244,18 @@ fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocatio
 // which both need, each computes for itself (the dK/dV half once per query tile) where a separate
 // pass would cost a dispatch. q, k, v lie in one buffer qkv (q at float 0, k at q_stride, v at
 // 2·q_stride), dq, dk, dv in dqkv (dq_stride apart); lse: (B,H,T).
+// the dK/dV half's fetch of query tile rows j ..: scale·q, and dout, out and lse for each query's delta
+const fetchQueries = (j) => `${fetchTile("qkv", "pq", j, "b * p.T", " * p.scale")}${fetchTile("dout", "pd", j, "b * p.T")}${fetchTile("out", "po", j, "b * p.T")}
+    pl = 0.0;
+    if (li < TILE && ${j} + li < end) { pl = lse[(b * p.H + h) * p.T + ${j} + li]; }`;
+
 export function attentionBackward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward), G = 1) {
   return kernel(`attention_backward_${variant(D, layout, "backward", G)}`,
     [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"], ["q_stride", "u32"], ["dq_stride", "u32"]],
     [...vec4s(["qkv", "dout", "out"], "read"), ["lse", "read"], ["dqkv", "rw", "vec4f"]], /* wgsl */ `
 ${withPreamble(D, layout, shuffles(layout.split, G), /* wgsl */ `
 var<workgroup> stats: array<vec2f, TILE>; // (lse, delta) of the tile's queries (dK/dV half)
+var<workgroup> delta_parts: array<array<f32, D4>, TILE>; // dout·out of each vec4 of the tile's rows
 
 // dq_i = scale · Σ_{j≤i} ds_ij·k_j, ds_ij = p_ij·(dout_i·v_j − delta_i)
 fn backward_q(bh: u32, block: u32, li: u32) {${HEAD("bh")}${QUERY_BLOCK("block")}
@@ -252,9 +274,11 @@ fn backward_q(bh: u32, block: u32, li: u32) {${HEAD("bh")}${QUERY_BLOCK("block")
     }
     row_lse = lse[(b * p.H + h) * p.T + qi];
   }
-  let end = min(p.T, q0 + ROWS);
-  for (var j0 = 0u; j0 < end; j0 += TILE) {${loadTile("qkv", "0u", "b * p.T", "", "K4 + ")}${loadTile("qkv", "TILE", "b * p.T", "", "2u * K4 + ")}
+  let end = min(p.T, q0 + ROWS);${fetchRegisters("pk", "pv")}${fetchTile("qkv", "pk", "0u", "b * p.T", "", "K4 + ")}${fetchTile("qkv", "pv", "0u", "b * p.T", "", "2u * K4 + ")}
+  for (var j0 = 0u; j0 < end; j0 += TILE) {${stashTile("pk", "0u")}${stashTile("pv", "TILE")}
     workgroupBarrier();
+    if (j0 + TILE < end) {${fetchTile("qkv", "pk", "(j0 + TILE)", "b * p.T", "", "K4 + ")}${fetchTile("qkv", "pv", "(j0 + TILE)", "b * p.T", "", "2u * K4 + ")}
+    }
     if (valid && j0 <= qi) {
       for (var i = 0u; i < PER_THREAD; i++) {
         let r = t + i * SPLIT;
@@ -292,19 +316,24 @@ fn backward_kv(bh: u32, block: u32, li: u32) {${HEAD("bh")}
     let base = (b * p.T + kj) * C4 + h * D4;
     for (var c = 0u; c < D4; c++) { kr[c] = qkv[K4 + base + c]; vr[c] = qkv[2u * K4 + base + c]; }
   }
-  let end = p.T;
-  for (var j0 = k0; j0 < end; j0 += TILE) {${loadTile("qkv", "0u", "b * p.T", " * p.scale")}${loadTile("dout", "TILE", "b * p.T")}
-    for (var e = li; e < TILE; e += WG) {
-      var st = vec2f(0.0);
-      if (j0 + e < end) {
-        let row = (b * p.T + j0 + e) * C4 + h * D4;
-        var row_delta = 0.0; // as backward_q sums it
-        for (var c = 0u; c < D4; c++) { row_delta += dot(dout[row + c], out[row + c]); }
-        st = vec2f(lse[(b * p.H + h) * p.T + j0 + e], row_delta);
-      }
-      stats[e] = st;
+  let end = p.T;${fetchRegisters("pq", "pd", "po")}
+  var pl = 0.0; // lse of the fetched tile's query li (li < TILE)
+${fetchQueries("k0")}
+  for (var j0 = k0; j0 < end; j0 += TILE) {${stashTile("pq", "0u")}${stashTile("pd", "TILE")}
+    for (var x = 0u; x < LOADS; x++) {
+      let e = li + x * WG;
+      if (e < TILE * D4) { delta_parts[e / D4][e % D4] = dot(pd[x], po[x]); }
+    }
+    if (li < TILE) { stats[li].x = pl; }
+    workgroupBarrier();
+    if (li < TILE) { // delta of query li, summed as backward_q sums it
+      var row_delta = 0.0;
+      for (var c = 0u; c < D4; c++) { row_delta += delta_parts[li][c]; }
+      stats[li].y = row_delta;
     }
     workgroupBarrier();
+    if (j0 + TILE < end) {${fetchQueries("(j0 + TILE)")}
+    }
     if (valid) {
       for (var x = 0u; x < PER_THREAD; x++) {
         let r = t + x * SPLIT;
