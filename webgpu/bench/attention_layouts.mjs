@@ -21,31 +21,34 @@ const clocksMs = Number(args["clocks-ms"] ?? 300);
 const { device } = await nodeDevice();
 const ops = new Ops(device);
 const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST;
-const same = (a, b) => a.rows === b.rows && a.split === b.split && a.tile === b.tile;
+const same = (a, b) => a.rows === b.rows && a.split === b.split && a.tile === b.tile && a.queries === b.queries;
 
 /**
- * The layouts tried for head size D: each kind's default, and rows × split of 64–256 invocations
- * with tiles of 16–64 rows (as many as fit).
+ * The layouts tried for head size D: each kind's default, and rows × split / queries of 64–256
+ * invocations with tiles of 16–64 rows (as many as fit); the forward's also with 2 or 4 queries an
+ * invocation.
  */
 function layouts(D) {
   const out = Object.values(ATTENTION_LAYOUTS).map((options) => {
-    const { rows, split, tile } = attentionLayout(D, options);
-    return { rows, split, tile };
+    const { rows, split, tile, queries } = attentionLayout(D, options);
+    return { rows, split, tile, queries };
   }).filter((l, i, all) => all.findIndex((m) => same(l, m)) === i);
   for (const rows of [16, 32, 64]) {
     for (const split of [2, 4, 8, 16]) {
-      if (![64, 128, 256].includes(rows * split)) continue;
+      for (const queries of [1, 2, 4]) {
+      if (rows % queries || ![64, 128, 256].includes((rows / queries) * split)) continue;
       for (const tile of [16, 32, 64]) {
         // at most 8 rows of a tile an invocation: its loops are unrolled, and 16 took SwiftShader's
         // compiler past this machine's memory
         if (tile / split > 8) continue;
         try {
-          attentionForward(D, attentionLayout(D, { rows, split, tile }));
+          attentionForward(D, attentionLayout(D, { rows, split, tile, queries }));
         } catch (e) {
           if (/does not fit/.test(e.message)) continue; // more workgroup memory than the kernels may take
           throw e;
         }
-        if (!out.some((l) => same(l, { rows, split, tile }))) out.push({ rows, split, tile });
+        if (!out.some((l) => same(l, { rows, split, tile, queries }))) out.push({ rows, split, tile, queries });
+      }
       }
     }
   }
@@ -59,10 +62,11 @@ async function time({ B, T, H, C }, layout) {
   const stride = Math.ceil(n / 64) * 64, [qkv, dqkv, lse] = [buf(3 * stride), buf(3 * stride), buf(B * H * T)];
   const plans = {
     forward: (plan) => ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse, layout }),
-    backward: (plan) => ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: qkv, stride }, out, lse, dout, dqkv: { buffer: dqkv, stride }, layout }),
+    backward: layout.queries > 1 ? null : (plan) => ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: qkv, stride }, out, lse, dout, dqkv: { buffer: dqkv, stride }, layout }),
   };
   const us = {};
   for (const [name, record] of Object.entries(plans)) {
+    if (!record) continue; // the backward takes one row an invocation
     const plan = new Plan(device, ops.pipelines, `attention ${name}`);
     record(plan);
     plan.freeze();
@@ -85,9 +89,9 @@ for (const name of names) {
   for (const layout of candidates) rows.push({ layout, ...(await time(shape, layout)) });
   const defaults = Object.fromEntries(Object.entries(ATTENTION_LAYOUTS).map(([kind, o]) => [kind, attentionLayout(D, o)]));
   results.push({ preset: name, D, defaults, rows });
-  const fmt = (r, kind) => `r${r.layout.rows} s${r.layout.split} t${r.layout.tile} ${r[kind].toFixed(1)}`;
+  const fmt = (r, kind) => `r${r.layout.rows} s${r.layout.split} t${r.layout.tile} q${r.layout.queries} ${r[kind].toFixed(1)}`;
   for (const kind of ["forward", "backward"]) {
-    const best = [...rows].sort((a, b) => a[kind] - b[kind]);
+    const best = rows.filter((r) => r[kind] !== undefined).sort((a, b) => a[kind] - b[kind]);
     console.error(`${name} (D ${D}, ×${p.nLayer} layers) ${kind}: default ${fmt(rows.find((r) => same(r.layout, defaults[kind])), kind)} us; ` +
       `best ${best.slice(0, 4).map((r) => fmt(r, kind)).join(", ")}`);
   }

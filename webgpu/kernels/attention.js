@@ -37,38 +37,43 @@ const pow2Floor = (x) => 2 ** Math.floor(Math.log2(x));
 
 /**
  * Each kind's layout options (attentionLayout), from timing every layout on every preset's shape on
- * an H100 (webgpu/bench/attention_layouts.mjs; docs/performance.md §15, §17): the backward carries
+ * an H100 (webgpu/bench/attention_layouts.mjs; docs/performance.md §15, §17, §21): the backward carries
  * four gradient accumulators a row where the forward carries one, so it wants fewer invocations a
  * row. As two kernels, 4 invocations instead of 8 took 15–24% less time (huge: 111.8 → 85.2 µs a
  * layer), where the forward took 0–16% more; as one dispatch (dq and dk/dv side by side), 64 rows
  * of 2 invocations with 16-row tiles were the fastest layout at large, xl, huge and massive (huge
- * 85.5 → 68.1 µs, massive 66.1 → 58.1).
+ * 85.5 → 68.1 µs, massive 66.1 → 58.1). The forward's invocations take two query rows each, so
+ * each key and value vec4 read from workgroup memory feeds two rows' FMAs: huge 30.1 → 23.3 µs,
+ * massive 23.8 → 19.3 (the backward's four accumulators a row leave no registers for a second).
  */
-export const ATTENTION_LAYOUTS = { forward: {}, backward: { rows: 64, split: 2, tile: 16 } };
+export const ATTENTION_LAYOUTS = { forward: { queries: 2 }, backward: { rows: 64, split: 2, tile: 16 } };
 
 // a kernel's name: the head size, a layout other than its kind's default, and whether it merges by
 // shuffles (pipelines are cached by name)
-function variant(D, { rows, split, tile }, kind, G) {
+function variant(D, { rows, split, tile, queries }, kind, G) {
   const base = attentionLayout(D, ATTENTION_LAYOUTS[kind]);
-  return `d${D}${rows === base.rows && split === base.split && tile === base.tile ? "" : `_r${rows}_s${split}_t${tile}`}${shuffles(split, G) ? "_sg" : ""}`;
+  const same = rows === base.rows && split === base.split && tile === base.tile && queries === base.queries;
+  return `d${D}${same ? "" : `_r${rows}_s${split}_t${tile}_q${queries}`}${shuffles(split, G) ? "_sg" : ""}`;
 }
 
 /** Whether a layout of `split` invocations a row merges them by shuffles with subgroups of width G. */
 const shuffles = (split, G) => split > 1 && G >= split;
 
 /**
- * rows · split invocations a workgroup; tiles as large as two fit in workgroup memory (≤ 64 rows),
- * or `tile` rows where asked (the layout bench, webgpu/bench/attention_layouts.mjs).
+ * rows / queries · split invocations a workgroup, each taking `queries` rows (the forward only); tiles
+ * as large as two fit in workgroup memory (≤ 64 rows), or `tile` rows where asked (the layout bench,
+ * webgpu/bench/attention_layouts.mjs).
  */
-export function attentionLayout(D, { rows = 32, split = 8, tile = null } = {}) {
+export function attentionLayout(D, { rows = 32, split = 8, tile = null, queries = 1 } = {}) {
   const stride = D / 4 + 1;
   tile ??= Math.max(split, pow2Floor(Math.min(64, (WORKGROUP_BYTES - 1024) / (2 * stride * 16))));
-  return { rows, split, tile, stride };
+  return { rows, split, tile, stride, queries };
 }
 
 // Compile-time constants of a layout; also the loop bounds that unrollLoops() unrolls.
-function constants(D, { rows, split, tile, stride }) {
-  const wg = rows * split, shared = 2 * tile * stride, round = Math.min(D / 4, Math.floor(shared / wg));
+function constants(D, { rows, split, tile, stride, queries = 1 }) {
+  if (rows % queries) throw new Error(`attention layout: ${rows} rows are not ${queries} queries an invocation`);
+  const wg = (rows / queries) * split, shared = 2 * tile * stride, round = Math.min(D / 4, Math.floor(shared / wg));
   // the shared tiles, the backward's (lse, delta) and delta's parts of each tile row
   const bytes = shared * 16 + 8 * tile + tile * D;
   if (round < 1 || tile % split || tile > wg || bytes > WORKGROUP_BYTES) throw new Error(`attention layout for D=${D} does not fit`);
@@ -168,72 +173,79 @@ const QUERY_BLOCK = (block) => /* wgsl */ `
 const vec4s = (names, mode) => names.map((n) => [n, mode, "vec4f"]);
 
 // q: (B,T,C) queries at absolute positions past..past+T-1; k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
-// G: the subgroup width (1: none)
+// G: the subgroup width (1: none). Each invocation takes `queries` rows of its workgroup (R below),
+// rows/queries apart, so that every key vec4 it reads from workgroup memory serves R rows' FMAs.
 export function attentionForward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.forward), G = 1) {
-  const useShuffles = shuffles(layout.split, G);
+  const useShuffles = shuffles(layout.split, G), R = layout.queries, rowsOf = (f) => range(R).map(f).join("\n");
+  const D4 = D / 4;
   return kernel(`attention_forward_${variant(D, layout, "forward", G)}`,
     [["T", "u32"], ["kvT", "u32"], ["past", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"]],
     [...vec4s(["q", "k", "v"], "read"), ["out", "rw", "vec4f"], ["lse", "rw"]], /* wgsl */ `
 ${withPreamble(D, layout, useShuffles, /* wgsl */ `
 @compute @workgroup_size(WG)
-fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD("wid.x")}${QUERY_BLOCK("wid.y")}
-  let tq = p.past + qi; // sees keys 0..tq
-  var qr: array<vec4f, D4>;
-  var acc: array<vec4f, D4>;
-  if (valid) {
-    for (var c = 0u; c < D4; c++) { qr[c] = q[(b * p.T + qi) * C4 + h * D4 + c] * p.scale; }
+fn attention_forward(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {${HEAD("wid.x")}
+  let q0 = ((p.T + ROWS - 1u) / ROWS - 1u - wid.y) * ROWS; // the longest (last) query block first
+${rowsOf((k) => /* wgsl */ `  let qi${k} = q0 + li / SPLIT + ${k * (layout.rows / R)}u;
+  let valid${k} = qi${k} < p.T;
+  let tq${k} = p.past + qi${k}; // sees keys 0..tq${k}
+  var qr${k}: array<vec4f, D4>;
+  var acc${k}: array<vec4f, D4>;
+  if (valid${k}) {
+    for (var c = 0u; c < D4; c++) { qr${k}[c] = q[(b * p.T + qi${k}) * C4 + h * D4 + c] * p.scale; }
   }
-  var mx = -1.0e30;
-  var l = 0.0;
+  var mx${k} = -1.0e30;
+  var l${k} = 0.0;`)}
   let end = p.past + min(p.T, q0 + ROWS); // keys any query of the block sees${fetchRegisters("pk", "pv")}${fetchTile("k", "pk", "0u", "b * p.kvT")}${fetchTile("v", "pv", "0u", "b * p.kvT")}
   for (var j0 = 0u; j0 < end; j0 += TILE) {${stashTile("pk", "0u")}${stashTile("pv", "TILE")}
     workgroupBarrier();
     if (j0 + TILE < end) {${fetchTile("k", "pk", "(j0 + TILE)", "b * p.kvT")}${fetchTile("v", "pv", "(j0 + TILE)", "b * p.kvT")}
     }
-    if (valid && j0 <= tq) {
-      var s: array<f32, PER_THREAD>;
-      var bmax = mx;
+    if (valid0 && j0 <= tq${R - 1}) {
+${rowsOf((k) => `      var s${k}: array<f32, PER_THREAD>;\n      var bmax${k} = mx${k};`)}
       for (var i = 0u; i < PER_THREAD; i++) {
         let r = t + i * SPLIT;
-        var sc = 0.0;
-        for (var c = 0u; c < D4; c++) { sc += dot(qr[c], sh[r][c]); }
-        s[i] = sc;
-        if (j0 + r <= tq) { bmax = max(bmax, sc); }
+${range(D4).map((c) => `        let k${c} = sh[r][${c}u];`).join("\n")}
+${rowsOf((k) => `        let sc${k} = ${range(D4).map((c) => `dot(qr${k}[${c}u], k${c})`).reduce((x, y) => `${x} + ${y}`)};
+        s${k}[i] = sc${k};
+        if (j0 + r <= tq${k}) { bmax${k} = max(bmax${k}, sc${k}); }`)}
       }
-      let corr = exp(mx - bmax);
-      l *= corr;
-      for (var c = 0u; c < D4; c++) { acc[c] *= corr; }
+${rowsOf((k) => `      let corr${k} = exp(mx${k} - bmax${k});
+      l${k} *= corr${k};
+      for (var c = 0u; c < D4; c++) { acc${k}[c] *= corr${k}; }`)}
       for (var i = 0u; i < PER_THREAD; i++) {
         let r = t + i * SPLIT;
-        if (j0 + r <= tq) {
-          let pr = exp(s[i] - bmax);
-          l += pr;
-          for (var c = 0u; c < D4; c++) { acc[c] += pr * sh[TILE + r][c]; }
+${rowsOf((k) => `        var pr${k} = 0.0; // masked keys add 0·v, which leaves acc as it is
+        if (j0 + r <= tq${k}) { pr${k} = exp(s${k}[i] - bmax${k}); l${k} += pr${k}; }`)}
+        for (var c = 0u; c < D4; c++) {
+          let vc = sh[TILE + r][c];
+${rowsOf((k) => `          acc${k}[c] += pr${k} * vc;`)}
         }
       }
-      mx = bmax;
+${rowsOf((k) => `      mx${k} = bmax${k};`)}
     }
     workgroupBarrier();
   }
-  // the row's softmax statistics from its SPLIT partial (max, sum) pairs
-  ${useShuffles ? /* wgsl */ `var m = mx;
-  ${range(Math.log2(layout.split)).map((i) => `m = max(m, subgroupShuffleXor(m, ${2 ** i}u));`).join("\n  ")}
-  var sum = l * exp(mx - m);
-  ${shuffleSum("sum", layout.split)}` : /* wgsl */ `${flat("li")} = vec4f(mx, l, 0.0, 0.0);
-  workgroupBarrier();
-  let first = li - t;
-  var m = -1.0e30;
-  for (var u = 0u; u < SPLIT; u++) { m = max(m, ${flat("first + u")}.x); }
-  var sum = 0.0;
-  for (var u = 0u; u < SPLIT; u++) { sum += ${flat("first + u")}.y * exp(${flat("first + u")}.x - m); }
-  workgroupBarrier();`}
-  merge(&acc, select(0.0, exp(mx - m) / sum, valid), li);
-  if (valid) {
-    for (var c = 0u; c < D4; c++) {
-      if (owns(c, t)) { out[(b * p.T + qi) * C4 + h * D4 + c] = acc[c]; }
+${rowsOf((k) => /* wgsl */ `  {
+    // the row's softmax statistics from its SPLIT partial (max, sum) pairs
+    ${useShuffles ? /* wgsl */ `var m = mx${k};
+    ${range(Math.log2(layout.split)).map((i) => `m = max(m, subgroupShuffleXor(m, ${2 ** i}u));`).join("\n    ")}
+    var sum = l${k} * exp(mx${k} - m);
+    ${shuffleSum("sum", layout.split)}` : /* wgsl */ `${flat("li")} = vec4f(mx${k}, l${k}, 0.0, 0.0);
+    workgroupBarrier();
+    let first = li - t;
+    var m = -1.0e30;
+    for (var u = 0u; u < SPLIT; u++) { m = max(m, ${flat("first + u")}.x); }
+    var sum = 0.0;
+    for (var u = 0u; u < SPLIT; u++) { sum += ${flat("first + u")}.y * exp(${flat("first + u")}.x - m); }
+    workgroupBarrier();`}
+    merge(&acc${k}, select(0.0, exp(mx${k} - m) / sum, valid${k}), li);
+    if (valid${k}) {
+      for (var c = 0u; c < D4; c++) {
+        if (owns(c, t)) { out[(b * p.T + qi${k}) * C4 + h * D4 + c] = acc${k}[c]; }
+      }
+      if (t == 0u) { lse[(b * p.H + h) * p.T + qi${k}] = m + log(sum); }
     }
-    if (t == 0u) { lse[(b * p.H + h) * p.T + qi] = m + log(sum); }
-  }
+  }`)}
 }
 `)}`, "attention_forward");
 }
@@ -250,6 +262,7 @@ const fetchQueries = (j) => `${fetchTile("qkv", "pq", j, "b * p.T", " * p.scale"
     if (li < TILE && ${j} + li < end) { pl = lse[(b * p.H + h) * p.T + ${j} + li]; }`;
 
 export function attentionBackward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.backward), G = 1) {
+  if (layout.queries !== 1) throw new Error("attention backward: one row an invocation");
   return kernel(`attention_backward_${variant(D, layout, "backward", G)}`,
     [["T", "u32"], ["H", "u32"], ["C", "u32"], ["scale", "f32"], ["q_stride", "u32"], ["dq_stride", "u32"]],
     [...vec4s(["qkv", "dout", "out"], "read"), ["lse", "read"], ["dqkv", "rw", "vec4f"]], /* wgsl */ `
