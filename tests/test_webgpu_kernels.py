@@ -142,7 +142,7 @@ def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_gr
         ref, c_len = sum(prods).ravel(), M * N
     else:
         length = M * N + (M if bias_grad else 0)
-        c_zs = length + 7
+        c_zs = length + (8 if vec else 7)  # vec: C's runs of 4 outputs start on multiples of 4 floats
         outs = [p.ravel() for p in prods]
         if bias:
             bv = [rng.standard_normal(N) for _ in range(n)]

@@ -92,7 +92,8 @@ export class Ops {
    * given `sums` (a SplitSums), later with the others collected there (recordSplitSums).
    * batches > 1: that many products in one dispatch, operand i at offset + i·stride (strides:
    * {a, b, c, bias}); kcat > 1: the sum of kcat products (strides {a, b}) into one C.
-   * vec (default: whenever vecAligned allows): read A and B 4 floats at a time.
+   * vec (default: whenever vecAligned allows): read A and B 4 floats at a time (and, on tiles whose
+   * invocations own runs of 4 columns, load and store C, R and G so).
    * ln ({wOff, bOff, out, stats, eps}; forward only): the product of LayerNorm(A) instead of A, the
    * LayerNorm's weight and bias in B's buffer at wOff and bOff; LayerNorm(A) is also written to out
    * (at A's offsets) and each row's (mean, rstd) to stats (layernorm_forward's outputs).
@@ -142,7 +143,8 @@ export class Ops {
     const bytes = workgroupBytes(form, tile, !!ln);
     if (bytes > this.workgroupLimit) throw new Error(`matmul tile ${tile} needs ${bytes} bytes of workgroup memory; this device offers ${this.workgroupLimit}`);
     if (ln && (form !== "forward" || splits > 1 || kcat > 1 || aOff % K !== 0)) throw new Error("a LayerNorm prologue: an unsplit forward product of whole rows");
-    const aligned = vecAligned(form, { M, N, K, aOff, bOff, strides }) && (!ln || (ln.wOff % 4 === 0 && ln.bOff % 4 === 0));
+    const len = M * N + (biasGrad ? M : 0);
+    const aligned = vecAligned(form, tile, { M, N, K, aOff, bOff, cOff, rOff, len, strides }) && (!ln || (ln.wOff % 4 === 0 && ln.bOff % 4 === 0));
     if (vec && !aligned) throw new Error(`matmul ${form} ${M}x${N}x${K}: operands not aligned for vec4 reads`);
     vec = vec ?? aligned;
     if (biasGrad && (form !== "backward_weight" || bias || accumulate || R)) throw new Error("biasGrad: a plain backward_weight product only");
@@ -151,7 +153,7 @@ export class Ops {
     if (partialsOff % 64 !== 0) throw new Error(`partialsOff ${partialsOff} is not a multiple of 64 floats (256-byte binding offsets)`);
     const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0)
       | (biasGrad ? MATMUL_FLAGS.biasGrad : 0) | (gelu ? MATMUL_FLAGS.gelu : 0) | (geluGradOf ? MATMUL_FLAGS.geluGrad : 0);
-    const grid = matmulGrid(M, N, tile), len = M * N + (biasGrad ? M : 0);
+    const grid = matmulGrid(M, N, tile);
     const { a: a_zs = 0, b: b_zs = 0, c: c_zs = 0, bias: bias_zs = 0 } = strides;
     const uniforms = { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags,
       k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };

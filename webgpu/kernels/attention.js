@@ -43,8 +43,9 @@ const pow2Floor = (x) => 2 ** Math.floor(Math.log2(x));
  * layer), where the forward took 0–16% more; as one dispatch (dq and dk/dv side by side), 64 rows
  * of 2 invocations with 16-row tiles were the fastest layout at large, xl, huge and massive (huge
  * 85.5 → 68.1 µs, massive 66.1 → 58.1). The forward's invocations take two query rows each, so
- * each key and value vec4 read from workgroup memory feeds two rows' FMAs: huge 30.1 → 23.3 µs,
- * massive 23.8 → 19.3 (the backward's four accumulators a row leave no registers for a second).
+ * each key and value vec4 read from workgroup memory feeds two rows' FMAs: alone, huge 30.1 → 23.3
+ * µs, massive 23.8 → 19.3; in a step, within the run-to-run spread (§21). The backward's four
+ * accumulators a row leave no registers for a second row.
  */
 export const ATTENTION_LAYOUTS = { forward: { queries: 2 }, backward: { rows: 64, split: 2, tile: 16 } };
 

@@ -198,6 +198,7 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
   if (ln && (form !== "forward" || split || kcat)) throw new Error("a LayerNorm prologue belongs to an unsplit forward product");
   const { aT, bT } = formOf(form);
   const { vA, vB } = slabGeometry(form, tile);
+  const vOut = outputsAsVec4(tile, vec);
   const rowOf = (i) => (vA ? `lid.y * 4u + ${Math.floor(i / 4) * WY * 4 + (i % 4)}u` : `lid.y + ${i * WY}u`);
   const colOf = (j) => (vB ? `lid.x * 4u + ${Math.floor(j / 4) * WX * 4 + (j % 4)}u` : `lid.x + ${j * WX}u`);
   // workgroup-memory element (k, m) of A's slab and (k, n) of B's, as an assignable reference; where
@@ -251,13 +252,19 @@ ${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
   // k: index into the (concatenated) K range; kcat picks the product it belongs to
   const kSplit = (k) => kcat ? /* wgsl */ `let kz = ${k} / p.K; let kr = ${k} - kz * p.K;` : /* wgsl */ `let kz = 0u; let kr = ${k};`;
   const has = (b) => buffers[b] !== null;
+  // The epilogue: bias, accumulate, residual, the GELU forms. With vOut, on 4 outputs of a row at
+  // once (vec4 loads and stores of C, R and G: a quarter of the instructions, and each store writes
+  // whole 16-byte runs); each output is the same sum in the same order either way.
+  const ep = vOut ? { T: "vec4f", at: (i) => `(${i}) / 4u`, map: (f, x) => `vec4f(${f}(${x}.x), ${f}(${x}.y), ${f}(${x}.z), ${f}(${x}.w))`,
+    bias: "let o = bias_base + n; v = v + vec4f(bias[o], bias[o + 1u], bias[o + 2u], bias[o + 3u]);" }
+    : { T: "f32", at: (i) => i, map: (f, x) => `${f}(${x})`, bias: "v = v + bias[bias_base + n];" };
   const epilogue = [
-    has("bias") && /* wgsl */ `if ((p.flags & 1u) != 0u) { v = v + bias[bias_base + n]; }`,
+    has("bias") && /* wgsl */ `if ((p.flags & 1u) != 0u) { ${ep.bias} }`,
     /* wgsl */ `if ((p.flags & 2u) != 0u) { v = v + C[idx]; }`,
-    has("R") && /* wgsl */ `if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + m * p.N + n]; }`,
-    has("R") && /* wgsl */ `if ((p.flags & 32u) != 0u) { v = v * gelu_grad(R[p.r_off + m * p.N + n]); }`,
+    has("R") && /* wgsl */ `if ((p.flags & 4u) != 0u) { v = v + R[${ep.at("p.r_off + m * p.N + n")}]; }`,
+    has("R") && /* wgsl */ `if ((p.flags & 32u) != 0u) { let h = R[${ep.at("p.r_off + m * p.N + n")}]; v = v * ${ep.map("gelu_grad", "h")}; }`,
     /* wgsl */ `C[idx] = v;`,
-    has("G") && /* wgsl */ `if ((p.flags & 16u) != 0u) { G[idx] = gelu(v); }`,
+    has("G") && /* wgsl */ `if ((p.flags & 16u) != 0u) { G[idx] = ${ep.map("gelu", "v")}; }`,
   ].filter(Boolean).join("\n  ");
   const T = vec ? "vec4f" : "f32", zero = vec ? "vec4f(0.0)" : "0.0";
   const at = (i) => (vec ? `(${i}) / 4u` : i); // an element index as an index into A, B or LN
@@ -322,10 +329,11 @@ var<private> ln_writer: bool;
 ${loadNormalised}` : load("A", aT ? "kr * p.M + m" : "m * p.K + kr")}
 ${load("B", bT ? "n * p.K + kr" : "kr * p.N + n")}
 
-// slab: this workgroup's output base (its batch's C, or its split's partial slab)
-fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: f32) {
+// slab: this workgroup's output base (its batch's C, or its split's partial slab); with vOut, n is
+// the first of 4 columns (N is a multiple of 4, so all 4 are in range or none)
+fn store(slab: u32, bias_base: u32, m: u32, n: u32, acc: ${ep.T}) {
   if (m >= p.M || n >= p.N) { return; }
-  let idx = slab + m * p.N + n;
+  let idx = ${ep.at("slab + m * p.N + n")};
   ${split ? "C[idx] = acc;" : `var v = acc;\n  ${epilogue}`}
 }
 
@@ -359,9 +367,10 @@ ${inner}
   }${KG > 1 ? sliceSums(form, tile) : ""}
   let slab = ${split ? "wid.z * p.len" : "p.c_off + batch * p.c_zs"};
   let bias_base = p.bias_off + batch * p.bias_zs;${KG > 1 ? "\n  if (lid.z != 0u) { return; }" : ""}
-${each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(j)}, c${i}_${j});`)}
+${vOut ? each(TM, TN / 4, (i, g) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(4 * g)}, vec4f(${range(4).map((c) => `c${i}_${4 * g + c}`).join(", ")}));`)
+    : each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(j)}, c${i}_${j});`)}
   if (bias_grad && lid.x == 0u) {
-${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[slab + p.M * p.N + m0 + ${rowOf(i)}] = s${i}; }`).join("\n")}
+${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[${vOut ? `(slab + p.M * p.N + m0 + ${rowOf(i)}) / 4u][(slab + p.M * p.N + m0 + ${rowOf(i)}) % 4u` : `slab + p.M * p.N + m0 + ${rowOf(i)}`}] = s${i}; }`).join("\n")}
   }
 }
 `;
@@ -375,12 +384,19 @@ ${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[slab + p.
 
 /**
  * Whether a product may read A and B as vec4s: every run of 4 along their contiguous axes lies
- * inside one row and starts at a multiple of 4 floats (offsets and strides in floats).
+ * inside one row and starts at a multiple of 4 floats (offsets and strides in floats); on a tile
+ * that stores 4 outputs at a time (storesVec4), C (or its split slabs, len floats apart) and R must
+ * take runs of 4 outputs of a row too.
  */
-export function vecAligned(form, { M, N, K, aOff = 0, bOff = 0, strides = {} }) {
+export function vecAligned(form, tile, { M, N, K, aOff = 0, bOff = 0, cOff = 0, rOff = 0, len = 0, strides = {} }) {
   const { aT, bT } = formOf(form);
-  return [aT ? M : K, bT ? K : N, aOff, bOff, strides.a ?? 0, strides.b ?? 0].every((x) => x % 4 === 0);
+  const outputs = storesVec4(tile) ? [N, cOff, rOff, len, strides.c ?? 0] : [];
+  return [aT ? M : K, bT ? K : N, aOff, bOff, strides.a ?? 0, strides.b ?? 0, ...outputs].every((x) => x % 4 === 0);
 }
+
+/** Whether a tile's invocations own runs of 4 columns, which its vec variant loads and stores as vec4s. */
+export const storesVec4 = (tile) => slabGeometry("forward", tile).vB;
+const outputsAsVec4 = (tile, vec) => vec && storesVec4(tile);
 
 const ALL_BUFFERS = Object.fromEntries([...MATMUL_BUFFERS, ...LN_BUFFERS].map(([b]) => [b, b]));
 
@@ -393,7 +409,7 @@ export function matmulKernel(form, tile, split = false, kcat = false, vec = fals
   const entryPoint = `matmul_${form}`;
   return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}${ln ? "_ln" : ""}`,
     [...MATMUL_UNIFORMS.map((f) => [f, "u32"]), ...(ln ? LN_UNIFORMS : [])],
-    vecBuffers([...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])], vec, ["A", "B", "LN"]),
+    vecBuffers([...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])], vec, ["A", "B", "LN", ...(outputsAsVec4(tile, vec) ? ["C", "R", "G"] : [])]),
     /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS, vec, null, ln)}
 @compute @workgroup_size(${WX}, ${WY}, ${KG})
 fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
@@ -438,7 +454,8 @@ export function matmulPairKernel(first, second, vec = false) {
   return kernel(`matmul_pair_${name(first)}_${name(second)}${vec ? "_vec4" : ""}`,
     [...["0", "1"].flatMap((s) => MATMUL_UNIFORMS.map((f) => [`${f}${s}`, "u32"])),
       ["count0", "u32"], ["gx0", "u32"], ["gy0", "u32"], ["gx1", "u32"], ["gy1", "u32"]],
-    vecBuffers([["A", "read"], ["B0", "read"], ["R0", "read"], ["C0", "rw"], ["B1", "read"], ["C1", "rw"]], vec, ["A", "B0", "B1"]),
+    vecBuffers([["A", "read"], ["B0", "read"], ["R0", "read"], ["C0", "rw"], ["B1", "read"], ["C1", "rw"]], vec,
+      ["A", "B0", "B1", ...(outputsAsVec4(first.tile, vec) ? ["R0", "C0"] : []), ...(outputsAsVec4(second.tile, vec) ? ["C1"] : [])]),
     /* wgsl */ `${GELU_FNS}${LINEAR_ID}${arrays}${body(first, "0")}${body(second, "1")}
 fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
 
