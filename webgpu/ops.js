@@ -3,7 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import { layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
@@ -150,6 +150,7 @@ export class Ops {
     if (biasGrad && (form !== "backward_weight" || bias || accumulate || R)) throw new Error("biasGrad: a plain backward_weight product only");
     if (batches > 1 && (kcat > 1 || R || (splits > 1 && (bias || accumulate)))) throw new Error("matmul batches: no kcat, residual, or split-K epilogue");
     if ((gelu || geluGradOf) && (splits > 1 || batches > 1 || R || accumulate)) throw new Error("matmul gelu epilogues: one unsplit product, no residual or accumulate");
+    if (splits > MAX_SPLITS) throw new Error(`matmul: ${splits} K-splits, at most ${MAX_SPLITS}`);
     if (partialsOff % 64 !== 0) throw new Error(`partialsOff ${partialsOff} is not a multiple of 64 floats (256-byte binding offsets)`);
     const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0)
       | (biasGrad ? MATMUL_FLAGS.biasGrad : 0) | (gelu ? MATMUL_FLAGS.gelu : 0) | (geluGradOf ? MATMUL_FLAGS.geluGrad : 0);

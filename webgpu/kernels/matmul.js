@@ -472,13 +472,21 @@ fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
 `, "matmul_pair");
 }
 
+/** The most K-splits a product may have (chooseSplits' cap; sumSlabs reads this many at most). */
+export const MAX_SPLITS = 16;
+
 /**
  * WGSL: `var v`, the sum over a split-K product's `splits` slabs (len floats apart, the first at
  * src) of element i, slab by slab in order: the one order every final sum takes, here and in the
- * LayerNorms that sum a product's slabs themselves (layernorm.js sumIn).
+ * LayerNorms that sum a product's slabs themselves (layernorm.js sumIn). All the loads go out
+ * before the first add: a loop of load-then-add waited on each slab's load in turn.
  */
 export const sumSlabs = (partials, src, splits, len, i) => /* wgsl */ `var v = 0.0;
-  for (var z = 0u; z < ${splits}; z++) { v = v + ${partials}[${src} + z * ${len} + ${i}]; }`;
+  {
+    let first = ${src} + ${i};
+    ${range(MAX_SPLITS).map((z) => `var slab${z} = 0.0;\n    if (${z}u < ${splits}) { slab${z} = ${partials}[first + ${z}u * ${len}]; }`).join("\n    ")}
+    ${range(MAX_SPLITS).map((z) => `if (${z}u < ${splits}) { v = v + slab${z}; }`).join("\n    ")}
+  }`;
 
 /** Split-K products whose sums one matmul_split_final dispatch finishes together. */
 export const SPLIT_REGIONS = 5;
@@ -593,7 +601,7 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
  * tiles) took 22.6 µs with 4, 26.4 with 8.
  */
 export function chooseSplits(M, N, K, tile) {
-  const { threads, KG } = tileShape(tile), cap = threads >= 256 && KG === 1 ? 16 : 8;
+  const { threads, KG } = tileShape(tile), cap = threads >= 256 && KG === 1 ? MAX_SPLITS : 8;
   return Math.max(1, Math.min(cap, Math.floor(K / 64), Math.ceil(512 / tileCount(M, N, tile))));
 }
 
