@@ -5,7 +5,8 @@
 // A WX×WY workgroup owns a BM×BN tile (BM = WY·TM, BN = WX·TN); invocation (tx, ty) owns rows
 // ty + WY·i and columns tx + WX·j (interleaved, so workgroup-memory reads and global writes are
 // contiguous across a warp), or, where it owns 4k of them, runs of 4 read as vec4s (slabGeometry).
-// Operands laid out on multiples of 4 floats are loaded as vec4s too (vecAligned). TinyGPT's products
+// Operands laid out on multiples of 4 floats are loaded as vec4s too, and on tiles of runs of 4 the
+// outputs are loaded and stored 4 at a time (vecAligned, storesVec4). TinyGPT's products
 // are small (a few hundred rows and columns), so on a big GPU they are latency-bound: the next K-slab
 // is loaded into registers while the current one is multiplied, and the tile is chosen per shape to
 // put enough workgroups in flight (chooseTile).
@@ -199,6 +200,7 @@ function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = 
   const { aT, bT } = formOf(form);
   const { vA, vB } = slabGeometry(form, tile);
   const vOut = outputsAsVec4(tile, vec);
+  const cAt = (x) => (vOut ? `C[(${x}) / 4u][(${x}) % 4u]` : `C[${x}]`); // one float of C, however C is bound
   const rowOf = (i) => (vA ? `lid.y * 4u + ${Math.floor(i / 4) * WY * 4 + (i % 4)}u` : `lid.y + ${i * WY}u`);
   const colOf = (j) => (vB ? `lid.x * 4u + ${Math.floor(j / 4) * WX * 4 + (j % 4)}u` : `lid.x + ${j * WX}u`);
   // workgroup-memory element (k, m) of A's slab and (k, n) of B's, as an assignable reference; where
@@ -370,7 +372,7 @@ ${inner}
 ${vOut ? each(TM, TN / 4, (i, g) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(4 * g)}, vec4f(${range(4).map((c) => `c${i}_${4 * g + c}`).join(", ")}));`)
     : each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(j)}, c${i}_${j});`)}
   if (bias_grad && lid.x == 0u) {
-${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { C[${vOut ? `(slab + p.M * p.N + m0 + ${rowOf(i)}) / 4u][(slab + p.M * p.N + m0 + ${rowOf(i)}) % 4u` : `slab + p.M * p.N + m0 + ${rowOf(i)}`}] = s${i}; }`).join("\n")}
+${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { ${cAt(`slab + p.M * p.N + m0 + ${rowOf(i)}`)} = s${i}; }`).join("\n")}
   }
 }
 `;
