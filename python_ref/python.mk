@@ -8,5 +8,5 @@ $(REQ_STAMP):
 	@test -x $(PY) || python3 -m venv $(VENV)
 	@echo "installing Python requirements into $(VENV)"
 	@$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt 2>&1 | grep -v "^WARNING: Location" || true
-	@$(PY) -c 'import torch, numpy, tqdm, pytest, hypothesis'
+	@$(PY) -c 'import torch, numpy, tqdm, pytest, xdist, hypothesis'
 	@rm -f $(VENV)/.requirements-* && touch $@
