@@ -35,8 +35,11 @@ def fill_training(page, preset: str, steps: int, backend: str = "wasm", seed: in
 
 def press_train(page, answer: str = "new") -> None:
     """Train; if a model is loaded the page asks 'continue or new', answered with `answer`."""
+    # Read before the click: a new run's own model can be loaded before a read after the click returns,
+    # and then no question comes (seen with two test processes sharing two cores).
+    asks = page.evaluate("window.playground.loaded !== null")
     page.click("#start")
-    if page.evaluate("window.playground.loaded !== null"):
+    if asks:
         page.wait_for_selector("#continue-dialog[open]")
         page.click("#continue-model" if answer == "continue" else "#new-model")
 
