@@ -28,7 +28,7 @@ from conftest import ROOT
 
 LOSS_RTOL = 1e-5     # the bound on losses, N ranks vs one process
 WEIGHT_ATOL = 1e-5   # final weights and AdamW moments (measured max differences are printed)
-LAUNCH_TIMEOUT_S = 120
+LAUNCH_TIMEOUT_S = 300  # a hung launch only: slow days on CI's 2-core box, shared with a second test process
 RUN_ENV = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
 
 
