@@ -31,7 +31,8 @@ const add = (name, code) => {
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 // the plans with WebGPU's default 16 KiB of workgroup memory and with 32 KiB, with which more of a
 // Linear's backward products pair (matmulPair); without subgroups and with SUBGROUP_DUMP_WIDTHS'
-const SUBGROUP_DUMP_WIDTHS = [1, 4, 32]; // none, SwiftShader's, most GPUs' (subgroups.js)
+// none, SwiftShader's, Intel-like adapters' smallest (8, 16), most GPUs' (subgroups.js)
+const SUBGROUP_DUMP_WIDTHS = [1, 4, 8, 16, 32];
 for (const limit of [16384, 32768]) {
   for (const subgroupWidth of SUBGROUP_DUMP_WIDTHS) {
     for (const preset of Object.keys(presets.presets)) {
