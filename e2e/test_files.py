@@ -7,6 +7,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from e2e.page_actions import ROOT, open_playground, screenshot, train
 
 from python_ref import tinygpt_file
@@ -97,6 +99,7 @@ def test_a_python_ref_model_uploads_and_samples_token_identically(server_url, pa
     assert page.errors == []
 
 
+@pytest.mark.alone  # gloo ranks: run with no other test process (tests/test_distributed.py says why)
 def test_a_torchrun_fsdp_checkpoint_samples_the_same_on_both_engines(server_url, page, tmp_path):
     """2 gloo ranks with FSDP2 train and write the file; the page loads it on WebAssembly and on WebGPU."""
     path = tmp_path / "fsdp.tinygpt"
