@@ -6,6 +6,7 @@ import shutil
 
 import pytest
 
+from e2e.page_actions import PAGE_WAIT_MS
 from server_process import require_site_builds, running_server
 from support.wasm_support import CHROMIUM_ARGS
 
@@ -39,9 +40,7 @@ def page(browser):
     p = context.new_page()
     p.errors = []
     p.on("pageerror", lambda e: p.errors.append(str(e)))
-    # A wait that fails only a hung page: CI's 2-core box has run 2.5× slower on some days than on
-    # others, and two test processes share its cores (the Makefile's pytest-xdist)
-    p.set_default_timeout(300_000)
+    p.set_default_timeout(PAGE_WAIT_MS)
     try:
         yield p
     finally:

@@ -10,6 +10,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOTS = Path(os.environ.get("TINYGPT_BUILD", ROOT / "build")) / "e2e-screenshots"
 
+# How long a page test waits for anything before calling the page hung: CI's 2-core box has run 2.5×
+# slower on some days than on others, and two test processes share its cores (the Makefile's pytest-xdist)
+PAGE_WAIT_MS = 300_000
+
 FINISHED = "() => /^(Finished|Stopped|Error|That )/.test(document.getElementById('status').textContent)"
 
 

@@ -43,7 +43,7 @@ def test_webgpu_trains_like_webassembly_and_checkpoints_cross_over(server_url, p
     each engine's step-20 checkpoint continues on the other engine like the uninterrupted run."""
     # SwiftShader's tiny step took 8.4 s in this page on a 2-core AMD EPYC box with Debian's Chromium
     # 150 (2026-11-25; the page showed CPU pressure "critical"), 2.8 s since software adapters get
-    # 64–128-invocation matmul tiles: 20 steps can still outlast the usual 120 s wait for a run's end
+    # 64–128-invocation matmul tiles: 20 steps can still outlast the usual wait (PAGE_WAIT_MS) for a run's end
     page.set_default_timeout(400_000)
     open_playground(page, server_url)
     page.select_option("#backend", "webgpu")

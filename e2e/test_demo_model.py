@@ -42,7 +42,7 @@ def reference_losses():
 def load_demo(page, backend: str):
     page.select_option("#backend", backend)
     page.click("#load-demo")
-    page.wait_for_function("/^(Loaded|That )/.test(document.getElementById('status').textContent)", timeout=180_000)
+    page.wait_for_function("/^(Loaded|That )/.test(document.getElementById('status').textContent)")
     assert status(page) == "Loaded large at step 4000 (the demo model).", status(page)
 
 

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from e2e.page_actions import open_playground, screenshot, train
+from e2e.page_actions import PAGE_WAIT_MS, open_playground, screenshot, train
 from python_ref import tinygpt_file
 from support.wasm_support import CHROMIUM_ARGS
 
@@ -27,7 +27,7 @@ def insecure_page():
             page = b.new_page()
             page.errors = []
             page.on("pageerror", lambda e: page.errors.append(str(e)))
-            page.set_default_timeout(120_000)
+            page.set_default_timeout(PAGE_WAIT_MS)
             yield page
         finally:
             b.close()
