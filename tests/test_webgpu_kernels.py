@@ -595,8 +595,9 @@ attention_cached_case(5, 7, 16, 2, 16)
 
 
 # --- global norm, clip, AdamW (decay on the masked parameters only)
-def adamw_case(n, grad_scale, t, rows=37):
-    """Also the step's mean loss over `rows` row losses, which the clip coefficient's dispatch computes."""
+def adamw_case(n, grad_scale, t, rows=37, workgroups=None):
+    """Also the step's mean loss over `rows` row losses, which AdamW's dispatch computes; workgroups:
+    the grid's cap (the kernel's default where None)."""
     training = dict(lr=3e-3, beta1=0.9, beta2=0.95, eps=1e-8, weightDecay=0.1, gradClip=1.0)
     losses = rng.random(rows) * 5
     params, m = rng.standard_normal(n), rng.standard_normal(n) * 0.01
@@ -615,7 +616,7 @@ def adamw_case(n, grad_scale, t, rows=37):
     m1 = b1 * m32 + (1 - b1) * g
     v1 = b2 * v32 + (1 - b2) * g * g
     p = p - (lr / (1 - b1 ** t)) * m1 / (np.sqrt(v1) / math.sqrt(1 - b2 ** t) + training["eps"])
-    name = f"adamw n={n} |g|={norm:.3g} t={t}"
+    name = f"adamw n={n} |g|={norm:.3g} t={t}" + (f" in {workgroups} workgroups" if workgroups else "")
 
     def check(o):
         report(f"{name} norm (relative)", [o["scal"][0] / norm], [1.0], 1e-5)
@@ -625,7 +626,7 @@ def adamw_case(n, grad_scale, t, rows=37):
         report(f"{name} v", o["v"], v1, 1e-9)
         report(f"{name} params", o["params"], p, 2e-6)
 
-    add_case(dict(op="adamw", n=n, t=t, training=training, rows=rows),
+    add_case(dict(op="adamw", n=n, t=t, training=training, rows=rows, workgroups=workgroups),
              {"params": f32(params), "m": f32(m), "v": f32(v), "grads": f32(grads), "decay": words.astype(np.uint32),
               "losses": f32(losses)},
              check)
@@ -633,6 +634,7 @@ def adamw_case(n, grad_scale, t, rows=37):
 
 adamw_case(70001, 0.1, 3)   # norm ≫ 1: clipped
 adamw_case(1000, 1e-3, 1, rows=600)   # norm < 1: coefficient 1; losses past one workgroup's 256
+adamw_case(70001, 0.1, 2, workgroups=5)   # each invocation strides over 55 parameters, the last short
 
 
 @pytest.fixture(scope="module")

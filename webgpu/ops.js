@@ -8,7 +8,7 @@ import { layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgr
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackward, attentionLayout, attentionGrid, ATTENTION_LAYOUTS } from "./kernels/attention.js";
-import { gradGlobalNormPartials, clipCoefficient, adamwUpdate, NORM_PARTIALS, normPartials } from "./kernels/adamw.js";
+import { gradGlobalNormPartials, adamwUpdate, NORM_PARTIALS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
 
@@ -270,7 +270,7 @@ export class Ops {
       [order, dres, grads], grid1d(tokenGroups + Math.ceil((T * C) / 256)));
   }
 
-  /** losses: (rows) per-row losses (their mean: gradGlobalNorm's scal[2]). */
+  /** losses: (rows) per-row losses (their mean: adamwUpdate's scal[2]). */
   crossEntropyForward(plan, { rows, V, logits, targets, losses }) {
     plan.add(crossEntropyForward, { rows, V }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
   }
@@ -296,20 +296,31 @@ export class Ops {
       [qkv.buffer, dout, out, lse, dqkv.buffer], attentionGrid(T, B * H, A.layout, 2));
   }
 
-  /**
-   * scal = [global norm, clip coefficient] of all n gradients (what clip_gradients would scale by),
-   * then scal[2] = the mean of the rows' losses (the step's loss, in the same dispatch).
-   */
-  gradGlobalNorm(plan, { n, grads, partials, scal, clip, losses, rows }) {
+  /** partials: normPartials(n) sums of squares of the n gradients, which adamwUpdate sums to their norm. */
+  gradNormPartials(plan, { n, grads, partials }) {
     const parts = normPartials(n);
     plan.add(gradGlobalNormPartials, { n, parts }, [grads, partials], [parts, 1]);
-    plan.add(clipCoefficient, { parts, clip, rows }, [partials, losses, scal], [1, 1]);
   }
 
-  /** Returns the dispatch index, whose step-dependent uniforms adamwValues() fills each step. */
-  adamwUpdate(plan, { n, params, grads, m, v, decay, scal, values }) {
-    return plan.add(adamwUpdate, values, [params, grads, m, v, decay, scal], grid1d(Math.ceil(n / 256)));
+  /**
+   * AdamW over n parameters, the gradients clipped to a global norm of tr.gradClip, and scal = [norm,
+   * clip coefficient, the mean of the losses] (values: adamwValues()). Returns the dispatch index,
+   * whose step-dependent uniforms adamwValues() fills each step. workgroups: the grid's cap, where
+   * not adamwWorkgroups().
+   */
+  adamwUpdate(plan, { n, params, grads, m, v, decay, partials, losses, scal, values, workgroups = adamwWorkgroups(this.softwareTiles) }) {
+    return plan.add(adamwUpdate, values, [params, grads, m, v, decay, partials, losses, scal],
+      grid1d(Math.min(Math.ceil(n / 256), workgroups)));
   }
+}
+
+/**
+ * AdamW's workgroups at most: each sums the norm's partials (≤ NORM_PARTIALS) itself. 1024 of 256
+ * invocations fill an H100 (132 SMs × 2048 invocations) once, so no second wave re-sums them; a
+ * software adapter pays for each workgroup's barriers and has a few cores, so it gets 16.
+ */
+function adamwWorkgroups(software) {
+  return software ? 16 : 1024;
 }
 
 export { NORM_PARTIALS };
@@ -337,10 +348,14 @@ export class SplitSums {
   add(region) { this.regions.push(region); return this; }
 }
 
-/** AdamW's uniforms for step t (1-based): bias corrections in binary64, as PyTorch computes them. */
-export function adamwValues(n, tr, t) {
+/**
+ * AdamW's uniforms for step t (1-based), n parameters and `rows` row losses: bias corrections in
+ * binary64, as PyTorch computes them.
+ */
+export function adamwValues(n, tr, t, rows) {
   return {
-    n, decay_factor: 1 - tr.lr * tr.weightDecay, beta1: tr.beta1, beta2: tr.beta2,
+    n, parts: normPartials(n), clip: tr.gradClip, rows,
+    decay_factor: 1 - tr.lr * tr.weightDecay, beta1: tr.beta1, beta2: tr.beta2,
     one_minus_beta1: 1 - tr.beta1, one_minus_beta2: 1 - tr.beta2,
     step_size: tr.lr / (1 - tr.beta1 ** t), bc2_sqrt: Math.sqrt(1 - tr.beta2 ** t), eps: tr.eps,
   };

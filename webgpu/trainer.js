@@ -449,8 +449,9 @@ export class Trainer {
       slabsUsed = 0;
     }
     ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
-    ops.gradGlobalNorm(plan, { n: this.P, grads: G, partials: this.partials, scal: this.scal, clip: this.tr.gradClip, losses: A.losses, rows });
-    this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay, scal: this.scal, values: adamwValues(this.P, this.tr, 1) });
+    ops.gradNormPartials(plan, { n: this.P, grads: G, partials: this.partials });
+    this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay,
+      partials: this.partials, losses: A.losses, scal: this.scal, values: this._adamwValues(1) });
     plan.freeze();
 
     // eval: the same forward, cross-entropy without gradient, per-row losses read back
@@ -480,6 +481,11 @@ export class Trainer {
     this.batchesDrawn += 1;
     this._fillWindows(this.train, this.startsHost);
     return { x: this.xHost, y: this.yHost };
+  }
+
+  /** AdamW's uniforms for step t (the step's loss is the mean of B·T row losses). */
+  _adamwValues(t) {
+    return adamwValues(this.P, this.tr, t, this.tr.batch * this.cfg.ctx);
   }
 
   _uploadBatch(x, y) {
@@ -512,7 +518,7 @@ export class Trainer {
     const { x, y } = batch ?? this.nextBatch();
     this._uploadBatch(x, y);
     this.stepCount += 1;
-    this.trainPlan.update(this.adamIndex, adamwValues(this.P, this.tr, this.stepCount));
+    this.trainPlan.update(this.adamIndex, this._adamwValues(this.stepCount));
     const enc = this.device.createCommandEncoder({ label: "train step" });
     const pass = enc.beginComputePass();
     this.trainPlan.encode(pass);
@@ -539,7 +545,7 @@ export class Trainer {
     const { x, y } = batch ?? this.nextBatch();
     this._uploadBatch(x, y);
     this.stepCount += 1;
-    this.trainPlan.update(this.adamIndex, adamwValues(this.P, this.tr, this.stepCount));
+    this.trainPlan.update(this.adamIndex, this._adamwValues(this.stepCount));
     await this.device.queue.onSubmittedWorkDone();
     const timed = async (i, times) => {
       const t0 = performance.now();

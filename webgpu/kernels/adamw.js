@@ -1,9 +1,10 @@
 // Global gradient norm, clipping and AdamW (docs/determinism.md § The training step), as
-// wasm/src/adamw.h: grad_global_norm is grad_global_norm_partials + clip_coefficient here, and
-// clip_gradients never runs on its own: the clip coefficient never leaves the GPU, and
-// adamw_update reads it from `scal` and scales each gradient as it reads it. The step's mean loss
-// rides along in clip_coefficient, a single workgroup that runs once per step anyway: one dispatch
-// fewer than a kernel of its own.
+// wasm/src/adamw.h, in two dispatches: grad_global_norm_partials sums squares into partials, and
+// adamw_update does the rest. Every AdamW workgroup sums the partials itself, in one fixed order, so
+// each gets the same norm and clip coefficient without a single-workgroup dispatch (and the barrier
+// before and after it) between the two: clip_gradients never runs on its own, each gradient is
+// scaled as it is read. Workgroup 0 also writes `scal` = [norm, clip coefficient, the step's mean
+// loss] for the host, the loss riding along in a dispatch that runs once per step anyway.
 import { kernel, LINEAR_ID } from "./kernel.js";
 
 // grad_global_norm_partials: normPartials(n) workgroups of 256, each summing a fixed strided subset
@@ -41,39 +42,39 @@ fn grad_global_norm_partials(@builtin(global_invocation_id) gid: vec3u, @builtin
 }
 `);
 
-// partials -> scal[0] = norm, scal[1] = min(1, clip / (norm + 1e-6)); losses: (rows) -> scal[2] =
-// their mean, the step's loss (each sum in a fixed order)
-export const clipCoefficient = kernel("clip_coefficient", [["parts", "u32"], ["clip", "f32"], ["rows", "u32"]],
-  [["partials", "read"], ["losses", "read"], ["scal", "rw"]], /* wgsl */ `${WG_SUM}
+// One AdamW step over all n parameters; bit i of `decay` says whether parameter i is decayed (2D+
+// tensors). step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t) come from the host in
+// binary64. partials -> norm (their sum in a fixed order), coefficient = min(1, clip / (norm + 1e-6));
+// losses: (rows) -> scal[2] = their mean. The grid is capped (adamwWorkgroups), each invocation
+// striding over the parameters, so the partials are re-summed by at most that many workgroups.
+export const adamwUpdate = kernel("adamw_update",
+  [["n", "u32"], ["parts", "u32"], ["clip", "f32"], ["rows", "u32"], ["decay_factor", "f32"], ["beta1", "f32"], ["beta2", "f32"],
+    ["one_minus_beta1", "f32"], ["one_minus_beta2", "f32"], ["step_size", "f32"], ["bc2_sqrt", "f32"], ["eps", "f32"]],
+  [["params", "rw"], ["grads", "read"], ["m", "rw"], ["v", "rw"], ["decay", "read", "u32"], ["partials", "read"],
+    ["losses", "read"], ["scal", "rw"]], /* wgsl */ `${WG_SUM}${LINEAR_ID}
 @compute @workgroup_size(${NORM_THREADS})
-fn clip_coefficient(@builtin(local_invocation_index) li: u32) {
+fn adamw_update(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   var s = 0.0;
   for (var i = li; i < p.parts; i += ${NORM_THREADS}u) { s = s + partials[i]; }
   let norm = sqrt(wg_sum(s, li));
-  var l = 0.0;
-  for (var i = li; i < p.rows; i += ${NORM_THREADS}u) { l = l + losses[i]; }
-  let loss = wg_sum(l, li) / f32(p.rows);
-  if (li == 0u) { scal[0] = norm; scal[1] = min(1.0, p.clip / (norm + 1e-6)); scal[2] = loss; }
-}
-`);
-
-// One AdamW step over all P parameters; bit i of `decay` says whether parameter i is decayed (2D+ tensors).
-// step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t) come from the host in binary64.
-export const adamwUpdate = kernel("adamw_update",
-  [["n", "u32"], ["decay_factor", "f32"], ["beta1", "f32"], ["beta2", "f32"], ["one_minus_beta1", "f32"],
-    ["one_minus_beta2", "f32"], ["step_size", "f32"], ["bc2_sqrt", "f32"], ["eps", "f32"]],
-  [["params", "rw"], ["grads", "read"], ["m", "rw"], ["v", "rw"], ["decay", "read", "u32"], ["scal", "read"]], /* wgsl */ `${LINEAR_ID}
-@compute @workgroup_size(256)
-fn adamw_update(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let i = linear_workgroup(wid, nwg) * 256u + li;
-  if (i >= p.n) { return; }
-  let g = grads[i] * scal[1];
-  var w = params[i];
-  if (((decay[i >> 5u] >> (i & 31u)) & 1u) != 0u) { w = w * p.decay_factor; }
-  let m1 = p.beta1 * m[i] + p.one_minus_beta1 * g;
-  let v1 = p.beta2 * v[i] + p.one_minus_beta2 * g * g;
-  m[i] = m1;
-  v[i] = v1;
-  params[i] = w - p.step_size * m1 / (sqrt(v1) / p.bc2_sqrt + p.eps);
+  let coefficient = min(1.0, p.clip / (norm + 1e-6));
+  let w = linear_workgroup(wid, nwg); // uniform: the loss's barriers run in workgroup 0 only
+  if (w == 0u) {
+    var l = 0.0;
+    for (var i = li; i < p.rows; i += ${NORM_THREADS}u) { l = l + losses[i]; }
+    let loss = wg_sum(l, li) / f32(p.rows);
+    if (li == 0u) { scal[0] = norm; scal[1] = coefficient; scal[2] = loss; }
+  }
+  let stride = nwg.x * nwg.y * ${NORM_THREADS}u;
+  for (var i = w * ${NORM_THREADS}u + li; i < p.n; i += stride) {
+    let g = grads[i] * coefficient;
+    var x = params[i];
+    if (((decay[i >> 5u] >> (i & 31u)) & 1u) != 0u) { x = x * p.decay_factor; }
+    let m1 = p.beta1 * m[i] + p.one_minus_beta1 * g;
+    let v1 = p.beta2 * v[i] + p.one_minus_beta2 * g * g;
+    m[i] = m1;
+    v[i] = v1;
+    params[i] = x - p.step_size * m1 / (sqrt(v1) / p.bc2_sqrt + p.eps);
+  }
 }
 `);

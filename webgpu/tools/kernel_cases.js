@@ -140,8 +140,9 @@ export async function runKernelCases(device, cases, inputs) {
     adamw(c, plan) {
       const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
       const partials = empty(NORM_PARTIALS), scal = empty(4);
-      ops.gradGlobalNorm(plan, { n, grads, partials, scal, clip: c.training.gradClip, losses: input(`${c.id}_losses`), rows: c.rows });
-      ops.adamwUpdate(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), scal, values: adamwValues(n, c.training, c.t) });
+      ops.gradNormPartials(plan, { n, grads, partials });
+      ops.adamwUpdate(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), partials, losses: input(`${c.id}_losses`), scal,
+        values: adamwValues(n, c.training, c.t, c.rows), workgroups: c.workgroups ?? undefined });
       return { scal: [scal, 3], params: [params, n], m: [m, n], v: [v, n] };
     },
   };
