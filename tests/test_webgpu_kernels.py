@@ -355,6 +355,8 @@ for i, tile in enumerate(("32x32w-k32", "32x32", "64x64w", "128x128", "64x32-k32
     layernorm_matmul_case(37, 21, 30, tile, vec=False)
 layernorm_matmul_case(68, 20, 48, "32x32", vec=True, batches=3, bias=True)  # q, k, v from ln1
 layernorm_matmul_case(66, 132, 24, "32x32w-k32", vec=True, bias=True, gelu=True)  # fc_in from ln2
+layernorm_matmul_case(68, 20, 48, "32x64-k32", vec=True, batches=3, bias=True)  # medium's q, k, v
+layernorm_matmul_case(66, 132, 24, "32x64-k32", vec=True, bias=True, gelu=True)  # small's and medium's fc_in
 layernorm_matmul_case(1, 70, 48, "32x32w-k32", vec=True, first=5)  # a decode step's logits from ln_f
 layernorm_matmul_case(9, 33, 200, "32x32", vec=False, first=3)
 

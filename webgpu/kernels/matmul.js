@@ -575,7 +575,10 @@ export function tileCount(M, N, tile) {
  * and for input gradients below 500k outputs the sliced 32×32), except forward products from 290k
  * outputs on, which take 64×64 tiles of 256 invocations, as does everything from a million outputs
  * on; big squares (≥ 512 tiles of 128×128) 128×128, with 16-deep K-steps where workgroupLimit (the
- * device's bytes of workgroup memory) allows. Weight
+ * device's bytes of workgroup memory) allows. Forward products of 150k to a million outputs with
+ * K ≤ 128 (small's and medium's, at most 4 K-steps) take 32x64-k32 instead: in a step (interleaved
+ * blocks, ab_steps.mjs, H100) small 0.583 → 0.573 ms, medium within the ±1% by which two trainers of
+ * the same code differ; at K = 192 (large's) the same rule was 4% slower (docs/performance.md §23). Weight
  * gradients (long K = B·T, split along K: chooseSplits) take the sliced 32×32 below 250k outputs,
  * 64×64w from there.
  */
@@ -588,6 +591,7 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
     return deep ? "128x128-k16" : "128x128";
   }
   const outputs = M * N;
+  if (form === "forward" && K <= 128 && outputs >= 150_000 && outputs < 1_000_000) return "32x64-k32";
   if (formOf(form).aT) return outputs >= 250_000 ? "64x64w" : "32x32-s2";
   if (outputs < 250_000) return K >= 512 ? "32x32-s2" : "32x32w-k32";
   if (form === "backward_input" && outputs < 500_000) return "32x32-s2";
