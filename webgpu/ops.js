@@ -316,8 +316,9 @@ export class Ops {
 
 /**
  * AdamW's workgroups at most: each sums the norm's partials (≤ NORM_PARTIALS) itself. 1024 of 256
- * invocations fill an H100 (132 SMs × 2048 invocations) once, so no second wave re-sums them; a
- * software adapter pays for each workgroup's barriers and has a few cores, so it gets 16.
+ * invocations fill an H100 (132 SMs × 2048 invocations) once, so no second wave re-sums them (H100,
+ * in a step: 256 was 0.5–1% slower at huge and massive, 4096 no different, docs/performance.md §23);
+ * a software adapter pays for each workgroup's barriers and has a few cores, so it gets 16.
  */
 function adamwWorkgroups(software) {
   return software ? 16 : 1024;
