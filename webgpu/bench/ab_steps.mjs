@@ -1,7 +1,8 @@
 // Two versions of the WGSL trainer in ONE process on one GPU, their steps interleaved, so that an
 // A/B of a few percent is not lost in the drift between separate runs (the same code run twice
 // in a row has differed by up to 25% at tiny and small: docs/performance.md §22–23):
-//   node webgpu/bench/ab_steps.mjs --b DIR [--a DIR] [--presets tiny,small] [--rounds 10] [--steps 50] [--out FILE]
+//   node webgpu/bench/ab_steps.mjs --b DIR [--a DIR] [--presets tiny,small] [--rounds 10] [--steps 50]
+//                                  [--clocks-ms 300] [--out FILE]
 // DIR: a checkout's root (its webgpu/ and site/static/, e.g. from `git archive`); A defaults to this
 // checkout. Per preset both trainers are built from the same seed and corpus and stay resident; each
 // round times `steps` steps of A then of B (B first on odd rounds). Reports each side's median and
@@ -21,6 +22,7 @@ const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.start
 if (!args.b) throw new Error("ab_steps: --b DIR (the other checkout's root) is required");
 const presetNames = (args.presets ?? "tiny,small,medium").split(",");
 const rounds = Number(args.rounds ?? 10), steps = Number(args.steps ?? 50);
+const clocksMs = Number(args["clocks-ms"] ?? 300); // 0 on a software adapter, whose clocks mean nothing
 
 async function side(dir) {
   const root = resolve(dir);
@@ -56,7 +58,7 @@ for (const name of presetNames) {
   for (const [key, s] of Object.entries(sides)) trainers[key] = new s.Trainer(device, s.configFromPresets(s.presets, name), { corpus, subgroupWidth });
   const dispatches = Object.fromEntries(Object.entries(trainers).map(([k, t]) => [k, t.trainPlan.entries.length]));
   for (const t of Object.values(trainers)) await block(t); // warm-up
-  await raiseClocks(device, ops);
+  await raiseClocks(device, ops, clocksMs);
   let lossDiff = 0;
   for (let r = 0; r < rounds; r++) {
     const order = r % 2 ? ["B", "A"] : ["A", "B"], got = {};
