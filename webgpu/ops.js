@@ -305,8 +305,8 @@ export class Ops {
   /**
    * AdamW over n parameters, the gradients clipped to a global norm of tr.gradClip, and scal = [norm,
    * clip coefficient, the mean of the losses] (values: adamwValues()). Returns the dispatch index,
-   * whose step-dependent uniforms adamwValues() fills each step. workgroups: the grid's cap, where
-   * not adamwWorkgroups().
+   * whose step-dependent uniforms adamwStepValues() replaces each step. workgroups: the grid's cap,
+   * where not adamwWorkgroups().
    */
   adamwUpdate(plan, { n, params, grads, m, v, decay, partials, losses, scal, values, workgroups = adamwWorkgroups(this.softwareTiles) }) {
     return plan.add(adamwUpdate, values, [params, grads, m, v, decay, partials, losses, scal],
@@ -349,15 +349,21 @@ export class SplitSums {
   add(region) { this.regions.push(region); return this; }
 }
 
-/**
- * AdamW's uniforms for step t (1-based), n parameters and `rows` row losses: bias corrections in
- * binary64, as PyTorch computes them.
- */
+/** AdamW's uniforms for step t (1-based), n parameters and `rows` row losses. */
 export function adamwValues(n, tr, t, rows) {
   return {
     n, parts: normPartials(n), clip: tr.gradClip, rows,
     decay_factor: 1 - tr.lr * tr.weightDecay, beta1: tr.beta1, beta2: tr.beta2,
-    one_minus_beta1: 1 - tr.beta1, one_minus_beta2: 1 - tr.beta2,
-    step_size: tr.lr / (1 - tr.beta1 ** t), bc2_sqrt: Math.sqrt(1 - tr.beta2 ** t), eps: tr.eps,
+    one_minus_beta1: 1 - tr.beta1, one_minus_beta2: 1 - tr.beta2, eps: tr.eps, ...adamwStepValues(tr, t),
   };
+}
+
+/**
+ * The uniforms of AdamW that change with step t, into `into` (a step reuses one object): the bias
+ * corrections, in binary64 as PyTorch computes them.
+ */
+export function adamwStepValues(tr, t, into = {}) {
+  into.step_size = tr.lr / (1 - tr.beta1 ** t);
+  into.bc2_sqrt = Math.sqrt(1 - tr.beta2 ** t);
+  return into;
 }

@@ -43,6 +43,7 @@ export class Plan {
     this.frozen = false;
     this.cursor = 0;
     this.data = new ArrayBuffer(0);
+    this.view = new DataView(this.data); // over all slots, remade when data grows
   }
 
   /** Starts re-recording a frozen plan: the same sequence of add() calls must follow. */
@@ -68,6 +69,7 @@ export class Plan {
         const grown = new ArrayBuffer(Math.max(SLOT * 64, this.data.byteLength * 2));
         new Uint8Array(grown).set(new Uint8Array(this.data));
         this.data = grown;
+        this.view = new DataView(grown);
       }
     }
     this.entries[index].grid = grid;
@@ -77,23 +79,33 @@ export class Plan {
 
   _skip(k) { throw new Error(`plan ${this.label}: empty dispatch of ${k.name} while re-recording`); }
 
-  _write(index, k, values) {
-    const view = new DataView(this.data, index * SLOT, SLOT);
-    k.uniforms.forEach(([name, type], i) => {
-      const value = values[name];
+  /** Writes the kernel's uniforms into the dispatch's slot: all of them, or (some) only those in values. */
+  _write(index, k, values, some = false) {
+    for (let i = 0; i < k.uniforms.length; i++) { // an index loop: a step's update allocates nothing
+      const name = k.uniforms[i][0], type = k.uniforms[i][1], value = values[name], at = index * SLOT + 4 * i;
+      if (value === undefined && some) continue;
       if (value === undefined || Number.isNaN(value)) throw new Error(`${k.name}: uniform ${name} is ${value}`);
-      if (type === "f32") view.setFloat32(4 * i, value, true);
+      if (type === "f32") this.view.setFloat32(at, value, true);
       else {
         if (!Number.isInteger(value) || value < 0 || value >= 2 ** 32) throw new Error(`${k.name}: ${name}=${value} is not a u32`);
-        view.setUint32(4 * i, value, true);
+        this.view.setUint32(at, value, true);
       }
-    });
+    }
   }
 
-  /** Replace one dispatch's uniforms (e.g. AdamW's bias corrections) and upload that slot only. */
+  /**
+   * Replaces some of one dispatch's uniforms (those in values, e.g. AdamW's bias corrections; the
+   * rest keep what was recorded) and uploads that slot only.
+   */
   update(index, values) {
     const e = this.entries[index];
-    this._write(index, e.kernel, values);
+    const uniforms = e.kernel.uniforms;
+    for (const name in values) {
+      let known = false;
+      for (let i = 0; i < uniforms.length && !known; i++) known = uniforms[i][0] === name;
+      if (!known) throw new Error(`${e.kernel.name} has no uniform ${name}`);
+    }
+    this._write(index, e.kernel, values, true);
     this.device.queue.writeBuffer(this.uniformBuffer, index * SLOT, this.data, index * SLOT, SLOT);
   }
 

@@ -5,7 +5,7 @@
 // loss, through a ring of mappable buffers so the next step is never stalled.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, SplitSums, adamwValues, tilesPair, NORM_PARTIALS } from "./ops.js";
+import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, NORM_PARTIALS } from "./ops.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
@@ -451,7 +451,8 @@ export class Trainer {
     ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
     ops.gradNormPartials(plan, { n: this.P, grads: G, partials: this.partials });
     this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay,
-      partials: this.partials, losses: A.losses, scal: this.scal, values: this._adamwValues(1) });
+      partials: this.partials, losses: A.losses, scal: this.scal, values: adamwValues(this.P, this.tr, 1, rows) });
+    this.adamStepValues = {}; // adamwStepValues' object, reused by every step
     plan.freeze();
 
     // eval: the same forward, cross-entropy without gradient, per-row losses read back
@@ -481,11 +482,6 @@ export class Trainer {
     this.batchesDrawn += 1;
     this._fillWindows(this.train, this.startsHost);
     return { x: this.xHost, y: this.yHost };
-  }
-
-  /** AdamW's uniforms for step t (the step's loss is the mean of B·T row losses). */
-  _adamwValues(t) {
-    return adamwValues(this.P, this.tr, t, this.tr.batch * this.cfg.ctx);
   }
 
   _uploadBatch(x, y) {
@@ -518,7 +514,7 @@ export class Trainer {
     const { x, y } = batch ?? this.nextBatch();
     this._uploadBatch(x, y);
     this.stepCount += 1;
-    this.trainPlan.update(this.adamIndex, this._adamwValues(this.stepCount));
+    this.trainPlan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues));
     const enc = this.device.createCommandEncoder({ label: "train step" });
     const pass = enc.beginComputePass();
     this.trainPlan.encode(pass);
@@ -545,7 +541,7 @@ export class Trainer {
     const { x, y } = batch ?? this.nextBatch();
     this._uploadBatch(x, y);
     this.stepCount += 1;
-    this.trainPlan.update(this.adamIndex, this._adamwValues(this.stepCount));
+    this.trainPlan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues));
     await this.device.queue.onSubmittedWorkDone();
     const timed = async (i, times) => {
       const t0 = performance.now();

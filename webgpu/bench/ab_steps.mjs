@@ -15,10 +15,10 @@ import { resolve } from "node:path";
 import { nodeDevice } from "../node_gpu.js";
 import { Ops } from "../ops.js";
 import { subgroupWidthOf } from "../subgroups.js";
-import { raiseClocks } from "./replay.mjs";
+import { raiseClocks, benchArgs, median } from "./replay.mjs";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
+const args = benchArgs();
 if (!args.b) throw new Error("ab_steps: --b DIR (the other checkout's root) is required");
 const presetNames = (args.presets ?? "tiny,small,medium").split(",");
 const rounds = Number(args.rounds ?? 10), steps = Number(args.steps ?? 50);
@@ -27,7 +27,6 @@ const clocksMs = Number(args["clocks-ms"] ?? 300); // 0 on a software adapter, w
 async function side(dir) {
   const root = resolve(dir);
   return {
-    root,
     Trainer: (await import(`${root}/webgpu/trainer.js`)).Trainer,
     configFromPresets: (await import(`${root}/site/static/js/model_config.js`)).configFromPresets,
     presets: JSON.parse(readFileSync(`${root}/site/static/presets.json`, "utf8")),
@@ -40,7 +39,6 @@ const ops = new Ops(device);
 // side's own subgroups.js would report none, so both are given the width explicitly.
 const subgroupWidth = subgroupWidthOf(device);
 const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
 /** ms/step over `steps` steps, their losses, and the block's wall-clock span (to match with e.g. nvidia-smi's log). */
 async function block(trainer) {

@@ -10,11 +10,11 @@ import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Ops } from "../ops.js";
 import { Plan } from "../plan.js";
-import { raiseClocks, replayMicroseconds } from "./replay.mjs";
+import { raiseClocks, replayMicroseconds, benchArgs } from "./replay.mjs";
 import { attentionForward, attentionLayout, ATTENTION_LAYOUTS } from "../kernels/attention.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
+const args = benchArgs();
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 const names = (args.presets ?? "medium,large,xl,huge,massive").split(",").filter(Boolean);
 const clocksMs = Number(args["clocks-ms"] ?? 300);

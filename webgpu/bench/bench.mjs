@@ -13,10 +13,10 @@ import { configFromPresets } from "../../site/static/js/model_config.js";
 import { Ops } from "../ops.js";
 import { MATMUL_FORMS } from "../kernels/matmul.js";
 import { Plan } from "../plan.js";
-import { raiseClocks, replay } from "./replay.mjs";
+import { raiseClocks, replay, benchArgs } from "./replay.mjs";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
+const args = benchArgs();
 const presetNames = (args.presets ?? "small,medium,large,xl,huge,massive").split(",");
 const steps = Number(args.steps ?? 30), warmup = Number(args.warmup ?? 5);
 const sizes = (args.sizes ?? "1024,2048,4096").split(",").filter(Boolean).map(Number);

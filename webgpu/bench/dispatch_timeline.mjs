@@ -11,13 +11,13 @@ import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Trainer } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
+import { median } from "./replay.mjs";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
 const R = Number(process.argv[4] ?? 20), WARMUP = Number(process.argv[5] ?? 20);
 const { device } = await nodeDevice({ features: ["timestamp-query"], exactTimestamps: true });
-const median = (a) => [...a].sort((x, y) => x - y)[a.length >> 1];
 // a kernel's family: its name up to the tile or lane count (matmul_pair_backward_input_64x64w_... -> matmul_pair)
 const family = (name) => name.replace(/_(\d+x\d+|lanes|d\d+).*$/, "").replace(/^matmul_pair.*/, "matmul_pair");
 

@@ -15,11 +15,11 @@ import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Ops, SplitSums } from "../ops.js";
 import { Plan } from "../plan.js";
-import { raiseClocks, replayMicroseconds } from "./replay.mjs";
+import { raiseClocks, replayMicroseconds, benchArgs } from "./replay.mjs";
 import { MATMUL_FORMS, MATMUL_TILES, chooseTile, chooseSplits } from "../kernels/matmul.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
-const args = Object.fromEntries(process.argv.slice(2).map((a, i, all) => a.startsWith("--") ? [a.slice(2), all[i + 1]] : null).filter(Boolean));
+const args = benchArgs();
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 const names = (args.presets ?? "tiny,small,medium,large,xl,huge,massive").split(",").filter(Boolean);
 const squares = (args.square ?? "").split(",").filter(Boolean).map(Number);

@@ -1,5 +1,13 @@
 import { Plan } from "../plan.js";
 
+/** A benchmark's `--name value` arguments, as {name: value}. */
+export function benchArgs(argv = process.argv.slice(2)) {
+  return Object.fromEntries(argv.map((a, i, all) => (a.startsWith("--") ? [a.slice(2), all[i + 1]] : null)).filter(Boolean));
+}
+
+/** The middle value of xs (the upper one of an even count). */
+export const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
+
 // Shared by the benchmarks: a frozen plan replayed `reps` times in one compute pass and one submit
 // (each dispatch waits for the previous one, as in a step); returns ms from submit to completion.
 export async function replay(device, plan, reps) {

@@ -142,7 +142,7 @@ export async function runKernelCases(device, cases, inputs) {
       const partials = empty(NORM_PARTIALS), scal = empty(4);
       ops.gradNormPartials(plan, { n, grads, partials });
       ops.adamwUpdate(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), partials, losses: input(`${c.id}_losses`), scal,
-        values: adamwValues(n, c.training, c.t, c.rows), workgroups: c.workgroups ?? undefined });
+        values: adamwValues(n, c.training, c.t, c.rows), workgroups: c.workgroups });
       return { scal: [scal, 3], params: [params, n], m: [m, n], v: [v, n] };
     },
   };
