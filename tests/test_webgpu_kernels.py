@@ -526,9 +526,11 @@ cross_entropy_case(37, backward=False)
 
 
 # --- causal attention, forward + backward (head sizes 16, 32, 64; T across tile boundaries)
-def attention_case(B, T, H, D, subgroups=False, forward_split=None):
+def attention_case(B, T, H, D, subgroups=False, forward_split=None, wide=False):
     """subgroups: merge a row's partial results by shuffles where a row's invocations fit a subgroup
-    (the backward's 2; the forward's 8 only on subgroups of 8 or more, so forward_split 4 for SwiftShader's 4)."""
+    (the backward's 2; the forward's 8 only on subgroups of 8 or more, so forward_split 4 for SwiftShader's 4).
+    wide: the layouts of more query rows than COMPACT_ATTENTION_MAX_ROWS (large and up), where these
+    cases would take the compact ones."""
     C = H * D
 
     def t(shape):
@@ -545,7 +547,8 @@ def attention_case(B, T, H, D, subgroups=False, forward_split=None):
     scores = heads(q) @ heads(k).transpose(-1, -2) / math.sqrt(D)
     scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), float("-inf"))
     lse = torch.logsumexp(scores, -1)  # (B,H,T)
-    name = f"attention B={B} T={T} H={H} D={D}{f' forward split {forward_split}' if forward_split else ''}"
+    split = f" forward split {forward_split}" if forward_split else ""
+    name = f"attention B={B} T={T} H={H} D={D}{split}{' wide' if wide else ''}"
 
     def check(o):
         report(f"{name} out", o["out"], y.detach().numpy().ravel(), 2e-6)
@@ -554,19 +557,20 @@ def attention_case(B, T, H, D, subgroups=False, forward_split=None):
             report(f"{name} {g}", o[g], ref.numpy().ravel(), 2e-5)
 
     layout = {"forwardLayout": {"rows": 256 // forward_split, "split": forward_split}} if forward_split else {}
-    add_case(dict(op="attention", B=B, T=T, H=H, C=C, **layout),
+    add_case(dict(op="attention", B=B, T=T, H=H, C=C, wide=wide, **layout),
              {"q": f32(q.detach().numpy()), "k": f32(k.detach().numpy()), "v": f32(v.detach().numpy()),
               "dout": f32(dout)},
              check, subgroups)
 
 
-attention_case(2, 70, 3, 16)
+attention_case(2, 70, 3, 16)  # blocks of 16 query rows: a partial last block
 attention_case(1, 37, 2, 32)
-attention_case(1, 40, 1, 64)
-attention_case(2, 100, 2, 32)  # query blocks of 32: a partial last block, tiles of 32 keys across the diagonal
+attention_case(1, 40, 1, 64)  # the compact forward's tiles shrink to 16 rows to fit
+attention_case(2, 100, 2, 32, wide=True)  # blocks of 32 query rows, a partial last one; key tiles across the diagonal
 attention_case(2, 70, 3, 16, subgroups=True, forward_split=4)
 attention_case(2, 100, 2, 32, subgroups=True, forward_split=4)
-attention_case(1, 40, 1, 64, subgroups=True)  # the forward's 8 invocations a row merge as without subgroups
+attention_case(2, 100, 2, 32, subgroups=True, wide=True)  # the backward's 2 invocations a row merge by shuffles
+attention_case(1, 40, 1, 64, subgroups=True, wide=True)  # the forward's 8 invocations a row merge as without subgroups
 
 
 # --- attention forward against a KV cache: queries at past..past+T-1, keys 0..kvT-1 of which the first past+T

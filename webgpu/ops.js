@@ -7,7 +7,7 @@ import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, soft
 import { layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
-import { attentionForward, attentionBackward, attentionLayout, attentionGrid, ATTENTION_LAYOUTS } from "./kernels/attention.js";
+import { attentionForward, attentionBackward, attentionLayout, attentionLayoutFor, attentionGrid } from "./kernels/attention.js";
 import { gradGlobalNormPartials, adamwUpdate, NORM_PARTIALS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
@@ -38,10 +38,10 @@ export function tilesPair(inputGrad, weightGrad, workgroupLimit = 16384) {
     && pairSlabs({ form: "backward_input", ...inputGrad }, { form: "backward_weight", ...weightGrad }).bytes <= workgroupLimit;
 }
 const attentionKernels = new Map();
-// kind: "forward" or "backward"; options: attentionLayout's (the kind's own where absent; the layout
-// bench tries others); G: the subgroup width
-function attentionFor(kind, D, options, G) {
-  options ??= ATTENTION_LAYOUTS[kind];
+// kind: "forward" or "backward"; options: attentionLayout's (attentionLayoutFor's for `rows`, the
+// query rows over all heads, where absent; the layout bench tries others); G: the subgroup width
+function attentionFor(kind, D, rows, options, G) {
+  options ??= attentionLayoutFor(kind, D, rows);
   const key = JSON.stringify([kind, D, options, G]);
   if (!attentionKernels.has(key)) {
     const layout = attentionLayout(D, options);
@@ -281,7 +281,7 @@ export class Ops {
   }
 
   attentionForward(plan, { B, T, kvT, past, H, C, q, k, v, out, lse, layout }) {
-    const D = C / H, A = attentionFor("forward", D, layout, this.subgroupWidth);
+    const D = C / H, A = attentionFor("forward", D, B * H * T, layout, this.subgroupWidth);
     return plan.add(A.fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], attentionGrid(T, B * H, A.layout));
   }
 
@@ -290,7 +290,7 @@ export class Ops {
    * stride and 2·stride of one buffer, each (B,T,C).
    */
   attentionBackward(plan, { B, T, H, C, qkv, out, lse, dout, dqkv, layout }) {
-    const D = C / H, A = attentionFor("backward", D, layout, this.subgroupWidth);
+    const D = C / H, A = attentionFor("backward", D, B * H * T, layout, this.subgroupWidth);
     if (qkv.stride % 4 || dqkv.stride % 4) throw new Error("attentionBackward: q, k and v lie a multiple of 4 floats apart");
     plan.add(A.backward, { T, H, C, scale: 1 / Math.sqrt(D), q_stride: qkv.stride, dq_stride: dqkv.stride },
       [qkv.buffer, dout, out, lse, dqkv.buffer], attentionGrid(T, B * H, A.layout, 2));

@@ -49,6 +49,24 @@ const pow2Floor = (x) => 2 ** Math.floor(Math.log2(x));
  */
 export const ATTENTION_LAYOUTS = { forward: { queries: 2 }, backward: { rows: 64, split: 2, tile: 16 } };
 
+/**
+ * Up to this many query rows over all heads (B·H·T), both kinds take COMPACT_ATTENTION_LAYOUTS: tiny,
+ * small and medium (1536, 3072 and 6144 rows; large has 9216, xl 8192). There the layouts above
+ * give an H100 too few workgroups (small's backward: 96 of 128 invocations for 132 SMs), or a
+ * partial last block (medium's T = 96 in blocks of 64). 16 rows of 4 invocations were the fastest
+ * layout for both kinds at all three (alone, µs, ATTENTION_LAYOUTS → compact: small forward 7.6 →
+ * 6.8, backward 13.0 → 10.3; medium 10.5 → 9.2 and 18.8 → 16.0; docs/performance.md §24).
+ */
+export const COMPACT_ATTENTION_MAX_ROWS = 6144;
+const COMPACT_ATTENTION_LAYOUTS = { forward: { rows: 16, split: 4, tile: 32 }, backward: { rows: 16, split: 4, tile: 16 } };
+
+/** The layout options of `kind` for head size D and `rows` query rows over all heads (B·H·T). */
+export function attentionLayoutFor(kind, D, rows) {
+  if (rows > COMPACT_ATTENTION_MAX_ROWS) return ATTENTION_LAYOUTS[kind];
+  const compact = COMPACT_ATTENTION_LAYOUTS[kind];
+  return { ...compact, tile: Math.min(compact.tile, fittingTile(D, compact.split)) };
+}
+
 // a kernel's name: the head size, a layout other than its kind's default, and whether it merges by
 // shuffles (pipelines are cached by name)
 function variant(D, { rows, split, tile, queries }, kind, G) {
@@ -66,10 +84,11 @@ const shuffles = (split, G) => split > 1 && G >= split;
  * webgpu/bench/attention_layouts.mjs).
  */
 export function attentionLayout(D, { rows = 32, split = 8, tile = null, queries = 1 } = {}) {
-  const stride = D / 4 + 1;
-  tile ??= Math.max(split, pow2Floor(Math.min(64, (WORKGROUP_BYTES - 1024) / (2 * stride * 16))));
-  return { rows, split, tile, stride, queries };
+  return { rows, split, tile: tile ?? fittingTile(D, split), stride: D / 4 + 1, queries };
 }
+
+// the largest power-of-two tile (≤ 64 rows, ≥ split) of which two fit in workgroup memory with room for the rest
+const fittingTile = (D, split) => Math.max(split, pow2Floor(Math.min(64, (WORKGROUP_BYTES - 1024) / (2 * (D / 4 + 1) * 16))));
 
 // Compile-time constants of a layout; also the loop bounds that unrollLoops() unrolls.
 function constants(D, { rows, split, tile, stride, queries = 1 }) {

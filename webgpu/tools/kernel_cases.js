@@ -3,6 +3,7 @@
 // comes back as a Float32Array. The Python side computes the references and compares.
 import { Ops, SplitSums, adamwValues, NORM_PARTIALS } from "../ops.js";
 import { Plan } from "../plan.js";
+import { ATTENTION_LAYOUTS } from "../kernels/attention.js";
 
 /**
  * cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array}. A case
@@ -124,11 +125,13 @@ export async function runKernelCases(device, cases, inputs) {
       const { B, T, H, C } = c, n = B * T * C;
       const q = input(`${c.id}_q`), k = input(`${c.id}_k`), v = input(`${c.id}_v`), dout = input(`${c.id}_dout`);
       const out = empty(n), lse = empty(B * H * T);
-      ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse, layout: c.forwardLayout });
+      // c.wide: the layouts of more than COMPACT_ATTENTION_MAX_ROWS rows, which these small cases would not take
+      const layout = (kind) => (c.wide ? ATTENTION_LAYOUTS[kind] : undefined);
+      ops.attentionForward(plan, { B, T, kvT: T, past: 0, H, C, q, k, v, out, lse, layout: c.forwardLayout ?? layout("forward") });
       // the backward reads q, k, v from one buffer and writes dq, dk, dv to another, `stride` floats apart
       const stride = Math.ceil(n / 64) * 64, qkv = empty(3 * stride), dqkv = empty(3 * stride);
       ["q", "k", "v"].forEach((x, i) => device.queue.writeBuffer(qkv, 4 * i * stride, inputs[`${c.id}_${x}`]));
-      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: qkv, stride }, out, lse, dout, dqkv: { buffer: dqkv, stride } });
+      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: qkv, stride }, out, lse, dout, dqkv: { buffer: dqkv, stride }, layout: layout("backward") });
       const part = (i) => [dqkv, n, 4 * i * stride];
       return { out: [out, n], lse: [lse, B * H * T], dq: part(0), dk: part(1), dv: part(2) };
     },
