@@ -34,16 +34,16 @@ def test_every_variant_is_dumped_and_the_node_compiler_checks_files(tmp_path):
         assert len(re.findall(r"@compute", code)) == 1, f
     families = {"matmul_forward", "matmul_backward_input", "matmul_backward_weight", "matmul_pair",
                 "matmul_split_final", "layernorm_forward", "layernorm_backward_input", "layernorm_backward_params",
-                "embedding_forward", "embedding_backward",
+                "embedding_forward", "embedding_backward_norm",
                 "cross_entropy_forward", "cross_entropy_backward", "attention_forward",
-                "attention_backward", "grad_global_norm_partials", "adamw_update"}
+                "attention_backward", "adamw_update"}
     entry_points = {re.search(r"@compute[^\n]*\nfn (\w+)\(", (tmp_path / f).read_text()).group(1) for f in files}
     assert entry_points == families
 
     # the Node compiler on three small kernels, and on a broken one
     few = tmp_path / "few"
     few.mkdir()
-    for f in ("adamw_update.wgsl", "grad_global_norm_partials.wgsl", "embedding_forward.wgsl"):
+    for f in ("adamw_update.wgsl", "embedding_backward_norm.wgsl", "embedding_forward.wgsl"):
         (few / f).write_text((tmp_path / f).read_text())
     compiled = node("compile_wgsl.mjs", str(few))
     print(f"{compiled['adapter']}: {compiled['compiled']} of 3 compiled")

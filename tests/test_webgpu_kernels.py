@@ -466,10 +466,11 @@ split_sums_case([(37, 53, 150, "64x64", 3, True), (20, 33, 301, "32x64", 4, Fals
 
 
 # --- embedding forward + deterministic scatter-add backward
-def embedding_case(B, T, C, V=256, ctx=9, distinct=20):
+def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
+    """tail: gradients after the embedding's, in the norm's partials only."""
     rows = B * T
     wte_off, wpe_off = 3, 3 + V * C + 5
-    n_params = wpe_off + ctx * C + 2
+    n_params = wpe_off + ctx * C + tail
     params = rng.standard_normal(n_params)
     tokens = rng.integers(0, distinct, rows)  # few distinct tokens: many repeats to sum
     dres = rng.standard_normal((rows, C))
@@ -485,9 +486,27 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20):
     starts = np.concatenate([[0], np.cumsum(counts)])
     order = np.concatenate([starts, np.argsort(tokens, kind="stable")]).astype(np.uint32)
 
+    # the gradient norm's partial sums of squares, in the kernel's order: the token workgroups' (each
+    # 256 wte gradients), the position workgroups', then normPartials(n) strided sums of the rest
+    squares = ref_grads ** 2
+    owned = np.zeros(n_params, bool)
+    owned[wte_off:wte_off + V * C] = owned[wpe_off:wpe_off + T * C] = True
+    parts = max(1, min(1024, -(-n_params // 2048)))
+
+    def per_workgroup(x):
+        return np.pad(x, (0, -len(x) % 256)).reshape(-1, 256).sum(1)
+
+    ref_partials = np.concatenate([per_workgroup(squares[wte_off:wte_off + V * C]),
+                                   per_workgroup(squares[wpe_off:wpe_off + T * C]),
+                                   np.bincount(np.arange(n_params) % (parts * 256) // 256,
+                                               weights=np.where(owned, 0, squares), minlength=parts)])
+
     def check(o):
         report(f"embedding forward B={B} T={T} C={C}", o["out"], ref_out.ravel(), 1e-6)
         report(f"embedding backward (wte, wpe) B={B} T={T} C={C}", o["grads"], ref_grads, 1e-5)
+        assert len(o["partials"]) == len(ref_partials), (len(o["partials"]), len(ref_partials))
+        report(f"gradient norm's {len(ref_partials)} partials B={B} T={T} C={C}", o["partials"], ref_partials,
+               1e-6 * ref_partials.max())
 
     add_case(dict(op="embedding", B=B, T=T, C=C, V=V, wteOff=wte_off, wpeOff=wpe_off, nParams=n_params),
              {"params": f32(params), "tokens": tokens.astype(np.uint32), "order": order, "dres": f32(dres),
@@ -496,7 +515,7 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20):
 
 embedding_case(3, 7, 10)
 # chains of ~60 rows a token, as a frequent byte makes: the backward's 8-row loads and their remainder
-embedding_case(4, 45, 12, ctx=45, distinct=3)
+embedding_case(4, 45, 12, ctx=45, distinct=3, tail=3000)  # and 4 norm workgroups, each striding past the tables
 
 
 # --- softmax cross-entropy: the forward (losses, logits untouched) and the backward fused with it
@@ -600,7 +619,7 @@ attention_cached_case(1, 100, 128, 1, 64)
 attention_cached_case(5, 7, 16, 2, 16)
 
 
-# --- global norm, clip, AdamW (decay on the masked parameters only)
+# --- clip to the global norm (from the norm's partials), AdamW (decay on the masked parameters only)
 def adamw_case(n, grad_scale, t, rows=37, workgroups=None):
     """Also the step's mean loss over `rows` row losses, which AdamW's dispatch computes; workgroups:
     the grid's cap (the kernel's default where None)."""
@@ -633,9 +652,11 @@ def adamw_case(n, grad_scale, t, rows=37, workgroups=None):
         report(f"{name} params", o["params"], p, 2e-6)
 
     grid = {"workgroups": workgroups} if workgroups else {}  # absent: ops' own cap
-    add_case(dict(op="adamw", n=n, t=t, training=training, rows=rows, **grid),
+    # the norm's partial sums of squares, as the embedding's backward leaves them: here 5 uneven ones
+    partials = [float(np.sum(chunk * chunk)) for chunk in np.array_split(g32, 5)]
+    add_case(dict(op="adamw", n=n, t=t, training=training, rows=rows, parts=len(partials), **grid),
              {"params": f32(params), "m": f32(m), "v": f32(v), "grads": f32(grads), "decay": words.astype(np.uint32),
-              "losses": f32(losses)},
+              "losses": f32(losses), "partials": f32(partials)},
              check)
 
 

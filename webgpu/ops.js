@@ -5,10 +5,10 @@
 import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import { layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
-import { embeddingForward, embeddingBackward } from "./kernels/embedding.js";
+import { embeddingForward, embeddingBackwardNorm } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackward, attentionLayout, attentionLayoutFor, attentionGrid } from "./kernels/attention.js";
-import { gradGlobalNormPartials, adamwUpdate, NORM_PARTIALS, normPartials } from "./kernels/adamw.js";
+import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
 
@@ -264,10 +264,16 @@ export class Ops {
     return plan.add(embeddingForward, { rows, T, C, past, wte_off: wteOff, wpe_off: wpeOff }, [tokens, params, out], grid1d(Math.ceil((rows * C) / 256)));
   }
 
-  embeddingBackward(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff }) {
-    const tokenGroups = Math.ceil((V * C) / 256);
-    return plan.add(embeddingBackward, { V, B, T, C, wte_off: wteOff, wpe_off: wpeOff, token_groups: tokenGroups },
-      [order, dres, grads], grid1d(tokenGroups + Math.ceil((T * C) / 256)));
+  /**
+   * The embedding's backward and the gradient norm's partial sums of squares over all n gradients,
+   * in one dispatch: run it after every other gradient is final. partials: normPartialCount() floats.
+   * Returns how many partials it writes, which adamwUpdate sums (adamwValues' `parts`).
+   */
+  embeddingBackwardNorm(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff, n, partials }) {
+    const groups = embeddingGroups(V, T, C), parts = normPartials(n);
+    plan.add(embeddingBackwardNorm, { V, B, T, C, wte_off: wteOff, wpe_off: wpeOff, token_groups: groups.token, position_groups: groups.position, n, parts },
+      [order, dres, grads, partials], grid1d(groups.token + groups.position + parts));
+    return groups.token + groups.position + parts;
   }
 
   /** losses: (rows) per-row losses (their mean: adamwUpdate's scal[2]). */
@@ -296,12 +302,6 @@ export class Ops {
       [qkv.buffer, dout, out, lse, dqkv.buffer], attentionGrid(T, B * H, A.layout, 2));
   }
 
-  /** partials: normPartials(n) sums of squares of the n gradients, which adamwUpdate sums to their norm. */
-  gradNormPartials(plan, { n, grads, partials }) {
-    const parts = normPartials(n);
-    plan.add(gradGlobalNormPartials, { n, parts }, [grads, partials], [parts, 1]);
-  }
-
   /**
    * AdamW over n parameters, the gradients clipped to a global norm of tr.gradClip, and scal = [norm,
    * clip coefficient, the mean of the losses] (values: adamwValues()). Returns the dispatch index,
@@ -315,7 +315,7 @@ export class Ops {
 }
 
 /**
- * AdamW's workgroups at most: each sums the norm's partials (≤ NORM_PARTIALS) itself. 1024 of 256
+ * AdamW's workgroups at most: each sums the norm's partials (≤ normPartialCount) itself. 1024 of 256
  * invocations fill an H100 (132 SMs × 2048 invocations) once, so no second wave re-sums them (H100,
  * in a step: 256 was 0.5–1% slower at huge and massive, 4096 no different, docs/performance.md §23);
  * a software adapter pays for each workgroup's barriers and has a few cores, so it gets 16.
@@ -324,7 +324,14 @@ function adamwWorkgroups(software) {
   return software ? 16 : 1024;
 }
 
-export { NORM_PARTIALS };
+// the embedding backward's workgroups of NORM_THREADS: one invocation per (token, channel), then per (position, channel)
+const embeddingGroups = (V, T, C) => ({ token: Math.ceil((V * C) / NORM_THREADS), position: Math.ceil((T * C) / NORM_THREADS) });
+
+/** The most partials embeddingBackwardNorm writes for V tokens and T positions of C channels. */
+export function normPartialCount(V, T, C) {
+  const groups = embeddingGroups(V, T, C);
+  return groups.token + groups.position + NORM_PARTIALS;
+}
 
 /** Split-K products whose final sums are recorded later, together (Ops.matmul's `sums`). */
 /** The uniforms of up to SPLIT_REGIONS split-K sums (splitRegionFields), and their elements' end. */
@@ -349,10 +356,10 @@ export class SplitSums {
   add(region) { this.regions.push(region); return this; }
 }
 
-/** AdamW's uniforms for step t (1-based), n parameters and `rows` row losses. */
-export function adamwValues(n, tr, t, rows) {
+/** AdamW's uniforms for step t (1-based), n parameters, `parts` norm partials and `rows` row losses. */
+export function adamwValues(n, tr, t, rows, parts) {
   return {
-    n, parts: normPartials(n), clip: tr.gradClip, rows,
+    n, parts, clip: tr.gradClip, rows,
     decay_factor: 1 - tr.lr * tr.weightDecay, beta1: tr.beta1, beta2: tr.beta2,
     one_minus_beta1: 1 - tr.beta1, one_minus_beta2: 1 - tr.beta2, eps: tr.eps, ...adamwStepValues(tr, t),
   };

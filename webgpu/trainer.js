@@ -5,7 +5,7 @@
 // loss, through a ring of mappable buffers so the next step is never stalled.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, NORM_PARTIALS } from "./ops.js";
+import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount } from "./ops.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
@@ -134,7 +134,7 @@ function trainerBuffers(config) {
   for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
     ["d qkv", 3 * qkvStride(rows * C)], ["split-K partials", splitKPlan(m, rows).floats],
     ["split-K LayerNorm partials", summedSlabFloats(m, rows)],
-    ["token order", V + 1 + rows], ["norm partials", NORM_PARTIALS], ["norm, clip and loss", 4]]) add(name, 4 * n);
+    ["token order", V + 1 + rows], ["norm partials", normPartialCount(V, T, C)], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
   activations("generate", 1, 1, T);
@@ -408,7 +408,7 @@ export class Trainer {
     this.order = this.buffer("token order", 4 * (V + 1 + rows), U().STORAGE | U().COPY_DST);
     this.orderHost = new Uint32Array(V + 1 + rows);
     this.cursorHost = new Uint32Array(V);
-    this.partials = this.buffer("norm partials", 4 * NORM_PARTIALS, S);
+    this.partials = this.buffer("norm partials", 4 * normPartialCount(V, T, C), S);
     this.scal = this.buffer("norm, clip and loss", 16, S); // [gradient norm, clip coefficient, mean loss]
     this.ring = Array.from({ length: LOSS_RING }, (_, i) => ({
       buf: this.buffer(`loss readback ${i}`, 16, U().MAP_READ | U().COPY_DST), pending: null,
@@ -448,10 +448,10 @@ export class Trainer {
         { dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") }] });
       slabsUsed = 0;
     }
-    ops.embeddingBackward(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte, wpeOff: o["position_embedding.weight"] });
-    ops.gradNormPartials(plan, { n: this.P, grads: G, partials: this.partials });
+    const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte,
+      wpeOff: o["position_embedding.weight"], n: this.P, partials: this.partials });
     this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay,
-      partials: this.partials, losses: A.losses, scal: this.scal, values: adamwValues(this.P, this.tr, 1, rows) });
+      partials: this.partials, losses: A.losses, scal: this.scal, values: adamwValues(this.P, this.tr, 1, rows, parts) });
     this.adamStepValues = {}; // adamwStepValues' object, reused by every step
     plan.freeze();
 

@@ -1,57 +1,32 @@
 // Global gradient norm, clipping and AdamW (docs/determinism.md § The training step), as
-// wasm/src/adamw.h, in two dispatches: grad_global_norm_partials sums squares into partials, and
+// wasm/src/adamw.h. The norm's partial sums of squares come from the embedding's backward, the last
+// gradient written, in the same dispatch (kernels/embedding.js embedding_backward_norm), and
 // adamw_update does the rest. Every AdamW workgroup sums the partials itself, in one fixed order, so
 // each gets the same norm and clip coefficient without a single-workgroup dispatch (and the barrier
 // before and after it) between the two: clip_gradients never runs on its own, each gradient is
 // scaled as it is read. Workgroup 0 also writes `scal` = [norm, clip coefficient, the step's mean
 // loss] for the host, the loss riding along in a dispatch that runs once per step anyway.
-import { kernel, LINEAR_ID } from "./kernel.js";
+import { kernel, LINEAR_ID, workgroupSum } from "./kernel.js";
 
-// grad_global_norm_partials: normPartials(n) workgroups of 256, each summing a fixed strided subset
-// into one partial. Up to 256k invocations keep enough loads in flight to stream a big model's
-// gradients at memory speed (16k invocations with 1.5k-long loops took 584 us on 25M gradients on an
-// H200); a small model gets fewer, each with ~8 gradients, rather than invocations with none:
-// SwiftShader pays ~1 ms per workgroup of this kernel (963 ms of tiny's ~5 s step had 1024).
+// The norm's workgroups of 256 (NORM_THREADS) over n gradients: each sums a fixed strided subset into
+// one partial. Up to 256k invocations keep enough loads in flight to stream a big model's gradients
+// at memory speed (16k invocations with 1.5k-long loops took 584 us on 25M gradients on an H200); a
+// small model gets fewer, each with ~8 gradients, rather than invocations with none: SwiftShader
+// pays ~1 ms per workgroup of this kernel (963 ms of tiny's ~5 s step had 1024).
 export const NORM_PARTIALS = 1024;
-const NORM_THREADS = 256;
+export const NORM_THREADS = 256;
 export const normPartials = (n) => Math.max(1, Math.min(NORM_PARTIALS, Math.ceil(n / (8 * NORM_THREADS))));
-
-const WG_SUM = /* wgsl */ `
-var<workgroup> red: array<f32, ${NORM_THREADS}>;
-fn wg_sum(v: f32, li: u32) -> f32 {
-  red[li] = v;
-  workgroupBarrier();
-  for (var s = ${NORM_THREADS / 2}u; s > 0u; s = s >> 1u) {
-    if (li < s) { red[li] = red[li] + red[li + s]; }
-    workgroupBarrier();
-  }
-  let total = red[0];
-  workgroupBarrier(); // every invocation has read red[0] before a next wg_sum overwrites it
-  return total;
-}`;
-
-// grads: (n) -> partials: (parts) sums of squares; invocation g (of all parts·256) sums g,
-// g + parts·256, ..., then each workgroup adds its 256 sums as a fixed tree
-export const gradGlobalNormPartials = kernel("grad_global_norm_partials", [["n", "u32"], ["parts", "u32"]], [["grads", "read"], ["partials", "rw"]], /* wgsl */ `${WG_SUM}
-@compute @workgroup_size(${NORM_THREADS})
-fn grad_global_norm_partials(@builtin(global_invocation_id) gid: vec3u, @builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
-  var s = 0.0;
-  for (var i = gid.x; i < p.n; i += p.parts * ${NORM_THREADS}u) { let g = grads[i]; s = s + g * g; }
-  let total = wg_sum(s, li);
-  if (li == 0u) { partials[wid.x] = total; }
-}
-`);
 
 // One AdamW step over all n parameters; bit i of `decay` says whether parameter i is decayed (2D+
 // tensors). step_size = lr / (1 - beta1^t) and bc2_sqrt = sqrt(1 - beta2^t) come from the host in
-// binary64. partials -> norm (their sum in a fixed order), coefficient = min(1, clip / (norm + 1e-6));
+// binary64. partials: (parts) -> norm (their sum in a fixed order), coefficient = min(1, clip / (norm + 1e-6));
 // losses: (rows) -> scal[2] = their mean. The grid is capped (adamwWorkgroups), each invocation
 // striding over the parameters, so the partials are re-summed by at most that many workgroups.
 export const adamwUpdate = kernel("adamw_update",
   [["n", "u32"], ["parts", "u32"], ["clip", "f32"], ["rows", "u32"], ["decay_factor", "f32"], ["beta1", "f32"], ["beta2", "f32"],
     ["one_minus_beta1", "f32"], ["one_minus_beta2", "f32"], ["step_size", "f32"], ["bc2_sqrt", "f32"], ["eps", "f32"]],
   [["params", "rw"], ["grads", "read"], ["m", "rw"], ["v", "rw"], ["decay", "read", "u32"], ["partials", "read"],
-    ["losses", "read"], ["scal", "rw"]], /* wgsl */ `${WG_SUM}${LINEAR_ID}
+    ["losses", "read"], ["scal", "rw"]], /* wgsl */ `${workgroupSum(NORM_THREADS)}${LINEAR_ID}
 @compute @workgroup_size(${NORM_THREADS})
 fn adamw_update(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   var s = 0.0;

@@ -27,6 +27,24 @@ export const LINEAR_ID = /* wgsl */ `
 fn linear_workgroup(wid: vec3u, nwg: vec3u) -> u32 { return wid.y * nwg.x + wid.x; }
 `;
 
+/**
+ * wg_sum(v, li): the sum of every invocation's v over a workgroup of `threads` (a power of two), as
+ * a fixed tree (deterministic), returned to all. Call from uniform control flow.
+ */
+export const workgroupSum = (threads) => /* wgsl */ `
+var<workgroup> red: array<f32, ${threads}>;
+fn wg_sum(v: f32, li: u32) -> f32 {
+  red[li] = v;
+  workgroupBarrier();
+  for (var s = ${threads / 2}u; s > 0u; s = s >> 1u) {
+    if (li < s) { red[li] = red[li] + red[li + s]; }
+    workgroupBarrier();
+  }
+  let total = red[0];
+  workgroupBarrier(); // every invocation has read red[0] before a next wg_sum overwrites it
+  return total;
+}`;
+
 /** [0, 1, ..., n - 1]: the indices that generated WGSL unrolls over. */
 export const range = (n) => Array.from({ length: n }, (_, i) => i);
 

@@ -1,7 +1,7 @@
 // Single-kernel cases for tests/test_webgpu_kernels.py, independent of the host (browser or Node):
 // each case names an op, its shapes and its inputs (raw little-endian bytes by name); each output
 // comes back as a Float32Array. The Python side computes the references and compares.
-import { Ops, SplitSums, adamwValues, NORM_PARTIALS } from "../ops.js";
+import { Ops, SplitSums, adamwValues, normPartialCount } from "../ops.js";
 import { Plan } from "../plan.js";
 import { ATTENTION_LAYOUTS } from "../kernels/attention.js";
 
@@ -112,8 +112,10 @@ export async function runKernelCases(device, cases, inputs) {
     embedding(c, plan) {
       const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);
       ops.embeddingForward(plan, { rows, T, C, past: 0, tokens: input(`${c.id}_tokens`), params: input(`${c.id}_params`), wteOff: c.wteOff, wpeOff: c.wpeOff, out });
-      ops.embeddingBackward(plan, { B, T, C, V, order: input(`${c.id}_order`), dres: input(`${c.id}_dres`), grads, wteOff: c.wteOff, wpeOff: c.wpeOff });
-      return { out: [out, rows * C], grads: [grads, c.nParams] };
+      const partials = empty(normPartialCount(V, T, C));
+      const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: input(`${c.id}_order`), dres: input(`${c.id}_dres`), grads,
+        wteOff: c.wteOff, wpeOff: c.wpeOff, n: c.nParams, partials });
+      return { out: [out, rows * C], grads: [grads, c.nParams], partials: [partials, parts] };
     },
     cross_entropy(c, plan) {
       const logits = input(`${c.id}_logits`), losses = empty(c.rows);
@@ -142,10 +144,10 @@ export async function runKernelCases(device, cases, inputs) {
     },
     adamw(c, plan) {
       const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
-      const partials = empty(NORM_PARTIALS), scal = empty(4);
-      ops.gradNormPartials(plan, { n, grads, partials });
+      // the norm's partial sums of squares, as embeddingBackwardNorm leaves them
+      const partials = input(`${c.id}_partials`), scal = empty(4);
       ops.adamwUpdate(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), partials, losses: input(`${c.id}_losses`), scal,
-        values: adamwValues(n, c.training, c.t, c.rows), workgroups: c.workgroups });
+        values: adamwValues(n, c.training, c.t, c.rows, c.parts), workgroups: c.workgroups });
       return { scal: [scal, 3], params: [params, n], m: [m, n], v: [v, n] };
     },
   };
