@@ -5,6 +5,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILD = Path(os.environ.get("TINYGPT_BUILD", ROOT / "build"))
+# SwiftShader's Vulkan ICD, as Debian's chromium ships it: Node's `webgpu` (Dawn) runs on it in the tests
+SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
+
+
+def swiftshader_env(**extra):
+    """The environment of a Node process whose WebGPU device is SwiftShader (correctness only, never speed)."""
+    return dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD, **extra)
 
 
 @pytest.fixture(autouse=True, scope="session")

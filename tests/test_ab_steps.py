@@ -4,19 +4,16 @@ probed subgroup width, and that each round times a block of each."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
-from conftest import ROOT
-
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
+from conftest import ROOT, swiftshader_env
 
 
 def test_the_same_code_on_both_sides_trains_the_same_losses(tmp_path):
     out = tmp_path / "ab.json"
     subprocess.run(["node", str(ROOT / "webgpu/bench/ab_steps.mjs"), "--b", str(ROOT), "--presets", "tiny",
                     "--rounds", "2", "--steps", "1", "--clocks-ms", "0", "--out", str(out)],
-                   env=dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD), check=True, capture_output=True, timeout=600)
+                   env=swiftshader_env(), check=True, capture_output=True, timeout=600)
     result = json.loads(out.read_text())
     tiny = result["presets"][0]
     print(f"subgroup width {result['subgroupWidth']}; tiny A {tiny['times']['A']} ms, B {tiny['times']['B']} ms, "

@@ -10,8 +10,9 @@ import torch
 from python_ref import decode_bench as db
 from python_ref.config import model_config
 
+from conftest import SWIFTSHADER_ICD
+
 NEW = 48  # tiny's ctx is 32: the window restarts once
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
 
 
 @pytest.fixture

@@ -4,18 +4,15 @@ up by kernel family."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
-from conftest import ROOT
-
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
+from conftest import ROOT, swiftshader_env
 
 
 def test_every_dispatch_of_a_step_is_timed_in_place(tmp_path):
     out = tmp_path / "timeline.json"
     subprocess.run(["node", str(ROOT / "webgpu/bench/dispatch_timeline.mjs"), "tiny", str(out), "1", "0"],
-                   env=dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD), check=True, capture_output=True, timeout=600)
+                   env=swiftshader_env(), check=True, capture_output=True, timeout=600)
     tiny = json.loads(out.read_text())["tiny"]
     print(f"{tiny['dispatches']} dispatches, span {tiny['spanUs'] / 1e3:.1f} ms, "
           f"families {[(f['family'], f['count']) for f in tiny['families']]}")

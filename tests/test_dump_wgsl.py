@@ -5,17 +5,14 @@ page that has already compiled most of them for its kernel cases."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 
-from conftest import ROOT
-
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
+from conftest import ROOT, swiftshader_env
 
 
 def node(script: str, *args: str, exit_code: int = 0) -> dict:
-    env = dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD)
+    env = swiftshader_env()
     r = subprocess.run(["node", str(ROOT / "webgpu/tools" / script), *args], env=env, capture_output=True, text=True,
                        timeout=1200)
     assert r.returncode == exit_code, r.stdout[-4000:] + r.stderr[-4000:]

@@ -4,19 +4,16 @@ times the trainer's own choice beside them and the floor, and writes what torch_
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 
-from conftest import ROOT
-
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
+from conftest import ROOT, swiftshader_env
 
 
 def test_tiles_of_a_preset_and_the_floor(tmp_path):
     out = tmp_path / "tiles.json"
     subprocess.run(["node", str(ROOT / "webgpu/bench/matmul_tiles.mjs"), "--presets", "tiny", "--tiles", "32x32-s2",
                     "--clocks-ms", "0", "--reps", "10", "--out", str(out)],
-                   env=dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD), check=True, capture_output=True, timeout=600)
+                   env=swiftshader_env(), check=True, capture_output=True, timeout=600)
     rows = json.loads(out.read_text())
     floor, products = rows[0], rows[1:]
     print(f"floor row {floor}; {len(products)} products of tiny")

@@ -6,7 +6,6 @@ probe(), and a lost device."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections import Counter
 
@@ -14,17 +13,16 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import ROOT
+from conftest import ROOT, swiftshader_env
 from python_ref.train import new_run, train_step
 
 DRIVER = ROOT / "tests/js/webgpu_engine_driver.mjs"
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
 STEPS = 8  # as tests/js/webgpu_engine_driver.mjs
 RESUME_AT = 4
 
 
 def drive(part: str) -> dict:
-    env = dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD)
+    env = swiftshader_env()
     r = subprocess.run(["node", str(DRIVER), part], env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])

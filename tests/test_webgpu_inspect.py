@@ -2,19 +2,17 @@
 under Node (npm `webgpu`: Dawn on SwiftShader), driven by tests/js/webgpu_inspect_driver.mjs,
 against python_ref/look_inside.py on the same random tiny model."""
 import json
-import os
 import subprocess
 
 import numpy as np
 
-from conftest import ROOT
+from conftest import ROOT, swiftshader_env
 from python_ref.look_inside import attention_weights, generation_probs, top_bytes
 from python_ref.tinygpt_file import model_from_state, read_state
 from support.random_model import random_model_file
 from support.tinygpt_native import state_bytes_of_file
 
 DRIVER = ROOT / "tests/js/webgpu_inspect_driver.mjs"
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
 PROMPT = b"ROMEO:\nBut soft\x07!"
 NEW = 6
 
@@ -22,7 +20,7 @@ NEW = 6
 def test_attention_and_top5_match_python_ref(tmp_path):
     path = random_model_file(tmp_path / "random.tinygpt")
     (tmp_path / "state").write_bytes(state_bytes_of_file(path))
-    env = dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD)
+    env = swiftshader_env()
     r = subprocess.run(["node", str(DRIVER), str(tmp_path / "state"), PROMPT.hex(), str(NEW)], env=env,
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr

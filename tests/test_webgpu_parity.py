@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
-from conftest import ROOT
-
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
+from conftest import ROOT, swiftshader_env
 
 
 def test_parity_script_compares_the_trainers(tmp_path):
     out = tmp_path / "parity.json"
     r = subprocess.run([sys.executable, str(ROOT / "webgpu/bench/parity.py"), "--presets", "tiny", "--steps", "3",
-                        "--out", str(out)], env=dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD),
+                        "--out", str(out)], env=swiftshader_env(),
                        capture_output=True, text=True, timeout=600)
     print(r.stdout.strip())
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
@@ -26,7 +23,7 @@ def test_parity_script_compares_the_trainers(tmp_path):
 
 def test_parity_script_fails_past_the_bar(tmp_path):
     r = subprocess.run([sys.executable, str(ROOT / "webgpu/bench/parity.py"), "--presets", "tiny", "--steps", "2",
-                        "--bar", "0"], env=dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD),
+                        "--bar", "0"], env=swiftshader_env(),
                        capture_output=True, text=True, timeout=600)
     print(r.stdout.strip())
     assert r.returncode == 1 and "FAILED" in r.stdout

@@ -3,20 +3,18 @@
 tests/js/subgroups_driver.mjs. The kernels themselves, with and without subgroups, are checked against
 float64 references in test_webgpu_kernels.py, and the trainer's losses in test_webgpu_trainer.py."""
 import json
-import os
 import subprocess
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, swiftshader_env
 
 DRIVER = ROOT / "tests/js/subgroups_driver.mjs"
-SWIFTSHADER_ICD = "/usr/lib/chromium/vk_swiftshader_icd.json"
 
 
 @pytest.fixture(scope="module")
 def driver():
-    env = dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD)
+    env = swiftshader_env()
     r = subprocess.run(["node", str(DRIVER)], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -8,10 +8,8 @@ GPU's tiles, so the plan a GPU runs is checked against python_ref end to end her
 """
 import base64
 import json
-import os
 import struct
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -25,7 +23,7 @@ from python_ref.tinygpt_file import CheckpointState, manifest_entries, model_fro
 from python_ref.train import make_optimizer, train_step
 from support.browser_host import BrowserHost, from_b64
 
-ROOT = Path(__file__).resolve().parent.parent
+from conftest import ROOT, swiftshader_env
 
 CORPUS_URL = "/" + str(DEFAULT_CORPUS.relative_to(ROOT))
 # The tiny preset's model; the parity run shortens its context (64 tokens per batch: 4 x 16).
@@ -161,8 +159,7 @@ def test_node_host_runs_the_same_module(parity_run):
     ("""The same trainer.js under Node's `webgpu` package (Dawn on SwiftShader's Vulkan ICD) """
      """gives the browser's losses; Node runs it without subgroups (TINYGPT_SUBGROUPS=0), so the """
      """kernels' fallback is checked against the browser's subgroup kernels end to end.""")
-    icd = Path("/usr/lib/chromium/vk_swiftshader_icd.json")
-    env = dict(os.environ, VK_ICD_FILENAMES=str(icd), TINYGPT_SUBGROUPS="0")
+    env = swiftshader_env(TINYGPT_SUBGROUPS="0")
     job = {"preset": "tiny", "overrides": PARITY, "steps": 5}
     r = subprocess.run(["node", str(ROOT / "webgpu/tools/train_node.mjs")], input=json.dumps(job), env=env,
                        capture_output=True, text=True, timeout=600)
