@@ -465,12 +465,14 @@ split_sums_case([(37, 53, 150, "64x64", 3, True), (20, 33, 301, "32x64", 4, Fals
                  (16, 16, 200, "32x32", 5, True), (30, 20, 90, "32x32", 2, False), (9, 12, 70, "32x64", 3, True)])
 
 
-# --- embedding forward + deterministic scatter-add backward
+# --- embedding forward (alone and in the first LayerNorm) + deterministic scatter-add backward, with ln_f's
+# parameter gradients
 def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
-    """tail: gradients after the embedding's, in the norm's partials only."""
+    """tail: gradients after the embedding's and ln_f's, in the norm's partials only."""
     rows = B * T
     wte_off, wpe_off = 3, 3 + V * C + 5
-    n_params = wpe_off + ctx * C + tail
+    lnf_off = wpe_off + ctx * C + 1  # ln_f's weight, then its bias
+    n_params = lnf_off + 2 * C + tail
     params = rng.standard_normal(n_params)
     tokens = rng.integers(0, distinct, rows)  # few distinct tokens: many repeats to sum
     dres = rng.standard_normal((rows, C))
@@ -478,6 +480,10 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
     wte = params[wte_off:wte_off + V * C].reshape(V, C)
     wpe = params[wpe_off:wpe_off + ctx * C].reshape(ctx, C)
     ref_out = wte[tokens] + wpe[np.arange(rows) % T]
+    # the first LayerNorm's embedding, at positions past.. (ln_f's weights, for want of others)
+    past, eps = ctx - T, 1e-5
+    ref_embedded = wte[tokens] + wpe[past + np.arange(rows) % T]
+    e_mean, e_rstd = ref_embedded.mean(1), 1 / np.sqrt(ref_embedded.var(1) + eps)
     ref_grads = grads0.copy()
     g_wte = ref_grads[wte_off:wte_off + V * C].reshape(V, C)
     np.add.at(g_wte, tokens, dres)
@@ -485,12 +491,21 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
     counts = np.bincount(tokens, minlength=V)
     starts = np.concatenate([[0], np.cumsum(counts)])
     order = np.concatenate([starts, np.argsort(tokens, kind="stable")]).astype(np.uint32)
+    # ln_f: dweight = Σ_rows dout·x̂, dbias = Σ_rows dout, x̂ from x and the forward's (mean, rstd)
+    lnf_x = f32(rng.standard_normal((rows, C)) * 2 + 0.5).astype(np.float64)
+    lnf_dout = f32(rng.standard_normal((rows, C))).astype(np.float64)
+    mean, rstd = (f32(s).astype(np.float64) for s in (lnf_x.mean(1), 1 / np.sqrt(lnf_x.var(1) + 1e-5)))
+    ref_grads[lnf_off:lnf_off + C] = (lnf_dout * (lnf_x - mean[:, None]) * rstd[:, None]).sum(0)
+    ref_grads[lnf_off + C:lnf_off + 2 * C] = lnf_dout.sum(0)
+    ref_normed = ((ref_embedded - e_mean[:, None]) * e_rstd[:, None] * params[lnf_off:lnf_off + C]
+                  + params[lnf_off + C:lnf_off + 2 * C])
 
     # the gradient norm's partial sums of squares, in the kernel's order: the token workgroups' (each
-    # 256 wte gradients), the position workgroups', then normPartials(n) strided sums of the rest
+    # 256 wte gradients), the position workgroups', one per ln_f column (its weight's and bias's), then
+    # normPartials(n) strided sums of the rest
     squares = ref_grads ** 2
     owned = np.zeros(n_params, bool)
-    owned[wte_off:wte_off + V * C] = owned[wpe_off:wpe_off + T * C] = True
+    owned[wte_off:wte_off + V * C] = owned[wpe_off:wpe_off + T * C] = owned[lnf_off:lnf_off + 2 * C] = True
     parts = max(1, min(1024, -(-n_params // 2048)))
 
     def per_workgroup(x):
@@ -498,24 +513,33 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
 
     ref_partials = np.concatenate([per_workgroup(squares[wte_off:wte_off + V * C]),
                                    per_workgroup(squares[wpe_off:wpe_off + T * C]),
+                                   squares[lnf_off:lnf_off + C] + squares[lnf_off + C:lnf_off + 2 * C],
                                    np.bincount(np.arange(n_params) % (parts * 256) // 256,
                                                weights=np.where(owned, 0, squares), minlength=parts)])
 
     def check(o):
         report(f"embedding forward B={B} T={T} C={C}", o["out"], ref_out.ravel(), 1e-6)
-        report(f"embedding backward (wte, wpe) B={B} T={T} C={C}", o["grads"], ref_grads, 1e-5)
+        report(f"embedding in the first LayerNorm B={B} T={T} C={C} past={past}", o["embedded"], ref_embedded.ravel(),
+               1e-6)
+        report(f"its LayerNorm B={B} T={T} C={C}", o["normed"], ref_normed.ravel(), 1e-5)
+        report(f"its mean/rstd B={B} T={T} C={C}", o["stats"], np.stack([e_mean, e_rstd], 1).ravel(), 1e-5)
+        report(f"embedding backward (wte, wpe) B={B} T={T} C={C}", o["grads"][:lnf_off], ref_grads[:lnf_off], 1e-5)
+        report(f"ln_f dweight, dbias B={B} T={T} C={C}", o["grads"][lnf_off:], ref_grads[lnf_off:], 1e-4)
         assert len(o["partials"]) == len(ref_partials), (len(o["partials"]), len(ref_partials))
         report(f"gradient norm's {len(ref_partials)} partials B={B} T={T} C={C}", o["partials"], ref_partials,
                1e-6 * ref_partials.max())
 
-    add_case(dict(op="embedding", B=B, T=T, C=C, V=V, wteOff=wte_off, wpeOff=wpe_off, nParams=n_params),
+    add_case(dict(op="embedding", B=B, T=T, C=C, V=V, wteOff=wte_off, wpeOff=wpe_off, lnfOff=lnf_off, past=past,
+                  eps=eps, nParams=n_params),
              {"params": f32(params), "tokens": tokens.astype(np.uint32), "order": order, "dres": f32(dres),
-              "grads0": f32(grads0)}, check)
+              "grads0": f32(grads0), "lnf_dout": f32(lnf_dout), "lnf_x": f32(lnf_x),
+              "lnf_stats": f32(np.stack([mean, rstd], 1))}, check)
 
 
 embedding_case(3, 7, 10)
 # chains of ~60 rows a token, as a frequent byte makes: the backward's 8-row loads and their remainder
 embedding_case(4, 45, 12, ctx=45, distinct=3, tail=3000)  # and 4 norm workgroups, each striding past the tables
+embedding_case(8, 40, 6, ctx=40, distinct=4)  # ln_f's 320 rows: its 256 row lanes loop
 
 
 # --- softmax cross-entropy: the forward (losses, logits untouched) and the backward fused with it

@@ -192,10 +192,17 @@ export class Ops {
   /**
    * out = LayerNorm(x), stats = (mean, rstd) per row. sumIn: x is the result of a split-K product
    * left unsummed (its region, from the SplitSums given to matmul as `sums`): the LayerNorm sums it
-   * into x first (layernorm.js), so the product's final sum needs no dispatch.
+   * into x first (layernorm.js), so the product's final sum needs no dispatch. embed ({T, past,
+   * tokens, wteOff, wpeOff}, as embeddingForward's; wte and wpe in params): x is the embedding, which
+   * the LayerNorm writes into x first, so the embedding needs no dispatch.
    */
-  layernormForward(plan, { rows, C, x, params, wOff, bOff, out, stats, eps, sumIn = null }) {
+  layernormForward(plan, { rows, C, x, params, wOff, bOff, out, stats, eps, sumIn = null, embed = null }) {
     const k = layernormKernels(C, this.subgroupWidth), grid = grid1d(k.workgroups(rows)), values = { rows, C, w_off: wOff, b_off: bOff, eps };
+    if (embed) {
+      if (sumIn) throw new Error("layernormForward: x is the embedding or a product's sum, not both");
+      return plan.add(k.forwardEmbed, { ...values, T: embed.T, past: embed.past, wte_off: embed.wteOff, wpe_off: embed.wpeOff },
+        [x, params, out, stats, embed.tokens], grid);
+    }
     if (!sumIn) return plan.add(k.forward, values, [x, params, out, stats], grid);
     const [partials, bias, R] = this._sumInRegion(sumIn, rows, C, x);
     if (sumIn.flags & MATMUL_FLAGS.bias && bias !== params) throw new Error("layernormForward sumIn: the product's bias must lie in the LayerNorm's params buffer");
@@ -265,15 +272,17 @@ export class Ops {
   }
 
   /**
-   * The embedding's backward and the gradient norm's partial sums of squares over all n gradients,
+   * The embedding's backward, ln_f's parameter gradients (lnf: {dout, x, stats, wOff, bOff}, its
+   * bias's right after its weight's) and the gradient norm's partial sums of squares over all n gradients,
    * in one dispatch: run it after every other gradient is final. partials: normPartialCount() floats.
    * Returns how many partials it writes, which adamwUpdate sums (adamwValues' `parts`).
    */
-  embeddingBackwardNorm(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff, n, partials }) {
-    const groups = embeddingGroups(V, T, C), parts = normPartials(n);
-    plan.add(embeddingBackwardNorm, { V, B, T, C, wte_off: wteOff, wpe_off: wpeOff, token_groups: groups.token, position_groups: groups.position, n, parts },
-      [order, dres, grads, partials], grid1d(groups.token + groups.position + parts));
-    return groups.token + groups.position + parts;
+  embeddingBackwardNorm(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff, lnf, n, partials }) {
+    if (lnf.bOff !== lnf.wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
+    const groups = embeddingGroups(V, T, C), workgroups = groups.token + groups.position + C + normPartials(n);
+    plan.add(embeddingBackwardNorm, { V, B, T, C, wte_off: wteOff, wpe_off: wpeOff, token_groups: groups.token, position_groups: groups.position,
+      lnf_w_off: lnf.wOff, n, parts: normPartials(n) }, [order, dres, grads, partials, lnf.dout, lnf.x, lnf.stats], grid1d(workgroups));
+    return workgroups;
   }
 
   /** losses: (rows) per-row losses (their mean: adamwUpdate's scal[2]). */
@@ -327,10 +336,10 @@ function adamwWorkgroups(software) {
 // the embedding backward's workgroups of NORM_THREADS: one invocation per (token, channel), then per (position, channel)
 const embeddingGroups = (V, T, C) => ({ token: Math.ceil((V * C) / NORM_THREADS), position: Math.ceil((T * C) / NORM_THREADS) });
 
-/** The most partials embeddingBackwardNorm writes for V tokens and T positions of C channels. */
+/** The most partials embeddingBackwardNorm writes for V tokens and T positions of C channels (and ln_f's C columns). */
 export function normPartialCount(V, T, C) {
   const groups = embeddingGroups(V, T, C);
-  return groups.token + groups.position + NORM_PARTIALS;
+  return groups.token + groups.position + C + NORM_PARTIALS;
 }
 
 /** Split-K products whose final sums are recorded later, together (Ops.matmul's `sums`). */

@@ -315,17 +315,20 @@ export class Trainer {
   _recordForward(plan, A, { B, T, past, logitRows }) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
     const o = this.offsets, P = this.params, rows = B * T;
-    ops.embeddingForward(plan, { rows, T, C, past, tokens: A.tokens, params: P, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"], out: A.res[0] });
+    const embedding = { T, past, tokens: A.tokens, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"] };
     // the A operand of the products that read LayerNorm `name` of x: x itself, normalised by their
     // prologue (which also stores the output and statistics for the backward), or that output, from
-    // a dispatch of its own (LAYERNORM_PROLOGUE_MAX_ACTIVATIONS)
+    // a dispatch of its own (LAYERNORM_PROLOGUE_MAX_ACTIVATIONS), which computes the embedding into
+    // res[0] too where it is block 0's ln1
     const prologue = rows * C <= LAYERNORM_PROLOGUE_MAX_ACTIVATIONS;
+    if (prologue) ops.embeddingForward(plan, { rows, C, ...embedding, params: P, out: A.res[0] });
     // fc_out's result, where it leaves its split-K slabs for the next LayerNorm to sum (summedSlabFloats)
     let unsummed = null;
     const normalised = (name, x, out, stats) => {
       const ln = { wOff: o[`${name}.weight`], bOff: o[`${name}.bias`], out, stats, eps };
       if (prologue) return { A: x, ln };
-      ops.layernormForward(plan, { rows, C, x, params: P, wOff: ln.wOff, bOff: ln.bOff, out, stats, eps, sumIn: unsummed?.regions[0] });
+      ops.layernormForward(plan, { rows, C, x, params: P, wOff: ln.wOff, bOff: ln.bOff, out, stats, eps, sumIn: unsummed?.regions[0],
+        embed: x === A.res[0] ? embedding : null });
       unsummed = null;
       return { A: out };
     };
@@ -365,7 +368,9 @@ export class Trainer {
     const S = U().STORAGE | U().COPY_SRC;
     const d = (this.dbuf = {
       // d ln2 keeps ln2's output gradient until the block's LayerNorm parameter sums, after ln1's backward
+      // d lnf keeps ln_f's output gradient until the embedding's backward takes ln_f's parameter gradients
       res: this.buffer("d res", 4 * rows * C, S), ln: this.buffer("d ln", 4 * rows * C, S), ln2: this.buffer("d ln2", 4 * rows * C, S),
+      lnf: this.buffer("d lnf", 4 * rows * C, S),
       h: this.buffer("d h", 4 * rows * 4 * C, S),
       att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C),
     });
@@ -420,8 +425,9 @@ export class Trainer {
     ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
     // backward; A.logits now holds d(loss)/d(logits): (rows,V)
     const wte = o["token_embedding.weight"];
-    linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.ln }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
-    ops.layernormBackward(plan, { rows, C, dout: d.ln, x: A.res[L], stats: A.lnfs, params: P, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"], dx: d.res, accumulate: false, grads: G });
+    linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
+    const lnf = { dout: d.lnf, x: A.res[L], stats: A.lnfs, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"] };
+    ops.layernormBackwardInput(plan, { rows, C, dout: lnf.dout, x: lnf.x, stats: lnf.stats, params: P, wOff: lnf.wOff, dx: d.res, accumulate: false });
     for (let l = L - 1; l >= 0; l--) {
       const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
@@ -449,7 +455,7 @@ export class Trainer {
       slabsUsed = 0;
     }
     const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte,
-      wpeOff: o["position_embedding.weight"], n: this.P, partials: this.partials });
+      wpeOff: o["position_embedding.weight"], lnf, n: this.P, partials: this.partials });
     this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay,
       partials: this.partials, losses: A.losses, scal: this.scal, values: adamwValues(this.P, this.tr, 1, rows, parts) });
     this.adamStepValues = {}; // adamwStepValues' object, reused by every step

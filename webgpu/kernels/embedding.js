@@ -1,8 +1,8 @@
 // Token + position embedding. The backward is a scatter-add without float atomics: the host sorts
 // the batch's positions by token (counting sort, O(B·T)), and one invocation per (token, channel)
 // sums its rows in ascending position order, so the result is deterministic. C++'s embedding_backward
-// is one kernel here whose workgroups split between the token (wte) and position (wpe) sums, and the
-// gradient norm's partial sums.
+// is one kernel here whose workgroups split between the token (wte) and position (wpe) sums, ln_f's
+// parameter gradients, and the gradient norm's partial sums.
 import { kernel, LINEAR_ID, range, workgroupSum } from "./kernel.js";
 import { NORM_THREADS } from "./adamw.js";
 
@@ -23,19 +23,21 @@ fn embedding_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
 const ROWS_IN_FLIGHT = 8;
 
 // order: [V+1 starts | rows positions sorted by token]; dres: (B,T,C); grads: (n). The embedding's
-// backward, the last gradients of a step, and the gradient norm's partial sums of squares in one
-// dispatch (one dependent launch fewer), each workgroup leaving its sum of squares in partials[w]:
-// the first token_groups workgroups: grads[wte] += Σ rows of each token (one invocation per (token,
-// channel)), squared as written; the next position_groups: grads[wpe + t*C + c] = Σ_b dres[b,t,c],
-// likewise; the last parts: every other gradient, final by now, invocation g of them summing g,
-// g + parts·256, ... (wasm/src/adamw.cpp grad_global_norm's partials, mirrored by adamw_update).
+// backward, the last gradients of a step, ln_f's parameter gradients, and the gradient norm's partial
+// sums of squares in one dispatch (two dependent launches fewer), each workgroup leaving its sum of
+// squares in partials[w]: the first token_groups workgroups: grads[wte] += Σ rows of each token (one
+// invocation per (token, channel)), squared as written; the next position_groups: grads[wpe + t*C + c]
+// = Σ_b dres[b,t,c], likewise; the next C: column c of ln_f's weight and bias gradients (lnf_dout, its
+// input lnf_x and stats (mean, rstd) per row: layernorm_backward_params' sums, the row lanes' sums added
+// as a fixed tree), likewise; the last parts: every other gradient, final by now, invocation g of them
+// summing g, g + parts·256, ... (wasm/src/adamw.cpp grad_global_norm's partials, mirrored by adamw_update).
 export const embeddingBackwardNorm = kernel("embedding_backward_norm",
   [["V", "u32"], ["B", "u32"], ["T", "u32"], ["C", "u32"], ["wte_off", "u32"], ["wpe_off", "u32"], ["token_groups", "u32"],
-    ["position_groups", "u32"], ["n", "u32"], ["parts", "u32"]],
-  [["order", "read", "u32"], ["dres", "read"], ["grads", "rw"], ["partials", "rw"]], /* wgsl */ `${LINEAR_ID}${workgroupSum(NORM_THREADS)}
+    ["position_groups", "u32"], ["lnf_w_off", "u32"], ["n", "u32"], ["parts", "u32"]],
+  [["order", "read", "u32"], ["dres", "read"], ["grads", "rw"], ["partials", "rw"], ["lnf_dout", "read"], ["lnf_x", "read"], ["lnf_stats", "read"]], /* wgsl */ `${LINEAR_ID}${workgroupSum(NORM_THREADS)}
 @compute @workgroup_size(${NORM_THREADS})
 fn embedding_backward_norm(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let w = linear_workgroup(wid, nwg); // uniform: every branch below ends in the same wg_sum
+  let w = linear_workgroup(wid, nwg); // uniform: each branch below, and its wg_sums, is taken by a whole workgroup
   var squares = 0.0;
   if (w < p.token_groups) {
     let i = w * ${NORM_THREADS}u + li;
@@ -65,11 +67,28 @@ fn embedding_backward_norm(@builtin(workgroup_id) wid: vec3u, @builtin(num_workg
       grads[p.wpe_off + i] = s;
       squares = s * s;
     }
+  } else if (w < p.token_groups + p.position_groups + p.C) {
+    let c = w - p.token_groups - p.position_groups;
+    var dw = 0.0;
+    var db = 0.0;
+    for (var r = li; r < p.B * p.T; r += ${NORM_THREADS}u) {
+      let d = lnf_dout[r * p.C + c];
+      dw = dw + d * (lnf_x[r * p.C + c] - lnf_stats[2u * r]) * lnf_stats[2u * r + 1u];
+      db = db + d;
+    }
+    let gw = wg_sum(dw, li);
+    let gb = wg_sum(db, li);
+    if (li == 0u) {
+      grads[p.lnf_w_off + c] = gw;
+      grads[p.lnf_w_off + p.C + c] = gb;
+      squares = gw * gw + gb * gb;
+    }
   } else {
-    let first = w - p.token_groups - p.position_groups;
+    let first = w - p.token_groups - p.position_groups - p.C;
     for (var i = first * ${NORM_THREADS}u + li; i < p.n; i += p.parts * ${NORM_THREADS}u) {
-      let ownedByEmbedding = (i >= p.wte_off && i < p.wte_off + p.V * p.C) || (i >= p.wpe_off && i < p.wpe_off + p.T * p.C);
-      if (!ownedByEmbedding) { let g = grads[i]; squares = squares + g * g; }
+      let ownedHere = (i >= p.wte_off && i < p.wte_off + p.V * p.C) || (i >= p.wpe_off && i < p.wpe_off + p.T * p.C)
+        || (i >= p.lnf_w_off && i < p.lnf_w_off + 2u * p.C);
+      if (!ownedHere) { let g = grads[i]; squares = squares + g * g; }
     }
   }
   let total = wg_sum(squares, li);

@@ -69,27 +69,44 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg
 const SUM_IN_UNIFORMS = [["src", "u32"], ["len", "u32"], ["splits", "u32"]];
 const slabSum = (i) => sumSlabs("parts", "p.src", "p.splits", "p.len", i);
 
-// x: (rows,C) -> out: (rows,C); stats: (rows,2) = mean, rstd (variance from a second pass over x:
-// no cancellation when |mean| ≫ std, as in the residual stream)
-const forwardKernel = (lanes, sumIn, G) => kernel(`layernorm_forward_lanes${lanes}${sumIn ? "_sum" : ""}${sgName(lanes, G)}`,
-  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"], ["eps", "f32"],
-    ...(sumIn ? [...SUM_IN_UNIFORMS, ["bias_off", "u32"], ["flags", "u32"]] : [])],
-  [["x", sumIn ? "rw" : "read"], ["params", "read"], ["out", "rw"], ["stats", "rw"], ...(sumIn ? [["parts", "read"], ["R", "read"]] : [])],
-  /* wgsl */ `${sumIn ? /* wgsl */ `
+// The forward's input (layernormForward's `input`): "x" as it is; "sum": x is a split-K product
+// left unsummed (sumIn, above); "embed": x is the embedding, wte[token] + wpe[past + row mod T] (as
+// embedding_forward), computed and stored into x here, so block 0's first LayerNorm costs the
+// embedding no dispatch of its own.
+const FORWARD_INPUTS = {
+  x: { uniforms: [], buffers: [] },
+  sum: { uniforms: [...SUM_IN_UNIFORMS, ["bias_off", "u32"], ["flags", "u32"]], buffers: [["parts", "read"], ["R", "read"]] },
+  embed: { uniforms: [["T", "u32"], ["past", "u32"], ["wte_off", "u32"], ["wpe_off", "u32"]], buffers: [["tokens", "read", "u32"]] },
+};
+// element (row src, column c) of the input, stored into x
+const forwardInput = {
+  sum: /* wgsl */ `
 // element i (column c) of the product: its slabs (+ bias) (+ R)
-fn summed(i: u32, c: u32) -> f32 {
+fn input_at(i: u32, src: u32, c: u32) -> f32 {
   ${slabSum("i")}
   if ((p.flags & 1u) != 0u) { v = v + params[p.bias_off + c]; }
   if ((p.flags & 4u) != 0u) { v = v + R[i]; }
   return v;
-}` : ""}
+}`,
+  embed: /* wgsl */ `
+fn input_at(i: u32, src: u32, c: u32) -> f32 {
+  return params[p.wte_off + tokens[src] * p.C + c] + params[p.wpe_off + (p.past + src % p.T) * p.C + c];
+}`,
+};
+
+// x: (rows,C) -> out: (rows,C); stats: (rows,2) = mean, rstd (variance from a second pass over x:
+// no cancellation when |mean| ≫ std, as in the residual stream)
+const forwardKernel = (lanes, input, G) => kernel(`layernorm_forward_lanes${lanes}${input === "x" ? "" : `_${input}`}${sgName(lanes, G)}`,
+  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["b_off", "u32"], ["eps", "f32"], ...FORWARD_INPUTS[input].uniforms],
+  [["x", input === "x" ? "read" : "rw"], ["params", "read"], ["out", "rw"], ["stats", "rw"], ...FORWARD_INPUTS[input].buffers],
+  /* wgsl */ `${forwardInput[input] ?? ""}
 ${rowMain("layernorm_forward", lanes, G, [["row_sum_a", "f32"], ["row_sum_b", "f32"]])}
   var s = 0.0;
-  ${sumIn ? /* wgsl */ `for (var c = lane; c < p.C; c += LANES) {
-    let v = summed(base + c, c);
+  ${input === "x" ? "for (var c = lane; c < p.C; c += LANES) { s = s + x[base + c]; }" : /* wgsl */ `for (var c = lane; c < p.C; c += LANES) {
+    let v = input_at(base + c, src, c);
     if (in_range) { x[base + c] = v; }
     s = s + v;
-  }` : "for (var c = lane; c < p.C; c += LANES) { s = s + x[base + c]; }"}
+  }`}
   let mean = row_sum_a(s, li) / f32(p.C);
   var q = 0.0;
   for (var c = lane; c < p.C; c += LANES) { let d = x[base + c] - mean; q = q + d * d; }
@@ -141,15 +158,16 @@ const sgName = (lanes, G) => (Math.min(G, lanes) > 1 ? `_sg${Math.min(G, lanes)}
 const rowKernels = new Map();
 
 /**
- * The row kernels (forward, backwardInput, and their sumIn variants forwardSum, backwardInputSum)
- * of one lane count, for subgroups of width G (1: none).
+ * The row kernels (forward, backwardInput, their sumIn variants forwardSum, backwardInputSum, and
+ * forwardEmbed) of one lane count, for subgroups of width G (1: none).
  */
 export function layernormRowKernels(lanes, G = 1) {
   const key = `${lanes}_${Math.min(G, lanes)}`;
   if (!rowKernels.has(key)) {
     rowKernels.set(key, {
-      forward: forwardKernel(lanes, false, G), backwardInput: backwardInputKernel(lanes, false, G),
-      forwardSum: forwardKernel(lanes, true, G), backwardInputSum: backwardInputKernel(lanes, true, G), rowsPerGroup: 256 / lanes,
+      forward: forwardKernel(lanes, "x", G), backwardInput: backwardInputKernel(lanes, false, G),
+      forwardSum: forwardKernel(lanes, "sum", G), backwardInputSum: backwardInputKernel(lanes, true, G),
+      forwardEmbed: forwardKernel(lanes, "embed", G), rowsPerGroup: 256 / lanes,
     });
   }
   return rowKernels.get(key);

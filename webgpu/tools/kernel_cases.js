@@ -111,11 +111,18 @@ export async function runKernelCases(device, cases, inputs) {
     },
     embedding(c, plan) {
       const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);
-      ops.embeddingForward(plan, { rows, T, C, past: 0, tokens: input(`${c.id}_tokens`), params: input(`${c.id}_params`), wteOff: c.wteOff, wpeOff: c.wpeOff, out });
+      const tokens = input(`${c.id}_tokens`), params = input(`${c.id}_params`);
+      ops.embeddingForward(plan, { rows, T, C, past: 0, tokens, params, wteOff: c.wteOff, wpeOff: c.wpeOff, out });
+      // the same embedding at positions past.., as the first LayerNorm computes it (ln_f's weights)
+      const embedded = empty(rows * C), normed = empty(rows * C), stats = empty(2 * rows);
+      ops.layernormForward(plan, { rows, C, x: embedded, params, wOff: c.lnfOff, bOff: c.lnfOff + C, out: normed, stats, eps: c.eps,
+        embed: { T, past: c.past, tokens, wteOff: c.wteOff, wpeOff: c.wpeOff } });
       const partials = empty(normPartialCount(V, T, C));
+      const lnf = { dout: input(`${c.id}_lnf_dout`), x: input(`${c.id}_lnf_x`), stats: input(`${c.id}_lnf_stats`), wOff: c.lnfOff, bOff: c.lnfOff + C };
       const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: input(`${c.id}_order`), dres: input(`${c.id}_dres`), grads,
-        wteOff: c.wteOff, wpeOff: c.wpeOff, n: c.nParams, partials });
-      return { out: [out, rows * C], grads: [grads, c.nParams], partials: [partials, parts] };
+        wteOff: c.wteOff, wpeOff: c.wpeOff, lnf, n: c.nParams, partials });
+      return { out: [out, rows * C], grads: [grads, c.nParams], partials: [partials, parts], embedded: [embedded, rows * C],
+        normed: [normed, rows * C], stats: [stats, 2 * rows] };
     },
     cross_entropy(c, plan) {
       const logits = input(`${c.id}_logits`), losses = empty(c.rows);
