@@ -131,7 +131,7 @@ function trainerBuffers(config) {
     add(`${label} targets`, 4 * s.ids);
   };
   activations("train", B, T, T); // eval runs on the same set
-  for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
+  for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d lnf", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
     ["d qkv", 3 * qkvStride(rows * C)], ["split-K partials", splitKPlan(m, rows).floats],
     ["split-K LayerNorm partials", summedSlabFloats(m, rows)],
     ["token order", V + 1 + rows], ["norm partials", normPartialCount(V, T, C)], ["norm, clip and loss", 4]]) add(name, 4 * n);
