@@ -41,3 +41,21 @@ def test_dispatches_per_step_are_the_fused_plans():
         assert c["step"] <= 12 + 22 * L, (name, c["step"])
     assert (counts["tiny"]["step"], counts["large"]["step"]) == (7 + 13 * 2, 7 + 18 * 6)
     assert [counts[p]["step"] for p in ("xl", "huge", "massive")] == [7 + 16 * 8, 8 + 17 * 12, 7 + 16 * 14]
+
+
+def counts(*args):
+    r = subprocess.run(["node", str(ROOT / "webgpu/tools/dispatch_counts.mjs"), *args], capture_output=True, text=True,
+                       timeout=120, check=True)
+    return json.loads(r.stdout)
+
+
+def test_a_device_with_ten_storage_buffers_ends_each_block_in_ln1s_backward():
+    """Where the device binds 10 storage buffers (GPUs commonly offer 10-16), ln1's backward input and the
+    block's end are one dispatch while ln1's gradient is whole (no split-K slabs to sum): tiny to medium."""
+    default, wide = counts("tiny,small,medium,large"), counts("tiny,small,medium,large", "10")
+    presets = json.loads((ROOT / "site/static/presets.json").read_text())["presets"]
+    for name in default:
+        print(f"{name}: {default[name]['step']} dispatches a step with 8 storage buffers, {wide[name]['step']} with 10")
+        merged = presets[name]["nLayer"] if name != "large" else 0  # large sums ln1's slabs first
+        assert wide[name]["step"] == default[name]["step"] - merged
+        assert (wide[name]["eval"], wide[name]["decode"]) == (default[name]["eval"], default[name]["decode"])

@@ -271,10 +271,11 @@ def split_weight_gradients(products, inputs, c_off, gap):
     return specs, refs, c_off
 
 
-def layernorm_params_case(rows, C, products=(), subgroups=False):
+def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None):
     """A block's two LayerNorms' weight and bias gradients in one dispatch; products: [(M, N, K, tile,
     splits, bias_grad)], split-K weight gradients into the same gradient buffer (after the LayerNorms'),
-    whose final sums that dispatch takes too (a block's end)."""
+    whose final sums that dispatch takes too (a block's end). merge (True, False): with the second
+    LayerNorm's input gradient (ln1's), added to dx, in the same dispatch or before it."""
     w_offs, n_params = [4, 4 + 2 * C + 7], 4 + 4 * C + 7 + 3
     inputs, ref = {}, np.zeros(n_params)
     for j, w_off in enumerate(w_offs):
@@ -285,17 +286,29 @@ def layernorm_params_case(rows, C, products=(), subgroups=False):
         ref[w_off:w_off + C] = (dout * xhat).sum(0)
         ref[w_off + C:w_off + 2 * C] = dout.sum(0)
         inputs.update({f"x{j}": f32(x), f"dout{j}": f32(dout), f"stats{j}": f32(np.stack([mean, rstd], 1))})
+    if merge is not None:  # dx0 + LayerNorm's input gradient, from the same x̂ and stats
+        weight = rng.standard_normal(C)
+        params = np.zeros(w_offs[1] + C)
+        params[w_offs[1]:] = weight
+        dn = inputs["dout1"].astype(np.float64) * weight
+        dx0 = rng.standard_normal((rows, C))
+        ref_dx = dx0 + (dn - dn.mean(1, keepdims=True) - xhat * (dn * xhat).mean(1, keepdims=True)) * f32(rstd)[:, None]
+        inputs.update({"params": f32(params), "dx0": f32(dx0)})
     specs, product_refs, c_off = split_weight_gradients(products, inputs, n_params + 5, 11)
     name = f"layernorm parameter gradients of two LayerNorms {rows}x{C}"
+    if merge is not None:
+        name += f", the second's input gradient {'in the same dispatch' if merge else 'in one before'}"
 
     def check(o):
         report(name, o["grads"][:n_params], ref, 1e-4)
         for j, (off, out, tol) in enumerate(product_refs):
             got = np.asarray(o["grads"])[off:off + out.size]
             report(f"{name}: split-K product {j}'s sums in the same dispatch", got, out, tol)
+        if merge is not None:
+            report(f"{name}: dx", o["dx"], ref_dx.ravel(), 1e-4)  # kernel_cases.js checks the dispatches
 
-    add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=c_off, products=specs), inputs, check,
-             subgroups)
+    add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=c_off, products=specs,
+                  **({} if merge is None else {"merge": merge})), inputs, check, subgroups)
 
 
 layernorm_params_case(130, 50)
@@ -306,6 +319,11 @@ layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (120, 40, 1
                                 (250, 40, 150, "32x64", 3, False)])
 layernorm_params_case(67, 333, subgroups=True)
 layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (40, 40, 150, "32x32", 4, False)], subgroups=True)
+# ln1's backward and the block's end: in one dispatch (devices that bind 10 storage buffers), or two
+for merge in (True, False):
+    layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (45, 37, 130, "64x64", 2, True)], merge=merge)
+layernorm_params_case(67, 333, merge=True)  # 64 lanes a row, no sums
+layernorm_params_case(150, 40, [(40, 40, 150, "32x32", 4, False)], subgroups=True, merge=True)
 
 
 # --- LayerNorm as a forward product's prologue: C = LayerNorm(x)·Wᵀ (+ bias), the LayerNorm's output and

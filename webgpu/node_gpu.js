@@ -30,9 +30,10 @@ export async function nodeDevice({ powerPreference = "high-performance", feature
   const adapter = await gpu.requestAdapter({ powerPreference });
   alive.push(adapter);
   if (!adapter) throw new Error("no WebGPU adapter: is a Vulkan driver (or SwiftShader via VK_ICD_FILENAMES) available?");
-  // big models need more than the default 128 MiB binding size, and the deepest matmul tiles more than
-  // the default 16 KiB of workgroup memory; ask for what the adapter offers
-  const requiredLimits = Object.fromEntries(["maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupStorageSize"]
+  // big models need more than the default 128 MiB binding size, the deepest matmul tiles more than
+  // the default 16 KiB of workgroup memory, and the block-end kernel more than the default 8 storage
+  // buffers; ask for what the adapter offers
+  const requiredLimits = Object.fromEntries(["maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupStorageSize", "maxStorageBuffersPerShaderStage"]
     .map((name) => [name, adapter.limits[name]]));
   const missing = features.filter((f) => !adapter.features.has(f));
   if (missing.length) throw new Error(`this adapter does not offer ${missing.join(", ")}`);

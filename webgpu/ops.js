@@ -4,7 +4,9 @@
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
-import { layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS } from "./kernels/layernorm.js";
+import {
+  layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels, BLOCK_END_STORAGE_BUFFERS,
+} from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackwardNorm } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackward, attentionLayout, attentionLayoutFor, attentionGrid } from "./kernels/attention.js";
@@ -73,6 +75,8 @@ export class Ops {
     this.pipelines = pipelinesOf(device);
     // what the device was created with (WebGPU's default, 16 KiB, where it asked for no more)
     this.workgroupLimit = device.limits?.maxComputeWorkgroupStorageSize ?? 16384;
+    // likewise (WebGPU's default, 8): the block-end kernel binds more (layernormBackwardBlock)
+    this.storageBufferLimit = device.limits?.maxStorageBuffersPerShaderStage ?? 8;
     // bound where a kernel's optional input (bias, residual) is unused
     this.dummy = device.createBuffer({ label: "unused binding", size: 16, usage: GPUBufferUsage.STORAGE });
     // bound where a kernel's optional output is unused: a buffer bound for writing may not also be
@@ -247,8 +251,7 @@ export class Ops {
     }
     const nx = layernormBackwardParamsWorkgroups(C), regions = sums?.regions ?? [], kernels = layernormParamsKernels(this.subgroupWidth);
     // the sums come along where they are plain weight gradients into grads, one dispatch's worth
-    const along = regions.length > 0 && regions.length <= SPLIT_REGIONS
-      && regions.every((r) => r.flags === 0 && r.buffers[0] === regions[0].buffers[0] && r.buffers[3] === grads);
+    const along = regions.length > 0 && this._sumsAlong(regions, grads);
     if (!along) {
       const index = plan.add(kernels.plain, values, [...buffers, grads], [nx, jobs.length]);
       if (regions.length) this.recordSplitSums(plan, sums);
@@ -258,6 +261,34 @@ export class Ops {
     sums.regions = [];
     return plan.add(kernels.withSums, { ...values, jobs: jobs.length, ...regionValues }, [...buffers, grads, regions[0].buffers[0]],
       [nx, jobs.length + Math.ceil(Math.ceil(end / 256) / nx)]);
+  }
+
+  /**
+   * A block's last LayerNorm backward (ln1's input gradient: layernormBackwardInput's `input`) and its
+   * end (layernormBackwardParams' `params`, whose last job is the same LayerNorm) in one dispatch,
+   * where the device binds BLOCK_END_STORAGE_BUFFERS, ln1's gradient is whole (no sumIn: the rows only
+   * read it) and the sums can come along; otherwise as the two dispatches. merge: force either way.
+   */
+  layernormBackwardBlock(plan, { input, params, merge = this.storageBufferLimit >= BLOCK_END_STORAGE_BUFFERS }) {
+    const { rows, C, jobs, grads, sums = null } = params, regions = sums?.regions ?? [];
+    const same = jobs.length === LAYERNORM_PARAM_JOBS && ["dout", "x", "stats", "wOff"].every((k) => jobs[1][k] === input[k]);
+    if (!merge || input.sumIn || !same || (regions.length > 0 && !this._sumsAlong(regions, grads))) {
+      this.layernormBackwardInput(plan, input);
+      return this.layernormBackwardParams(plan, params);
+    }
+    const k = layernormBlockEndKernels(C, this.subgroupWidth), rowGroups = k.rowGroups(rows), nx = layernormBackwardParamsWorkgroups(C);
+    const values = { rows, C, w_off: input.wOff, flags: input.accumulate ? 1 : 0, w_off0: jobs[0].wOff, w_off1: jobs[1].wOff, row_groups: rowGroups, nx };
+    const buffers = [input.dout, input.x, input.stats, input.params, input.dx, jobs[0].dout, jobs[0].x, jobs[0].stats, grads];
+    if (!regions.length) return plan.add(k.plain, values, buffers, grid1d(rowGroups + LAYERNORM_PARAM_JOBS * nx));
+    const { values: regionValues, end } = splitRegionValues(regions);
+    sums.regions = [];
+    return plan.add(k.withSums, { ...values, ...regionValues }, [...buffers, regions[0].buffers[0]],
+      grid1d(rowGroups + LAYERNORM_PARAM_JOBS * nx + Math.ceil(end / 256)));
+  }
+
+  /** Whether split-K sums can come along with a LayerNorm parameter dispatch: plain weight gradients into grads, one dispatch's worth. */
+  _sumsAlong(regions, grads) {
+    return regions.length <= SPLIT_REGIONS && regions.every((r) => r.flags === 0 && r.buffers[0] === regions[0].buffers[0] && r.buffers[3] === grads);
   }
 
   /** Both halves of one LayerNorm's backward (its bias right after its weight in grads). */

@@ -446,12 +446,12 @@ export class Trainer {
       // dW and db of each (three batches)
       const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
         { M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }, true);
-      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), dx: d.res, accumulate: true, sumIn: dLn1 });
-      // what only the optimizer reads, once per block and in one dispatch: both LayerNorms' parameter
-      // gradients and (grouped) the split-K sums of the block's weight gradients (and, in the last
-      // block, the head's)
-      ops.layernormBackwardParams(plan, { rows, C, grads: G, sums, jobs: [
-        { dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") }] });
+      // ln1's backward, then what only the optimizer reads, once per block and in one dispatch: both
+      // LayerNorms' parameter gradients and (grouped) the split-K sums of the block's weight gradients
+      // (and, in the last block, the head's); the two in one dispatch where the device allows
+      const ln1 = { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") };
+      ops.layernormBackwardBlock(plan, { input: { rows, C, ...ln1, params: P, dx: d.res, accumulate: true, sumIn: dLn1 },
+        params: { rows, C, grads: G, sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
       slabsUsed = 0;
     }
     const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte,

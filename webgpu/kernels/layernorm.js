@@ -46,15 +46,17 @@ fn ${name}(v: ${type}, li: u32) -> ${type} {
 }`;
 }
 
-// Opens the entry point: `row` (may be ≥ p.rows in the last workgroup: such lanes still reach every barrier
-// but read row `src` = p.rows - 1 and write nothing: `in_range`), `lane`, `base` = src's first element.
-// sums: [[name, type]], the row sums (rowSum) the kernel calls.
-const rowMain = (entryPoint, lanes, G, sums) => /* wgsl */ `${LINEAR_ID}
+// Opens the entry point (asFunction: a function of the workgroup's linear index w, for a kernel that
+// gives its first workgroups to the rows): `row` (may be ≥ p.rows in the last workgroup: such lanes
+// still reach every barrier but read row `src` = p.rows - 1 and write nothing: `in_range`), `lane`,
+// `base` = src's first element. sums: [[name, type]], the row sums (rowSum) the kernel calls.
+const rowMain = (entryPoint, lanes, G, sums, asFunction = false) => /* wgsl */ `${LINEAR_ID}
 const LANES = ${lanes}u;
 ${sums.map(([name, type]) => rowSum(name, type, lanes, G)).join("\n")}
-@compute @workgroup_size(256)
+${asFunction ? `fn ${entryPoint}(w: u32, li: u32) {` : /* wgsl */ `@compute @workgroup_size(256)
 fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let row = linear_workgroup(wid, nwg) * ${256 / lanes}u + li / LANES;
+  let w = linear_workgroup(wid, nwg);`}
+  let row = w * ${256 / lanes}u + li / LANES;
   let lane = li % LANES;
   let in_range = row < p.rows;
   let src = min(row, p.rows - 1u);
@@ -123,10 +125,10 @@ ${rowMain("layernorm_forward", lanes, G, [["row_sum_a", "f32"], ["row_sum_b", "f
 `, "layernorm_forward");
 
 // dout: (rows,C) -> dx (rows,C), written (flags 0) or added (flags 1: the residual stream's gradient)
-const backwardInputKernel = (lanes, sumIn, G) => kernel(`layernorm_backward_input_lanes${lanes}${sumIn ? "_sum" : ""}${sgName(lanes, G)}`,
-  [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"], ...(sumIn ? SUM_IN_UNIFORMS : [])],
-  [["dout", sumIn ? "rw" : "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"], ...(sumIn ? [["parts", "read"]] : [])],
-  /* wgsl */ `${rowMain("layernorm_backward_input", lanes, G, [["row_sum", "vec2f"]])}
+const backwardInputUniforms = (sumIn) => [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"], ...(sumIn ? SUM_IN_UNIFORMS : [])];
+const backwardInputBuffers = (sumIn) => [["dout", sumIn ? "rw" : "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"],
+  ...(sumIn ? [["parts", "read"]] : [])];
+const backwardInputBody = (lanes, G, sumIn, asFunction = false) => /* wgsl */ `${rowMain("layernorm_backward_input", lanes, G, [["row_sum", "vec2f"]], asFunction)}
   let mean = stats[2u * src];
   let rstd = stats[2u * src + 1u];
   var a = 0.0;
@@ -149,7 +151,9 @@ const backwardInputKernel = (lanes, sumIn, G) => kernel(`layernorm_backward_inpu
     dx[base + c] = g;
   }
 }
-`, "layernorm_backward_input");
+`;
+const backwardInputKernel = (lanes, sumIn, G) => kernel(`layernorm_backward_input_lanes${lanes}${sumIn ? "_sum" : ""}${sgName(lanes, G)}`,
+  backwardInputUniforms(sumIn), backwardInputBuffers(sumIn), backwardInputBody(lanes, G, sumIn), "layernorm_backward_input");
 
 /** The lanes per row the row kernels are specialised for. */
 export const LAYERNORM_LANES = [32, 64];
@@ -194,64 +198,118 @@ export const layernormBackwardParamsWorkgroups = (C) => Math.ceil(C / PARAM_COLS
 /** LayerNorms whose parameter gradients one layernorm_backward_params dispatch computes (a block's two). */
 export const LAYERNORM_PARAM_JOBS = 2;
 
-// Job j (workgroup row wid.y = j): grads[w_off_j + c] = Σ_rows dout_j·x̂_j (the weight's),
-// grads[w_off_j + C + c] = Σ_rows dout_j (the bias's); x̂_j from x_j and stats_j. Both jobs have
-// `rows` rows of C; a job's buffers are bindings of their own (WGSL cannot pick a binding by index).
-const paramsSums = (j) => /* wgsl */ `for (var r = li / ${PARAM_COLS}u; r < p.rows; r += ${PARAM_ROW_LANES}u) {
-      let d = dout${j}[r * p.C + c];
-      dw = dw + d * (x${j}[r * p.C + c] - stats${j}[2u * r]) * stats${j}[2u * r + 1u];
+// Job j: grads[w_off_j + c] = Σ_rows dout_j·x̂_j (the weight's), grads[w_off_j + C + c] = Σ_rows
+// dout_j (the bias's); x̂_j from x_j and stats_j. Both jobs have `rows` rows of C; a job's buffers are
+// bindings of their own (WGSL cannot pick a binding by index): names(j) = [dout, x, stats].
+const jobBindings = (j) => [`dout${j}`, `x${j}`, `stats${j}`];
+const paramsSums = ([dout, x, stats]) => /* wgsl */ `for (var r = li / ${PARAM_COLS}u; r < p.rows; r += ${PARAM_ROW_LANES}u) {
+      let d = ${dout}[r * p.C + c];
+      dw = dw + d * (${x}[r * p.C + c] - ${stats}[2u * r]) * ${stats}[2u * r + 1u];
       db = db + d;
     }`;
-// Each lane's (dw, db) into sums[]: as they are (G = 1), or summed over the lanes of the same column
-// in each run of G, the run's sums at sums[run·PARAM_COLS + column]
+// Each lane's (dw, db) into column_sums[]: as they are (G = 1), or summed over the lanes of the same
+// column in each run of G, the run's sums at column_sums[run·PARAM_COLS + column]
 const paramsMeet = (G) => (G > PARAM_COLS ? /* wgsl */ `var s = vec2f(dw, db);
   ${shuffleSum("s", G, PARAM_COLS)}
-  if (li % ${G}u < ${PARAM_COLS}u) { sums[li / ${G}u * ${PARAM_COLS}u + col] = s; }
-  workgroupBarrier();` : /* wgsl */ `sums[li] = vec2f(dw, db);
+  if (li % ${G}u < ${PARAM_COLS}u) { column_sums[li / ${G}u * ${PARAM_COLS}u + col] = s; }
+  workgroupBarrier();` : /* wgsl */ `column_sums[li] = vec2f(dw, db);
   workgroupBarrier();`);
+// fn layernorm_params(wx, j, li): columns wx·PARAM_COLS.. of job j (call from uniform control flow)
+const paramsFn = (G, names) => /* wgsl */ `
+var<workgroup> column_sums: array<vec2f, 256>;
+fn layernorm_params(wx: u32, j: u32, li: u32) {
+  let col = li % ${PARAM_COLS}u;
+  let c = min(wx * ${PARAM_COLS}u + col, p.C - 1u);
+  var dw = 0.0;
+  var db = 0.0;
+  ${range(LAYERNORM_PARAM_JOBS).map((j) => `if (j == ${j}u) {
+    ${paramsSums(names(j))}
+  }`).join(" else ")}
+  ${paramsMeet(G)}
+  if (li >= ${PARAM_COLS}u || wx * ${PARAM_COLS}u + col >= p.C) { return; }
+  var total = vec2f(0.0);
+  for (var k = 0u; k < ${G > PARAM_COLS ? 256 / G : PARAM_ROW_LANES}u; k++) { total = total + column_sums[col + k * ${PARAM_COLS}u]; }
+  let w_off = ${range(LAYERNORM_PARAM_JOBS).slice(1).reduce((acc, j) => `select(${acc}, p.w_off${j}, j == ${j}u)`, "p.w_off0")};
+  grads[w_off + c] = total.x;
+  grads[w_off + p.C + c] = total.y;
+}
+`;
 // withSums: the same dispatch also finishes up to SPLIT_REGIONS split-K weight gradients, a block's
 // (ops.recordSplitSums' regions, each into grads with no epilogue), which nothing reads before the
-// optimizer: workgroup rows from p.jobs on each sum 256 elements' slabs, in matmul_split_final's
-// order, so a block's end is one dispatch. The LayerNorm rows come first, so their long serial
-// loops start before the short sums.
-const paramsKernel = (withSums, G) => kernel(`layernorm_backward_params${withSums ? "_sums" : ""}${G > PARAM_COLS ? `_sg${G}` : ""}`,
-  [["rows", "u32"], ["C", "u32"], ...range(LAYERNORM_PARAM_JOBS).map((j) => [`w_off${j}`, "u32"]),
-    ...(withSums ? [["jobs", "u32"], ...range(SPLIT_REGIONS).flatMap((r) => splitRegionFields(r).map((f) => [f, "u32"]))] : [])],
-  [...range(LAYERNORM_PARAM_JOBS).flatMap((j) => [[`dout${j}`, "read"], [`x${j}`, "read"], [`stats${j}`, "read"]]), ["grads", "rw"],
-    ...(withSums ? [["partials", "read"]] : [])],
-  /* wgsl */ `
-var<workgroup> sums: array<vec2f, 256>;
-${withSums ? /* wgsl */ `
+// optimizer: after the LayerNorms' workgroups, each sums 256 elements' slabs (element g), in
+// matmul_split_final's order, so a block's end is one dispatch. The LayerNorms' workgroups come
+// first, so their long serial loops start before the short sums.
+const sumsUniforms = (withSums) => (withSums ? range(SPLIT_REGIONS).flatMap((r) => splitRegionFields(r).map((f) => [f, "u32"])) : []);
+const finishFn = (withSums) => (withSums ? /* wgsl */ `
 fn finish(i_all: u32, src: u32, len: u32, splits: u32, c_off: u32, c_zs: u32) {
   let batch = i_all / len;
   let i = i_all - batch * len;
   ${sumSlabs("partials", "src + batch * splits * len", "splits", "len", "i")}
   grads[c_off + batch * c_zs + i] = v;
 }
-` : ""}
+` : "");
+const finishElement = (g) => splitRegionChain(g, (r) => ["src", "len", "splits", "c_off", "c_zs"].map((f) => `p.r${r}_${f}`));
+const paramsUniforms = (withSums) => [["rows", "u32"], ["C", "u32"], ...range(LAYERNORM_PARAM_JOBS).map((j) => [`w_off${j}`, "u32"]), ...sumsUniforms(withSums)];
+
+// The block's end alone: workgroup (x, y) is column group x of job y, or, from row p.jobs on, sums.
+const paramsKernel = (withSums, G) => kernel(`layernorm_backward_params${withSums ? "_sums" : ""}${G > PARAM_COLS ? `_sg${G}` : ""}`,
+  [...paramsUniforms(withSums), ...(withSums ? [["jobs", "u32"]] : [])],
+  [...range(LAYERNORM_PARAM_JOBS).flatMap((j) => jobBindings(j).map((n) => [n, "read"])), ["grads", "rw"], ...(withSums ? [["partials", "read"]] : [])],
+  /* wgsl */ `${paramsFn(G, jobBindings)}${finishFn(withSums)}
 @compute @workgroup_size(256)
 fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {${withSums ? /* wgsl */ `
   if (wid.y >= p.jobs) {
     let g = ((wid.y - p.jobs) * nwg.x + wid.x) * 256u + li;
-    ${splitRegionChain("g", (r) => ["src", "len", "splits", "c_off", "c_zs"].map((f) => `p.r${r}_${f}`))}
+    ${finishElement("g")}
     return;
   }` : ""}
-  let col = li % ${PARAM_COLS}u;
-  let c = min(wid.x * ${PARAM_COLS}u + col, p.C - 1u);
-  var dw = 0.0;
-  var db = 0.0;
-  ${range(LAYERNORM_PARAM_JOBS).map((j) => `if (wid.y == ${j}u) {
-    ${paramsSums(j)}
-  }`).join(" else ")}
-  ${paramsMeet(G)}
-  if (li >= ${PARAM_COLS}u || wid.x * ${PARAM_COLS}u + col >= p.C) { return; }
-  var total = vec2f(0.0);
-  for (var k = 0u; k < ${G > PARAM_COLS ? 256 / G : PARAM_ROW_LANES}u; k++) { total = total + sums[col + k * ${PARAM_COLS}u]; }
-  let w_off = ${range(LAYERNORM_PARAM_JOBS).slice(1).reduce((acc, j) => `select(${acc}, p.w_off${j}, wid.y == ${j}u)`, "p.w_off0")};
-  grads[w_off + c] = total.x;
-  grads[w_off + p.C + c] = total.y;
+  layernorm_params(wid.x, wid.y, li);
 }
 `, "layernorm_backward_params");
+
+// ln1's backward input and the block's end in one dispatch (C++'s layernorm_backward is both): the
+// first p.row_groups workgroups are layernorm_backward_input's (dout, x, stats: ln1's; dx: the
+// residual stream's gradient, added to), the next 2·p.nx the parameter gradients of job 0 (ln2:
+// dout0, x0, stats0) and job 1 (ln1, from the same dout, x, stats, which the rows only read), then
+// (withSums) the block's split-K sums. Its ten storage bindings are more than WebGPU's default 8, so
+// Ops uses it only where the device offers them.
+const blockEndKernel = (lanes, withSums, G) => {
+  const paramsG = G > PARAM_COLS ? G : 1;
+  return kernel(`layernorm_backward_block_lanes${lanes}${withSums ? "_sums" : ""}${sgName(lanes, G)}`,
+    [...backwardInputUniforms(false), ...paramsUniforms(withSums).slice(2), ["row_groups", "u32"], ["nx", "u32"]], // rows, C once
+    [...backwardInputBuffers(false), ...jobBindings(0).map((n) => [n, "read"]), ["grads", "rw"], ...(withSums ? [["partials", "read"]] : [])],
+    /* wgsl */ `${backwardInputBody(lanes, G, false, true)}${paramsFn(paramsG, (j) => (j === 0 ? jobBindings(0) : ["dout", "x", "stats"]))}${finishFn(withSums)}
+@compute @workgroup_size(256)
+fn layernorm_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+  let w = linear_workgroup(wid, nwg); // uniform: each branch is taken by a whole workgroup
+  if (w < p.row_groups) {
+    layernorm_backward_input(w, li);
+    return;
+  }
+  let v = w - p.row_groups;
+  if (v < ${LAYERNORM_PARAM_JOBS}u * p.nx) {
+    layernorm_params(v % p.nx, v / p.nx, li);
+    return;
+  }${withSums ? /* wgsl */ `
+  let g = (v - ${LAYERNORM_PARAM_JOBS}u * p.nx) * 256u + li;
+  ${finishElement("g")}` : ""}
+}
+`, "layernorm_backward");
+};
+const blockEndKernels = new Map();
+
+/** The block-end kernel (blockEndKernel) for rows of C, subgroup width G: { plain, withSums, rowGroups(rows) }. */
+export function layernormBlockEndKernels(C, G = 1) {
+  const lanes = C > 192 ? 64 : 32, key = `${lanes}_${G}`;
+  if (!blockEndKernels.has(key)) {
+    blockEndKernels.set(key, { plain: blockEndKernel(lanes, false, G), withSums: blockEndKernel(lanes, true, G), rowGroups: (rows) => Math.ceil(rows / (256 / lanes)) });
+  }
+  return blockEndKernels.get(key);
+}
+
+/** Storage buffers the block-end kernel binds: a device must offer this many per shader stage. */
+export const BLOCK_END_STORAGE_BUFFERS = 10;
+
 const paramsKernels = new Map();
 
 /**

@@ -26,9 +26,11 @@ export function gpuDevice() {
     if (!navigator.gpu) throw new Error("navigator.gpu is missing: WebGPU is not enabled in this browser");
     const adapter = await navigator.gpu.requestAdapter();
     if (!adapter) throw new Error("no WebGPU adapter");
-    // the deepest matmul tiles need more than the default 16 KiB of workgroup memory
+    // the deepest matmul tiles need more than the default 16 KiB of workgroup memory, and the block-end
+    // kernel more than the default 8 storage buffers
     const { device, subgroups } = await requestDeviceWithSubgroups(adapter, {
-      requiredLimits: { maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize },
+      requiredLimits: { maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize,
+        maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage },
     });
     device.addEventListener("uncapturederror", (e) => console.error(`WebGPU error: ${e.error.message}`));
     return { adapter, device, subgroups };

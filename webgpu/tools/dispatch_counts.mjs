@@ -1,7 +1,7 @@
 // Prints, per preset, the dispatches of one training step, one eval batch and one decoded token, as
 // JSON {preset: {step, eval, decode}}: each is a dependent GPU launch (Dawn puts a barrier between
 // them), which bounds how fast a step of a small model can be. Recorded on a stand-in device: no GPU.
-//   node webgpu/tools/dispatch_counts.mjs [preset,...]
+//   node webgpu/tools/dispatch_counts.mjs [preset,...|all] [storage buffers per shader stage, default 8]
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
@@ -10,10 +10,12 @@ import { configFromPresets } from "../../site/static/js/model_config.js";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 
-const names = process.argv[2] ? process.argv[2].split(",") : Object.keys(presets.presets);
+const names = process.argv[2] && process.argv[2] !== "all" ? process.argv[2].split(",") : Object.keys(presets.presets);
+// a device that binds more storage buffers takes the block-end kernel (Ops.layernormBackwardBlock)
+const limits = process.argv[3] ? { maxStorageBuffersPerShaderStage: Number(process.argv[3]) } : undefined;
 const counts = {};
 for (const name of names) {
-  const trainer = plansOnlyTrainer(recordingDevice().device, configFromPresets(presets, name));
+  const trainer = plansOnlyTrainer(recordingDevice({ limits }).device, configFromPresets(presets, name));
   counts[name] = trainer.dispatches;
   trainer.destroy();
 }

@@ -6,7 +6,7 @@
 // specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
 // (for any M, N, K) × vec4 reads or not × split-K or not (where the trainer splits that form on
 // that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue or not (unsplit
-// forward products); each LayerNorm lane count; the LayerNorm and attention kernels without subgroups
+// forward products); each LayerNorm lane count, and the block-end kernels; the LayerNorm and attention kernels without subgroups
 // and at the subgroup widths of SUBGROUP_DUMP_WIDTHS. These are a GPU's tiles: a software adapter's twins
 // (matmul.js softwareTile) are compiled by every test that trains on SwiftShader.
 // A source identical to one already written is not written again; the first file's header lists its
@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
 import { MATMUL_FORMS, chooseTile, chooseSummedSplits, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
-import { LAYERNORM_LANES, layernormRowKernels } from "../kernels/layernorm.js";
+import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernels } from "../kernels/layernorm.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -74,6 +74,13 @@ for (const lanes of LAYERNORM_LANES) {
   for (const subgroupWidth of SUBGROUP_DUMP_WIDTHS) {
     const { forward, backwardInput } = layernormRowKernels(lanes, subgroupWidth);
     for (const k of [forward, backwardInput]) add(k.name, k.code);
+  }
+}
+// the block-end kernels, which the plans above (on devices that bind 8 storage buffers) never take
+for (const C of [192, 256]) { // 32 and 64 lanes a row
+  for (const subgroupWidth of SUBGROUP_DUMP_WIDTHS) {
+    const { plain, withSums } = layernormBlockEndKernels(C, subgroupWidth);
+    for (const k of [plain, withSums]) add(k.name, k.code);
   }
 }
 

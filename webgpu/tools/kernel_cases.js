@@ -106,8 +106,17 @@ export async function runKernelCases(device, cases, inputs) {
         partialsOff += slabFloats(p);
       });
       const jobs = c.wOffs.map((wOff, j) => ({ dout: input(`${c.id}_dout${j}`), x: input(`${c.id}_x${j}`), stats: input(`${c.id}_stats${j}`), wOff }));
-      ops.layernormBackwardParams(plan, { rows, C, jobs, grads, sums });
-      return { grads: [grads, c.nParams] };
+      if (c.merge === undefined) {
+        ops.layernormBackwardParams(plan, { rows, C, jobs, grads, sums });
+        return { grads: [grads, c.nParams] };
+      }
+      // and job 1's input gradient, added to dx: in the same dispatch (merge) or the two as before
+      const dx = input(`${c.id}_dx0`), first = plan.entries.length;
+      ops.layernormBackwardBlock(plan, { input: { rows, C, ...jobs[1], params: input(`${c.id}_params`), dx, accumulate: true },
+        params: { rows, C, jobs, grads, sums }, merge: c.merge });
+      const dispatches = plan.entries.length - first;
+      if (dispatches !== (c.merge ? 1 : 2)) throw new Error(`${c.id}: ${dispatches} dispatches with merge ${c.merge}`);
+      return { grads: [grads, c.nParams], dx: [dx, rows * C] };
     },
     embedding(c, plan) {
       const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);
