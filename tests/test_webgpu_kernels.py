@@ -271,17 +271,22 @@ def split_weight_gradients(products, inputs, c_off, gap):
     return specs, refs, c_off
 
 
-def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None):
+def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None, slabs=0):
     """A block's two LayerNorms' weight and bias gradients in one dispatch; products: [(M, N, K, tile,
     splits, bias_grad)], split-K weight gradients into the same gradient buffer (after the LayerNorms'),
     whose final sums that dispatch takes too (a block's end). merge (True, False): with the second
-    LayerNorm's input gradient (ln1's), added to dx, in the same dispatch or before it."""
+    LayerNorm's input gradient (ln1's), added to dx, in the same dispatch or before it; slabs: the
+    second's dout is then a product dH·W2 (K = 150) left in that many split-K slabs."""
     w_offs, n_params = [4, 4 + 2 * C + 7], 4 + 4 * C + 7 + 3
     inputs, ref = {}, np.zeros(n_params)
     for j, w_off in enumerate(w_offs):
         x = rng.standard_normal((rows, C)) * 2 + 0.5
         mean, rstd = x.mean(1), 1 / np.sqrt(x.var(1) + 1e-5)
         dout = rng.standard_normal((rows, C))
+        if j == 1 and slabs:
+            dh, w2 = f32(rng.standard_normal((rows, 150))), f32(rng.standard_normal((150, C)) / 4)
+            dout = dh.astype(np.float64) @ w2.astype(np.float64)
+            inputs.update({"dH": dh, "W2": w2})
         xhat = (f32(x) - f32(mean)[:, None]) * f32(rstd)[:, None]
         ref[w_off:w_off + C] = (dout * xhat).sum(0)
         ref[w_off + C:w_off + 2 * C] = dout.sum(0)
@@ -290,7 +295,7 @@ def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None):
         weight = rng.standard_normal(C)
         params = np.zeros(w_offs[1] + C)
         params[w_offs[1]:] = weight
-        dn = inputs["dout1"].astype(np.float64) * weight
+        dn = (dout if slabs else inputs["dout1"].astype(np.float64)) * weight
         dx0 = rng.standard_normal((rows, C))
         ref_dx = dx0 + (dn - dn.mean(1, keepdims=True) - xhat * (dn * xhat).mean(1, keepdims=True)) * f32(rstd)[:, None]
         inputs.update({"params": f32(params), "dx0": f32(dx0)})
@@ -298,6 +303,7 @@ def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None):
     name = f"layernorm parameter gradients of two LayerNorms {rows}x{C}"
     if merge is not None:
         name += f", the second's input gradient {'in the same dispatch' if merge else 'in one before'}"
+        name += f" from {slabs} slabs" if slabs else ""
 
     def check(o):
         report(name, o["grads"][:n_params], ref, 1e-4)
@@ -306,9 +312,10 @@ def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None):
             report(f"{name}: split-K product {j}'s sums in the same dispatch", got, out, tol)
         if merge is not None:
             report(f"{name}: dx", o["dx"], ref_dx.ravel(), 1e-4)  # kernel_cases.js checks the dispatches
+            report(f"{name}: the second's dout", o["dout1"], dout.ravel() if slabs else inputs["dout1"].ravel(), 1e-4)
 
     add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=c_off, products=specs,
-                  **({} if merge is None else {"merge": merge})), inputs, check, subgroups)
+                  **({} if merge is None else {"merge": merge, "slabs": slabs, "K": 150})), inputs, check, subgroups)
 
 
 layernorm_params_case(130, 50)
@@ -324,6 +331,12 @@ for merge in (True, False):
     layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (45, 37, 130, "64x64", 2, True)], merge=merge)
 layernorm_params_case(67, 333, merge=True)  # 64 lanes a row, no sums
 layernorm_params_case(150, 40, [(40, 40, 150, "32x32", 4, False)], subgroups=True, merge=True)
+# the second's dout in split-K slabs (large and up: q/k/v's input gradient), with and without the sums
+for merge in (True, False):
+    layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (40, 40, 150, "32x32", 4, False)], merge=merge,
+                          slabs=3)
+layernorm_params_case(67, 333, merge=True, slabs=2)
+layernorm_params_case(150, 40, [(40, 40, 150, "32x32", 4, False)], subgroups=True, merge=True, slabs=2)
 
 
 # --- LayerNorm as a forward product's prologue: C = LayerNorm(x)·Wᵀ (+ bias), the LayerNorm's output and

@@ -5,7 +5,7 @@
 import { grid1d } from "./kernels/kernel.js";
 import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import {
-  layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels, BLOCK_END_STORAGE_BUFFERS,
+  layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels,
 } from "./kernels/layernorm.js";
 import { embeddingForward, embeddingBackwardNorm } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
@@ -265,25 +265,38 @@ export class Ops {
 
   /**
    * A block's last LayerNorm backward (ln1's input gradient: layernormBackwardInput's `input`) and its
-   * end (layernormBackwardParams' `params`, whose last job is the same LayerNorm) in one dispatch,
-   * where the device binds BLOCK_END_STORAGE_BUFFERS, ln1's gradient is whole (no sumIn: the rows only
-   * read it) and the sums can come along; otherwise as the two dispatches. merge: force either way.
+   * end (layernormBackwardParams' `params`, whose last job is the same LayerNorm) in one dispatch where
+   * the device binds that kernel's 10 storage buffers and the sums can come along (where ln1's gradient
+   * is a split-K product's slabs, in the same scratch buffer as theirs); otherwise as the two
+   * dispatches. merge: force either way.
    */
-  layernormBackwardBlock(plan, { input, params, merge = this.storageBufferLimit >= BLOCK_END_STORAGE_BUFFERS }) {
-    const { rows, C, jobs, grads, sums = null } = params, regions = sums?.regions ?? [];
+  layernormBackwardBlock(plan, { input, params, merge = null }) {
+    const { rows, C, jobs, grads, sums = null } = params, regions = sums?.regions ?? [], sumIn = input.sumIn ?? null;
     const same = jobs.length === LAYERNORM_PARAM_JOBS && ["dout", "x", "stats", "wOff"].every((k) => jobs[1][k] === input[k]);
-    if (!merge || input.sumIn || !same || (regions.length > 0 && !this._sumsAlong(regions, grads))) {
+    const scratch = sumIn ? this._sumInRegion(sumIn, input.rows, input.C, input.dout)[0] : null;
+    const along = regions.length === 0 || (this._sumsAlong(regions, grads) && (!sumIn || regions[0].buffers[0] === scratch));
+    const k = layernormBlockEndKernels(C, this.subgroupWidth), kernel = k.kernel(!!sumIn, regions.length > 0);
+    if (!(merge ?? kernel.buffers.length <= this.storageBufferLimit) || !same || !along || (sumIn && sumIn.flags)) {
       this.layernormBackwardInput(plan, input);
       return this.layernormBackwardParams(plan, params);
     }
-    const k = layernormBlockEndKernels(C, this.subgroupWidth), rowGroups = k.rowGroups(rows), nx = layernormBackwardParamsWorkgroups(C);
+    const rowGroups = k.rowGroups(rows), nx = layernormBackwardParamsWorkgroups(C);
     const values = { rows, C, w_off: input.wOff, flags: input.accumulate ? 1 : 0, w_off0: jobs[0].wOff, w_off1: jobs[1].wOff, row_groups: rowGroups, nx };
-    const buffers = [input.dout, input.x, input.stats, input.params, input.dx, jobs[0].dout, jobs[0].x, jobs[0].stats, grads];
-    if (!regions.length) return plan.add(k.plain, values, buffers, grid1d(rowGroups + LAYERNORM_PARAM_JOBS * nx));
-    const { values: regionValues, end } = splitRegionValues(regions);
-    sums.regions = [];
-    return plan.add(k.withSums, { ...values, ...regionValues }, [...buffers, regions[0].buffers[0]],
-      grid1d(rowGroups + LAYERNORM_PARAM_JOBS * nx + Math.ceil(end / 256)));
+    const buffers = [input.dout, input.x, input.stats, input.params, input.dx];
+    if (sumIn) {
+      Object.assign(values, { src: sumIn.src, len: sumIn.len, splits: sumIn.splits });
+      buffers.push(scratch);
+    }
+    buffers.push(jobs[0].dout, jobs[0].x, jobs[0].stats, grads);
+    let groups = rowGroups + LAYERNORM_PARAM_JOBS * nx;
+    if (regions.length) {
+      const { values: regionValues, end } = splitRegionValues(regions);
+      Object.assign(values, regionValues);
+      if (!sumIn) buffers.push(regions[0].buffers[0]);
+      groups += Math.ceil(end / 256);
+      sums.regions = [];
+    }
+    return plan.add(kernel, values, buffers, grid1d(groups));
   }
 
   /** Whether split-K sums can come along with a LayerNorm parameter dispatch: plain weight gradients into grads, one dispatch's worth. */

@@ -97,6 +97,16 @@ function splitKPlan({ dModel: C, vocabSize: V }, rows) {
   return { grouped, floats: Math.max(16, grouped ? groupedFloats : Math.max(head, ...slabs)) };
 }
 
+/**
+ * One scratch buffer for every split-K product's slabs: the weight gradients' (splitKPlan) from 0,
+ * those a LayerNorm sums (summedSlabFloats) from summedOff on. Both in one buffer, a block's end and
+ * ln1's backward bind it once (Ops.layernormBackwardBlock).
+ */
+function splitKScratch(m, rows) {
+  const summedOff = Math.ceil(splitKPlan(m, rows).floats / 64) * 64; // a 256-byte binding offset
+  return { summedOff, floats: summedOff + summedSlabFloats(m, rows) };
+}
+
 const bufferBytes = (size) => Math.max(16, Math.ceil(size / 4) * 4);
 
 // Each plan's uniforms take 256 bytes per dispatch (a pair of products: 256 too): at most 14 + 24L
@@ -132,8 +142,7 @@ function trainerBuffers(config) {
   };
   activations("train", B, T, T); // eval runs on the same set
   for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d lnf", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
-    ["d qkv", 3 * qkvStride(rows * C)], ["split-K partials", splitKPlan(m, rows).floats],
-    ["split-K LayerNorm partials", summedSlabFloats(m, rows)],
+    ["d qkv", 3 * qkvStride(rows * C)], ["split-K partials", splitKScratch(m, rows).floats],
     ["token order", V + 1 + rows], ["norm partials", normPartialCount(V, T, C)], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
@@ -351,7 +360,7 @@ export class Trainer {
       const fcOut = { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 };
       if (fcOutSplit.splits > 1) {
         unsummed = new SplitSums();
-        ops.matmul(plan, "forward", { ...fcOut, ...fcOutSplit, partials: this.summedPartials, sums: unsummed });
+        ops.matmul(plan, "forward", { ...fcOut, ...fcOutSplit, partials: this.splitK, partialsOff: this.summedOff, sums: unsummed });
       } else {
         ops.matmul(plan, "forward", fcOut);
       }
@@ -375,8 +384,9 @@ export class Trainer {
       att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C),
     });
     const splitK = splitKPlan(this.cfg, rows);
-    d.splitK = this.buffer("split-K partials", 4 * splitK.floats, S);
-    this.summedPartials = this.buffer("split-K LayerNorm partials", 4 * summedSlabFloats(this.cfg, rows), S);
+    const scratch = splitKScratch(this.cfg, rows);
+    this.splitK = d.splitK = this.buffer("split-K partials", 4 * scratch.floats, S);
+    this.summedOff = scratch.summedOff;
     // grouped: a block's split-K weight gradients lie side by side in d.splitK, summed by one dispatch
     // at the block's end (splitKPlan)
     const sums = splitK.grouped ? new SplitSums() : null;
@@ -399,7 +409,7 @@ export class Trainer {
       const split = toLayerNorm ? chooseSummedSplits("backward_input", rows, inputGrad.N, K, ops.workgroupLimit)
         : { tile: chooseTile("backward_input", rows, inputGrad.N, K, ops.workgroupLimit), splits: 1 };
       const unsummed = split.splits > 1 ? new SplitSums() : null;
-      const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: this.summedPartials, sums: unsummed } : {}) };
+      const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: d.splitK, partialsOff: this.summedOff, sums: unsummed } : {}) };
       const own = chooseTile("backward_weight", M, N, rows, ops.workgroupLimit);
       const tile = tileWithThreads(own, tileShape(split.tile).threads) ?? own;
       if (tilesPair(split, { tile }, ops.workgroupLimit)) {

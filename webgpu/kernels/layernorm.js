@@ -200,10 +200,12 @@ export const LAYERNORM_PARAM_JOBS = 2;
 
 // Job j: grads[w_off_j + c] = Σ_rows dout_j·x̂_j (the weight's), grads[w_off_j + C + c] = Σ_rows
 // dout_j (the bias's); x̂_j from x_j and stats_j. Both jobs have `rows` rows of C; a job's buffers are
-// bindings of their own (WGSL cannot pick a binding by index): names(j) = [dout, x, stats].
+// bindings of their own (WGSL cannot pick a binding by index): names(j) = [dout, x, stats], dout a
+// binding's name or a function of the element's index giving it.
 const jobBindings = (j) => [`dout${j}`, `x${j}`, `stats${j}`];
+const element = (dout, i) => (typeof dout === "function" ? dout(i) : `${dout}[${i}]`);
 const paramsSums = ([dout, x, stats]) => /* wgsl */ `for (var r = li / ${PARAM_COLS}u; r < p.rows; r += ${PARAM_ROW_LANES}u) {
-      let d = ${dout}[r * p.C + c];
+      let d = ${element(dout, "r * p.C + c")};
       dw = dw + d * (${x}[r * p.C + c] - ${stats}[2u * r]) * ${stats}[2u * r + 1u];
       db = db + d;
     }`;
@@ -240,11 +242,11 @@ fn layernorm_params(wx: u32, j: u32, li: u32) {
 // matmul_split_final's order, so a block's end is one dispatch. The LayerNorms' workgroups come
 // first, so their long serial loops start before the short sums.
 const sumsUniforms = (withSums) => (withSums ? range(SPLIT_REGIONS).flatMap((r) => splitRegionFields(r).map((f) => [f, "u32"])) : []);
-const finishFn = (withSums) => (withSums ? /* wgsl */ `
+const finishFn = (withSums, scratch = "partials") => (withSums ? /* wgsl */ `
 fn finish(i_all: u32, src: u32, len: u32, splits: u32, c_off: u32, c_zs: u32) {
   let batch = i_all / len;
   let i = i_all - batch * len;
-  ${sumSlabs("partials", "src + batch * splits * len", "splits", "len", "i")}
+  ${sumSlabs(scratch, "src + batch * splits * len", "splits", "len", "i")}
   grads[c_off + batch * c_zs + i] = v;
 }
 ` : "");
@@ -270,15 +272,23 @@ fn layernorm_backward_params(@builtin(workgroup_id) wid: vec3u, @builtin(num_wor
 // ln1's backward input and the block's end in one dispatch (C++'s layernorm_backward is both): the
 // first p.row_groups workgroups are layernorm_backward_input's (dout, x, stats: ln1's; dx: the
 // residual stream's gradient, added to), the next 2·p.nx the parameter gradients of job 0 (ln2:
-// dout0, x0, stats0) and job 1 (ln1, from the same dout, x, stats, which the rows only read), then
-// (withSums) the block's split-K sums. Its ten storage bindings are more than WebGPU's default 8, so
-// Ops uses it only where the device offers them.
-const blockEndKernel = (lanes, withSums, G) => {
+// dout0, x0, stats0) and job 1 (ln1, from the same x and stats), then (withSums) the block's split-K
+// sums. sumIn: ln1's dout is a split-K product's slabs, which the rows sum into dout as
+// layernorm_backward_input_*_sum does; job 1 adds them itself, in the same order, rather than read
+// dout while the rows write it. With both sums, both sets of slabs lie in one scratch buffer (`parts`:
+// the trainer keeps them so). It binds 10 storage buffers, more than WebGPU's default 8 (browsers
+// commonly offer 10), so Ops uses it only where the device offers them.
+const blockEndKernel = (lanes, sumIn, withSums, G) => {
   const paramsG = G > PARAM_COLS ? G : 1;
-  return kernel(`layernorm_backward_block_lanes${lanes}${withSums ? "_sums" : ""}${sgName(lanes, G)}`,
-    [...backwardInputUniforms(false), ...paramsUniforms(withSums).slice(2), ["row_groups", "u32"], ["nx", "u32"]], // rows, C once
-    [...backwardInputBuffers(false), ...jobBindings(0).map((n) => [n, "read"]), ["grads", "rw"], ...(withSums ? [["partials", "read"]] : [])],
-    /* wgsl */ `${backwardInputBody(lanes, G, false, true)}${paramsFn(paramsG, (j) => (j === 0 ? jobBindings(0) : ["dout", "x", "stats"]))}${finishFn(withSums)}
+  const ln1Dout = sumIn ? (i) => `ln1_dout(${i})` : "dout";
+  return kernel(`layernorm_backward_block_lanes${lanes}${sumIn ? "_sum" : ""}${withSums ? "_sums" : ""}${sgName(lanes, G)}`,
+    [...backwardInputUniforms(sumIn), ...paramsUniforms(withSums).slice(2), ["row_groups", "u32"], ["nx", "u32"]], // rows, C once
+    [...backwardInputBuffers(sumIn), ...jobBindings(0).map((n) => [n, "read"]), ["grads", "rw"], ...(withSums && !sumIn ? [["partials", "read"]] : [])],
+    /* wgsl */ `${backwardInputBody(lanes, G, sumIn, true)}${sumIn ? /* wgsl */ `
+fn ln1_dout(i: u32) -> f32 {
+  ${slabSum("i")}
+  return v;
+}` : ""}${paramsFn(paramsG, (j) => (j === 0 ? jobBindings(0) : [ln1Dout, "x", "stats"]))}${finishFn(withSums, sumIn ? "parts" : "partials")}
 @compute @workgroup_size(256)
 fn layernorm_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg); // uniform: each branch is taken by a whole workgroup
@@ -298,17 +308,19 @@ fn layernorm_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
 };
 const blockEndKernels = new Map();
 
-/** The block-end kernel (blockEndKernel) for rows of C, subgroup width G: { plain, withSums, rowGroups(rows) }. */
+/**
+ * The block-end kernel (blockEndKernel) for rows of C, subgroup width G: { kernel(sumIn, withSums),
+ * rowGroups(rows) }.
+ */
 export function layernormBlockEndKernels(C, G = 1) {
-  const lanes = C > 192 ? 64 : 32, key = `${lanes}_${G}`;
-  if (!blockEndKernels.has(key)) {
-    blockEndKernels.set(key, { plain: blockEndKernel(lanes, false, G), withSums: blockEndKernel(lanes, true, G), rowGroups: (rows) => Math.ceil(rows / (256 / lanes)) });
-  }
-  return blockEndKernels.get(key);
+  const lanes = C > 192 ? 64 : 32;
+  const variant = (sumIn, withSums) => {
+    const key = `${lanes}_${G}_${sumIn}_${withSums}`;
+    if (!blockEndKernels.has(key)) blockEndKernels.set(key, blockEndKernel(lanes, sumIn, withSums, G));
+    return blockEndKernels.get(key);
+  };
+  return { kernel: variant, rowGroups: (rows) => Math.ceil(rows / (256 / lanes)) };
 }
-
-/** Storage buffers the block-end kernel binds: a device must offer this many per shader stage. */
-export const BLOCK_END_STORAGE_BUFFERS = 10;
 
 const paramsKernels = new Map();
 

@@ -79,8 +79,8 @@ for (const lanes of LAYERNORM_LANES) {
 // the block-end kernels, which the plans above (on devices that bind 8 storage buffers) never take
 for (const C of [192, 256]) { // 32 and 64 lanes a row
   for (const subgroupWidth of SUBGROUP_DUMP_WIDTHS) {
-    const { plain, withSums } = layernormBlockEndKernels(C, subgroupWidth);
-    for (const k of [plain, withSums]) add(k.name, k.code);
+    const { kernel } = layernormBlockEndKernels(C, subgroupWidth);
+    for (const sumIn of [false, true]) for (const withSums of [false, true]) add(kernel(sumIn, withSums).name, kernel(sumIn, withSums).code);
   }
 }
 

@@ -98,7 +98,9 @@ export async function runKernelCases(device, cases, inputs) {
     },
     // two LayerNorms' parameter gradients in one dispatch, with the split-K sums of c.products there too
     layernorm_params(c, plan) {
-      const { rows, C } = c, grads = empty(c.nParams), sums = new SplitSums(), partials = splitPartials(c.products);
+      const { rows, C } = c, grads = empty(c.nParams), sums = new SplitSums();
+      // c.slabs: room after the products' slabs for the second LayerNorm's (below), as the trainer keeps them
+      const partials = empty(c.products.reduce((n, p) => n + slabFloats(p), 0) + (c.slabs ?? 0) * rows * C + 16);
       let partialsOff = 0;
       c.products.forEach((p, i) => {
         ops.matmul(plan, "backward_weight", { M: p.M, N: p.N, K: p.K, A: input(`${c.id}_A${i}`), B: input(`${c.id}_B${i}`), C: grads, cOff: p.cOff,
@@ -110,13 +112,22 @@ export async function runKernelCases(device, cases, inputs) {
         ops.layernormBackwardParams(plan, { rows, C, jobs, grads, sums });
         return { grads: [grads, c.nParams] };
       }
-      // and job 1's input gradient, added to dx: in the same dispatch (merge) or the two as before
+      // and job 1's input gradient, added to dx: in the same dispatch (merge) or the two as before;
+      // c.slabs: job 1's dout = dH·W2 in that many split-K slabs, which the rows sum into dout
+      let sumIn = null;
+      if (c.slabs) {
+        const backward = new SplitSums();
+        jobs[1].dout = empty(rows * C);
+        ops.matmul(plan, "backward_input", { M: rows, N: C, K: c.K, A: input(`${c.id}_dH`), B: input(`${c.id}_W2`), C: jobs[1].dout, tile: "64x64w",
+          splits: c.slabs, partials, partialsOff, sums: backward });
+        sumIn = backward.regions[0];
+      }
       const dx = input(`${c.id}_dx0`), first = plan.entries.length;
-      ops.layernormBackwardBlock(plan, { input: { rows, C, ...jobs[1], params: input(`${c.id}_params`), dx, accumulate: true },
+      ops.layernormBackwardBlock(plan, { input: { rows, C, ...jobs[1], params: input(`${c.id}_params`), dx, accumulate: true, sumIn },
         params: { rows, C, jobs, grads, sums }, merge: c.merge });
       const dispatches = plan.entries.length - first;
       if (dispatches !== (c.merge ? 1 : 2)) throw new Error(`${c.id}: ${dispatches} dispatches with merge ${c.merge}`);
-      return { grads: [grads, c.nParams], dx: [dx, rows * C] };
+      return { grads: [grads, c.nParams], dx: [dx, rows * C], dout1: [jobs[1].dout, rows * C] };
     },
     embedding(c, plan) {
       const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);
