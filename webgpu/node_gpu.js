@@ -2,6 +2,7 @@
 // On a machine without a GPU, point VK_ICD_FILENAMES at SwiftShader's Vulkan ICD (webgpu.mk does).
 import { create, globals } from "webgpu";
 import { requestDeviceWithSubgroups } from "./subgroups.js";
+import { trainerLimits } from "./trainer.js";
 
 // The GPU instance and adapter must outlive every device: if the garbage collector takes them, the
 // binding's event loop later runs Dawn's ProcessEvents on freed objects and the process crashes at
@@ -30,11 +31,7 @@ export async function nodeDevice({ powerPreference = "high-performance", feature
   const adapter = await gpu.requestAdapter({ powerPreference });
   alive.push(adapter);
   if (!adapter) throw new Error("no WebGPU adapter: is a Vulkan driver (or SwiftShader via VK_ICD_FILENAMES) available?");
-  // big models need more than the default 128 MiB binding size, the deepest matmul tiles more than
-  // the default 16 KiB of workgroup memory, and the block-end kernel more than the default 8 storage
-  // buffers; ask for what the adapter offers
-  const requiredLimits = Object.fromEntries(["maxStorageBufferBindingSize", "maxBufferSize", "maxComputeWorkgroupStorageSize", "maxStorageBuffersPerShaderStage"]
-    .map((name) => [name, adapter.limits[name]]));
+  const requiredLimits = trainerLimits(adapter);
   const missing = features.filter((f) => !adapter.features.has(f));
   if (missing.length) throw new Error(`this adapter does not offer ${missing.join(", ")}`);
   const { device, subgroups: subgroupUse } = await requestDeviceWithSubgroups(adapter, { requiredLimits, requiredFeatures: features }, { subgroups });

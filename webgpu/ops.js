@@ -257,10 +257,9 @@ export class Ops {
       if (regions.length) this.recordSplitSums(plan, sums);
       return index;
     }
-    const { values: regionValues, end } = splitRegionValues(regions);
-    sums.regions = [];
-    return plan.add(kernels.withSums, { ...values, jobs: jobs.length, ...regionValues }, [...buffers, grads, regions[0].buffers[0]],
-      [nx, jobs.length + Math.ceil(Math.ceil(end / 256) / nx)]);
+    const partials = regions[0].buffers[0], taken = this._takeSums(sums);
+    return plan.add(kernels.withSums, { ...values, jobs: jobs.length, ...taken.values }, [...buffers, grads, partials],
+      [nx, jobs.length + Math.ceil(taken.workgroups / nx)]);
   }
 
   /**
@@ -290,13 +289,22 @@ export class Ops {
     buffers.push(jobs[0].dout, jobs[0].x, jobs[0].stats, grads);
     let groups = rowGroups + LAYERNORM_PARAM_JOBS * nx;
     if (regions.length) {
-      const { values: regionValues, end } = splitRegionValues(regions);
-      Object.assign(values, regionValues);
       if (!sumIn) buffers.push(regions[0].buffers[0]);
-      groups += Math.ceil(end / 256);
-      sums.regions = [];
+      const taken = this._takeSums(sums);
+      Object.assign(values, taken.values);
+      groups += taken.workgroups;
     }
     return plan.add(kernel, values, buffers, grid1d(groups));
+  }
+
+  /**
+   * The split-K sums in `sums` as a LayerNorm parameter dispatch's uniforms (splitRegionValues), and
+   * the workgroups of 256 elements they need there; empties sums, whose final sums that dispatch takes.
+   */
+  _takeSums(sums) {
+    const { values, end } = splitRegionValues(sums.regions);
+    sums.regions = [];
+    return { values, workgroups: Math.ceil(end / 256) };
   }
 
   /** Whether split-K sums can come along with a LayerNorm parameter dispatch: plain weight gradients into grads, one dispatch's worth. */
@@ -323,9 +331,9 @@ export class Ops {
    */
   embeddingBackwardNorm(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff, lnf, n, partials }) {
     if (lnf.bOff !== lnf.wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
-    const groups = embeddingGroups(V, T, C), workgroups = groups.token + groups.position + C + normPartials(n);
+    const groups = embeddingGroups(V, T, C), parts = normPartials(n), workgroups = groups.token + groups.position + C + parts;
     plan.add(embeddingBackwardNorm, { V, B, T, C, wte_off: wteOff, wpe_off: wpeOff, token_groups: groups.token, position_groups: groups.position,
-      lnf_w_off: lnf.wOff, n, parts: normPartials(n) }, [order, dres, grads, partials, lnf.dout, lnf.x, lnf.stats], grid1d(workgroups));
+      lnf_w_off: lnf.wOff, n, parts }, [order, dres, grads, partials, lnf.dout, lnf.x, lnf.stats], grid1d(workgroups));
     return workgroups;
   }
 

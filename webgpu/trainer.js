@@ -98,13 +98,13 @@ function splitKPlan({ dModel: C, vocabSize: V }, rows) {
 }
 
 /**
- * One scratch buffer for every split-K product's slabs: the weight gradients' (splitKPlan) from 0,
- * those a LayerNorm sums (summedSlabFloats) from summedOff on. Both in one buffer, a block's end and
- * ln1's backward bind it once (Ops.layernormBackwardBlock).
+ * One scratch buffer for every split-K product's slabs: the weight gradients' (splitKPlan, and its
+ * `grouped`) from 0, those a LayerNorm sums (summedSlabFloats) from summedOff on. Both in one buffer,
+ * a block's end and ln1's backward bind it once (Ops.layernormBackwardBlock).
  */
 function splitKScratch(m, rows) {
-  const summedOff = Math.ceil(splitKPlan(m, rows).floats / 64) * 64; // a 256-byte binding offset
-  return { summedOff, floats: summedOff + summedSlabFloats(m, rows) };
+  const plan = splitKPlan(m, rows), summedOff = Math.ceil(plan.floats / 64) * 64; // a 256-byte binding offset
+  return { grouped: plan.grouped, summedOff, floats: summedOff + summedSlabFloats(m, rows) };
 }
 
 const bufferBytes = (size) => Math.max(16, Math.ceil(size / 4) * 4);
@@ -162,6 +162,19 @@ const KERNEL_LIMITS = {
 };
 /** The device limits a Trainer depends on: request these (at the adapter's values) and checkLimits() them. */
 export const TRAINER_LIMITS = ["maxStorageBufferBindingSize", "maxBufferSize", ...Object.keys(KERNEL_LIMITS)];
+
+/**
+ * requiredLimits for a Trainer's device: each of TRAINER_LIMITS at the adapter's own value, so that
+ * big models get their bindings, the deepest matmul tiles their workgroup memory and the block-end
+ * kernel (Ops.layernormBackwardBlock) its storage buffers, wherever the adapter offers them.
+ */
+export function trainerLimits(adapter) {
+  const limits = {};
+  for (const name of TRAINER_LIMITS) {
+    if (adapter.limits[name] !== undefined) limits[name] = adapter.limits[name];
+  }
+  return limits;
+}
 
 function formatBytes(n) {
   const [unit, size] = n >= 2 ** 30 ? ["GiB", 2 ** 30] : n >= 2 ** 20 ? ["MiB", 2 ** 20] : ["KiB", 2 ** 10];
@@ -383,13 +396,12 @@ export class Trainer {
       h: this.buffer("d h", 4 * rows * 4 * C, S),
       att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C),
     });
-    const splitK = splitKPlan(this.cfg, rows);
     const scratch = splitKScratch(this.cfg, rows);
-    this.splitK = d.splitK = this.buffer("split-K partials", 4 * scratch.floats, S);
+    this.splitK = this.buffer("split-K partials", 4 * scratch.floats, S);
     this.summedOff = scratch.summedOff;
-    // grouped: a block's split-K weight gradients lie side by side in d.splitK, summed by one dispatch
-    // at the block's end (splitKPlan)
-    const sums = splitK.grouped ? new SplitSums() : null;
+    // grouped: a block's split-K weight gradients lie side by side in the scratch, summed by one
+    // dispatch at the block's end (splitKPlan)
+    const sums = scratch.grouped ? new SplitSums() : null;
     let slabsUsed = 0;
     // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one
     // dispatch while the model is small enough for a step to be paid per dispatch (PAIRED_MAX_OUTPUTS)
@@ -400,7 +412,7 @@ export class Trainer {
     const linearBackward = (inputGrad, weightGrad, toLayerNorm = false) => {
       const { M, N, batches = 1 } = weightGrad, partialsOff = slabsUsed;
       if (sums) slabsUsed += splitKSlabFloats(M, N, batches, rows);
-      const dW = { ...weightGrad, K: rows, splits: weightGradSplits(M, N, rows), partials: d.splitK, partialsOff, sums };
+      const dW = { ...weightGrad, K: rows, splits: weightGradSplits(M, N, rows), partials: this.splitK, partialsOff, sums };
       if (paired) {
         ops.matmulPair(plan, inputGrad, dW);
         return null;
@@ -409,7 +421,7 @@ export class Trainer {
       const split = toLayerNorm ? chooseSummedSplits("backward_input", rows, inputGrad.N, K, ops.workgroupLimit)
         : { tile: chooseTile("backward_input", rows, inputGrad.N, K, ops.workgroupLimit), splits: 1 };
       const unsummed = split.splits > 1 ? new SplitSums() : null;
-      const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: d.splitK, partialsOff: this.summedOff, sums: unsummed } : {}) };
+      const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: this.splitK, partialsOff: this.summedOff, sums: unsummed } : {}) };
       const own = chooseTile("backward_weight", M, N, rows, ops.workgroupLimit);
       const tile = tileWithThreads(own, tileShape(split.tile).threads) ?? own;
       if (tilesPair(split, { tile }, ops.workgroupLimit)) {
@@ -437,7 +449,7 @@ export class Trainer {
     const wte = o["token_embedding.weight"];
     linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
     const lnf = { dout: d.lnf, x: A.res[L], stats: A.lnfs, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"] };
-    ops.layernormBackwardInput(plan, { rows, C, dout: lnf.dout, x: lnf.x, stats: lnf.stats, params: P, wOff: lnf.wOff, dx: d.res, accumulate: false });
+    ops.layernormBackwardInput(plan, { rows, C, ...lnf, params: P, dx: d.res, accumulate: false });
     for (let l = L - 1; l >= 0; l--) {
       const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]

@@ -5,6 +5,7 @@
 // parameter gradients, and the gradient norm's partial sums.
 import { kernel, LINEAR_ID, range, workgroupSum } from "./kernel.js";
 import { NORM_THREADS } from "./adamw.js";
+import { columnSums } from "./layernorm.js";
 
 // tokens: (rows) -> out: (rows,C) = wte[token] + wpe[past + t], t = row mod T
 export const embeddingForward = kernel("embedding_forward",
@@ -71,11 +72,7 @@ fn embedding_backward_norm(@builtin(workgroup_id) wid: vec3u, @builtin(num_workg
     let c = w - p.token_groups - p.position_groups;
     var dw = 0.0;
     var db = 0.0;
-    for (var r = li; r < p.B * p.T; r += ${NORM_THREADS}u) {
-      let d = lnf_dout[r * p.C + c];
-      dw = dw + d * (lnf_x[r * p.C + c] - lnf_stats[2u * r]) * lnf_stats[2u * r + 1u];
-      db = db + d;
-    }
+    ${columnSums(["lnf_dout", "lnf_x", "lnf_stats"], "li", `${NORM_THREADS}u`, "p.B * p.T")}
     let gw = wg_sum(dw, li);
     let gb = wg_sum(db, li);
     if (li == 0u) {

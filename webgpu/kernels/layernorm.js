@@ -177,9 +177,12 @@ export function layernormRowKernels(lanes, G = 1) {
   return rowKernels.get(key);
 }
 
+// the lanes a row of C takes (see the H200 figures at the top)
+const lanesFor = (C) => (C > 192 ? 64 : 32);
+
 /** The row kernels for rows of C (subgroup width G), and their workgroup count for `rows` rows (see grid1d). */
 export function layernormKernels(C, G = 1) {
-  const k = layernormRowKernels(C > 192 ? 64 : 32, G);
+  const k = layernormRowKernels(lanesFor(C), G);
   return { ...k, workgroups: (rows) => Math.ceil(rows / k.rowsPerGroup) };
 }
 
@@ -204,7 +207,8 @@ export const LAYERNORM_PARAM_JOBS = 2;
 // binding's name or a function of the element's index giving it.
 const jobBindings = (j) => [`dout${j}`, `x${j}`, `stats${j}`];
 const element = (dout, i) => (typeof dout === "function" ? dout(i) : `${dout}[${i}]`);
-const paramsSums = ([dout, x, stats]) => /* wgsl */ `for (var r = li / ${PARAM_COLS}u; r < p.rows; r += ${PARAM_ROW_LANES}u) {
+// WGSL: dw += Σ dout·x̂, db += Σ dout over rows first, first + step, ... < rows of column c
+export const columnSums = ([dout, x, stats], first, step, rows = "p.rows") => /* wgsl */ `for (var r = ${first}; r < ${rows}; r += ${step}) {
       let d = ${element(dout, "r * p.C + c")};
       dw = dw + d * (${x}[r * p.C + c] - ${stats}[2u * r]) * ${stats}[2u * r + 1u];
       db = db + d;
@@ -225,7 +229,7 @@ fn layernorm_params(wx: u32, j: u32, li: u32) {
   var dw = 0.0;
   var db = 0.0;
   ${range(LAYERNORM_PARAM_JOBS).map((j) => `if (j == ${j}u) {
-    ${paramsSums(names(j))}
+    ${columnSums(names(j), `li / ${PARAM_COLS}u`, `${PARAM_ROW_LANES}u`)}
   }`).join(" else ")}
   ${paramsMeet(G)}
   if (li >= ${PARAM_COLS}u || wx * ${PARAM_COLS}u + col >= p.C) { return; }
@@ -308,18 +312,17 @@ fn layernorm_backward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
 };
 const blockEndKernels = new Map();
 
-/**
- * The block-end kernel (blockEndKernel) for rows of C, subgroup width G: { kernel(sumIn, withSums),
- * rowGroups(rows) }.
- */
+/** The block-end kernel (blockEndKernel) of `lanes` lanes a row, for subgroups of width G (1: none). */
+export function layernormBlockEndKernel(lanes, sumIn, withSums, G = 1) {
+  const key = `${lanes}_${G}_${sumIn}_${withSums}`;
+  if (!blockEndKernels.has(key)) blockEndKernels.set(key, blockEndKernel(lanes, sumIn, withSums, G));
+  return blockEndKernels.get(key);
+}
+
+/** The block-end kernels for rows of C, subgroup width G: { kernel(sumIn, withSums), rowGroups(rows) }. */
 export function layernormBlockEndKernels(C, G = 1) {
-  const lanes = C > 192 ? 64 : 32;
-  const variant = (sumIn, withSums) => {
-    const key = `${lanes}_${G}_${sumIn}_${withSums}`;
-    if (!blockEndKernels.has(key)) blockEndKernels.set(key, blockEndKernel(lanes, sumIn, withSums, G));
-    return blockEndKernels.get(key);
-  };
-  return { kernel: variant, rowGroups: (rows) => Math.ceil(rows / (256 / lanes)) };
+  const lanes = lanesFor(C);
+  return { kernel: (sumIn, withSums) => layernormBlockEndKernel(lanes, sumIn, withSums, G), rowGroups: (rows) => Math.ceil(rows / (256 / lanes)) };
 }
 
 const paramsKernels = new Map();

@@ -4,7 +4,7 @@
 import { runKernelCases } from "./kernel_cases.js";
 import { compileErrors } from "./compile_check.js";
 import { pipelinesOf } from "../ops.js";
-import { Trainer } from "../trainer.js";
+import { Trainer, trainerLimits } from "../trainer.js";
 import { requestDeviceWithSubgroups } from "../subgroups.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
@@ -26,12 +26,7 @@ export function gpuDevice() {
     if (!navigator.gpu) throw new Error("navigator.gpu is missing: WebGPU is not enabled in this browser");
     const adapter = await navigator.gpu.requestAdapter();
     if (!adapter) throw new Error("no WebGPU adapter");
-    // the deepest matmul tiles need more than the default 16 KiB of workgroup memory, and the block-end
-    // kernel more than the default 8 storage buffers
-    const { device, subgroups } = await requestDeviceWithSubgroups(adapter, {
-      requiredLimits: { maxComputeWorkgroupStorageSize: adapter.limits.maxComputeWorkgroupStorageSize,
-        maxStorageBuffersPerShaderStage: adapter.limits.maxStorageBuffersPerShaderStage },
-    });
+    const { device, subgroups } = await requestDeviceWithSubgroups(adapter, { requiredLimits: trainerLimits(adapter) });
     device.addEventListener("uncapturederror", (e) => console.error(`WebGPU error: ${e.error.message}`));
     return { adapter, device, subgroups };
   })();

@@ -16,7 +16,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
 import { MATMUL_FORMS, chooseTile, chooseSummedSplits, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
-import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernels } from "../kernels/layernorm.js";
+import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernel } from "../kernels/layernorm.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -77,10 +77,14 @@ for (const lanes of LAYERNORM_LANES) {
   }
 }
 // the block-end kernels, which the plans above (on devices that bind 8 storage buffers) never take
-for (const C of [192, 256]) { // 32 and 64 lanes a row
+for (const lanes of LAYERNORM_LANES) {
   for (const subgroupWidth of SUBGROUP_DUMP_WIDTHS) {
-    const { kernel } = layernormBlockEndKernels(C, subgroupWidth);
-    for (const sumIn of [false, true]) for (const withSums of [false, true]) add(kernel(sumIn, withSums).name, kernel(sumIn, withSums).code);
+    for (const sumIn of [false, true]) {
+      for (const withSums of [false, true]) {
+        const k = layernormBlockEndKernel(lanes, sumIn, withSums, subgroupWidth);
+        add(k.name, k.code);
+      }
+    }
   }
 }
 

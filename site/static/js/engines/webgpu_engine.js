@@ -1,7 +1,7 @@
 // The WebGPU engine of the backend protocol (backend_protocol.md): webgpu/trainer.js on a device of
 // this browser's (or, in Node tests, the caller's) adapter, behind the engine interface.
 // Works in a module Worker and in Node: it touches navigator.gpu only when no adapter is passed in.
-import { Trainer, TRAINER_LIMITS, checkLimits } from "../../../webgpu/trainer.js";
+import { Trainer, trainerLimits, checkLimits } from "../../../webgpu/trainer.js";
 import { SECURE_CONTEXT_NEEDED } from "../wasm_loader.js";
 import { attentionWeights } from "../../../webgpu/inspect.js";
 import { isSoftwareAdapter } from "../../../webgpu/software_adapter.js";
@@ -62,11 +62,7 @@ export async function requirements({ model, training, adapter = null }) {
  * subgroups where offered: { device, subgroups } (requestDeviceWithSubgroups).
  */
 async function requestTrainerDevice(adapter) {
-  const requiredLimits = {};
-  for (const name of TRAINER_LIMITS) {
-    if (adapter.limits[name] !== undefined) requiredLimits[name] = adapter.limits[name];
-  }
-  return requestDeviceWithSubgroups(adapter, { label: "TinyGPT", requiredLimits });
+  return requestDeviceWithSubgroups(adapter, { label: "TinyGPT", requiredLimits: trainerLimits(adapter) });
 }
 
 /**
