@@ -28,3 +28,20 @@ def test_the_same_code_on_both_sides_trains_the_same_losses(tmp_path):
     # round 0 runs A first, round 1 B first
     assert tiny["spans"]["A"][0][1] <= tiny["spans"]["B"][0][0]
     assert tiny["spans"]["B"][1][1] <= tiny["spans"]["A"][1][0]
+
+
+def test_several_instances_a_side_train_the_same_losses(tmp_path):
+    """--instances 2: two trainers a side, each timed every round (where a trainer's buffers land moves its
+    speed by up to ~2.5% on a GPU, docs/performance.md §27), each instance's fastest block reported."""
+    out = tmp_path / "ab.json"
+    subprocess.run(["node", str(ROOT / "webgpu/bench/ab_steps.mjs"), "--b", str(ROOT), "--presets", "tiny",
+                    "--rounds", "2", "--steps", "1", "--instances", "2", "--clocks-ms", "0", "--out", str(out)],
+                   env=swiftshader_env(), check=True, capture_output=True, timeout=600)
+    result = json.loads(out.read_text())
+    tiny = result["presets"][0]
+    print(f"instances {result['instances']}; fastest blocks {tiny['instanceFastest']}, "
+          f"max loss difference {tiny['maxLossDiff']}")
+    assert result["instances"] == 2 and tiny["maxLossDiff"] == 0
+    for side in ("A", "B"):
+        assert len(tiny["times"][side]) == 4 and len(tiny["instanceFastest"][side]) == 2
+        assert min(tiny["instanceFastest"][side]) == tiny[f"fastest{side}"]
