@@ -105,7 +105,7 @@ def test_requirements_equal_the_buffers_created(buffers_run, preset):
 
 def test_a_model_past_the_adapter_limits_is_refused_before_anything_is_created():
     r = drive("limits")
-    sentence = ("the split-K partials buffer needs 4.2 MiB, "
+    sentence = ("the split-K partials buffer needs 2.1 MiB, "
                 "more than this adapter's maxStorageBufferBindingSize of 1 MiB")
     print(f"refused: {r['refused']!r}\nrequirements: {r['need']}\n"
           f"SwiftShader limits {r['realLimits']}: {r['everyPreset']}")

@@ -601,13 +601,16 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
 
 /**
  * How many K-splits a product gets (1 = none; each split keeps ≥ 64 of K): enough to reach ~512
- * workgroups, and with sliced K (weight gradients below 250k outputs) at most 8. More
+ * workgroups, and with sliced K (weight gradients below 250k outputs) at most 4. More
  * splits than that cost more in slabs to sum than they give in parallelism: on the H100, 16 splits
  * of large's 192×192 weight gradient (36 tiles) took 20.0 µs, 8 took 18.8; massive's 384×384 (144
- * tiles) took 22.6 µs with 4, 26.4 with 8.
+ * tiles) took 22.6 µs with 4, 26.4 with 8. In a step (ab_steps, 3 trainers a side, H100, ms), the
+ * sliced tiles capped at 4 splits rather than 8: small 0.506 / 0.528, xl 2.811 / 2.884, huge
+ * 7.165 / 7.217, medium 1.069 / 1.061 (H200: 1.033 / 1.061), the rest even; capped at 2, small and
+ * medium lost 13% and 6% (docs/performance.md §27).
  */
 export function chooseSplits(M, N, K, tile) {
-  const { threads, KG } = tileShape(tile), cap = threads >= 256 && KG === 1 ? MAX_SPLITS : 8;
+  const { threads, KG } = tileShape(tile), cap = threads >= 256 && KG === 1 ? MAX_SPLITS : 4;
   return Math.max(1, Math.min(cap, Math.floor(K / 64), Math.ceil(512 / tileCount(M, N, tile))));
 }
 
