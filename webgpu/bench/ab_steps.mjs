@@ -17,8 +17,7 @@ import { nodeDevice } from "../node_gpu.js";
 import { Ops } from "../ops.js";
 import { subgroupWidthOf } from "../subgroups.js";
 import { raiseClocks, benchArgs, median } from "./replay.mjs";
-
-const range = (n) => Array.from({ length: n }, (_, i) => i);
+import { range } from "../kernels/kernel.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const args = benchArgs();
