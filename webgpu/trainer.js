@@ -160,8 +160,8 @@ const KERNEL_LIMITS = {
   maxStorageBuffersPerShaderStage: 8, maxComputeWorkgroupStorageSize: 16384,
   maxComputeInvocationsPerWorkgroup: 256, maxComputeWorkgroupSizeX: 256,
 };
-/** The device limits a Trainer depends on: request these (at the adapter's values) and checkLimits() them. */
-export const TRAINER_LIMITS = ["maxStorageBufferBindingSize", "maxBufferSize", ...Object.keys(KERNEL_LIMITS)];
+/** The device limits a Trainer depends on: trainerLimits() requests these (at the adapter's values), checkLimits() checks them. */
+const TRAINER_LIMITS = ["maxStorageBufferBindingSize", "maxBufferSize", ...Object.keys(KERNEL_LIMITS)];
 
 /**
  * requiredLimits for a Trainer's device: each of TRAINER_LIMITS at the adapter's own value, so that

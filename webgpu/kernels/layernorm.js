@@ -319,10 +319,13 @@ export function layernormBlockEndKernel(lanes, sumIn, withSums, G = 1) {
   return blockEndKernels.get(key);
 }
 
-/** The block-end kernels for rows of C, subgroup width G: { kernel(sumIn, withSums), rowGroups(rows) }. */
+/**
+ * The block-end kernels for rows of C, subgroup width G: { kernel(sumIn, withSums), rowGroups(rows) },
+ * its rows laid out as layernorm_backward_input's (layernormKernels' workgroups).
+ */
 export function layernormBlockEndKernels(C, G = 1) {
   const lanes = lanesFor(C);
-  return { kernel: (sumIn, withSums) => layernormBlockEndKernel(lanes, sumIn, withSums, G), rowGroups: (rows) => Math.ceil(rows / (256 / lanes)) };
+  return { kernel: (sumIn, withSums) => layernormBlockEndKernel(lanes, sumIn, withSums, G), rowGroups: layernormKernels(C, G).workgroups };
 }
 
 const paramsKernels = new Map();
