@@ -6,7 +6,8 @@ one dispatch each, two more at every preset before AdamW took over the clip coef
 and the embedding's backward the gradient norm's partials, and one more before that backward took
 ln_f's parameter gradients too (and, from large up, one more before block 0's first LayerNorm took the
 embedding's forward). (Counted with WebGPU's default 16 KiB of workgroup memory; a device that offers
-more pairs more products: on an H100, large takes 97.)
+more takes other tiles, pairs more products and splits the pairs whose weight gradient is big and on a
+twin tile: on an H100, large takes 103.)
 """
 from __future__ import annotations
 

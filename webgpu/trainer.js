@@ -58,6 +58,13 @@ const GROUPED_SPLIT_SUMS_FLOATS = 10 * 2 ** 20;
 // (200 steps; docs/performance.md §16).
 const PAIRED_MAX_OUTPUTS = 500_000;
 
+// Past PAIRED_MAX_OUTPUTS, a pair whose weight gradient must take its own tile's twin (the same tile
+// with K sliced into another number of groups, for the input gradient's invocation count) loses
+// once that gradient is this big. H100, ms/step unpaired / paired, 3 trainers a side
+// (docs/performance.md §28): large's fc_in and fc_out (192×768 = 147,456 outputs each) 2.193 / 2.293;
+// medium's fc_in (65,536) 1.068 / 1.069; q/k/v or o_proj (36,864 at large) 2–4% slower unpaired.
+const TWIN_PAIR_MAX_WEIGHT_OUTPUTS = 100_000;
+
 // A LayerNorm is the prologue of the product it feeds (Ops.matmul's ln) only while its input
 // (rows × C) is this small: each column tile of the product then recomputes its rows' statistics,
 // which for bigger activations costs more than the dispatch it saves. H100, ms/step, a LayerNorm
@@ -424,7 +431,8 @@ export class Trainer {
       const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: this.splitK, partialsOff: this.summedOff, sums: unsummed } : {}) };
       const own = chooseTile("backward_weight", M, N, rows, ops.workgroupLimit);
       const tile = tileWithThreads(own, tileShape(split.tile).threads) ?? own;
-      if (tilesPair(split, { tile }, ops.workgroupLimit)) {
+      const bigTwin = tile !== own && M * N > TWIN_PAIR_MAX_WEIGHT_OUTPUTS;
+      if (!bigTwin && tilesPair(split, { tile }, ops.workgroupLimit)) {
         ops.matmulPair(plan, dX, { ...dW, tile });
       } else {
         ops.matmul(plan, "backward_input", dX);
