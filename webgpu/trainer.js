@@ -61,8 +61,9 @@ const PAIRED_MAX_OUTPUTS = 500_000;
 // Past PAIRED_MAX_OUTPUTS, a pair whose weight gradient must take its own tile's twin (the same tile
 // with K sliced into another number of groups, for the input gradient's invocation count) loses
 // once that gradient is this big. H100, ms/step unpaired / paired, 3 trainers a side
-// (docs/performance.md §28): large's fc_in and fc_out (192×768 = 147,456 outputs each) 2.193 / 2.293;
-// medium's fc_in (65,536) 1.068 / 1.069; q/k/v or o_proj (36,864 at large) 2–4% slower unpaired.
+// (docs/performance.md §28): large's fc_in and fc_out (192×768 = 147,456 outputs each) 2.193 / 2.293,
+// massive's q/k/v (384×384) 8.848 / 9.170; medium's fc_in (65,536) 1.068 / 1.069; q/k/v or o_proj
+// at medium and large (≤ 36,864) 2–4% slower unpaired; at 50,000, xl (q/k/v: 65,536) 2.5% slower.
 const TWIN_PAIR_MAX_WEIGHT_OUTPUTS = 100_000;
 
 // A LayerNorm is the prologue of the product it feeds (Ops.matmul's ln) only while its input
