@@ -59,3 +59,19 @@ def test_a_device_with_ten_storage_buffers_ends_each_block_in_ln1s_backward():
         print(f"{name}: {default[name]['step']} dispatches a step with 8 storage buffers, {ten[name]['step']} with 10")
         assert ten[name]["step"] == default[name]["step"] - c["nLayer"], name
         assert (ten[name]["eval"], ten[name]["decode"]) == (default[name]["eval"], default[name]["decode"])
+
+
+def test_a_device_with_more_workgroup_memory_runs_big_twin_tile_pairs_apart():
+    """With 10 storage buffers and 32 KiB of workgroup memory (common in browsers; an H100's 48 KiB gives
+    the same plans), a Linear's two backward products run apart where the weight gradient would pair only
+    on its tile's twin and has over 100,000 outputs: large's fc_in and fc_out (two more a block),
+    massive's and mega's q/k/v (one more a block). Every other preset pairs as before
+    (docs/performance.md §28)."""
+    wide = counts("all", "10", "32768")
+    for name, c in wide.items():
+        print(f"{name}: {c['step']} dispatches a step with 10 storage buffers and 32 KiB of workgroup memory")
+    paired_before = {"tiny": 31, "small": 43, "medium": 55, "large": 91, "xl": 119, "huge": 175, "massive": 203,
+                     "mega": 203, "behemoth": 417}
+    apart = {"large": 2 * 6, "massive": 14, "mega": 14}
+    assert {name: c["step"] for name, c in wide.items()} == {
+        name: n + apart.get(name, 0) for name, n in paired_before.items()}
