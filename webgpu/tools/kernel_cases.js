@@ -24,9 +24,10 @@ export async function runKernelCases(device, cases, inputs) {
     return b;
   };
   const empty = (n) => make(4 * n);
-  // split-K weight gradients' slabs, each product's at a multiple of 64 floats (256-byte binding offsets)
+  // split-K weight gradients' slabs, each product's at a multiple of 64 floats (256-byte binding offsets),
+  // and `extra` floats of room after them
   const slabFloats = (p) => Math.ceil((p.splits * (p.M * p.N + (p.biasGrad ? p.M : 0))) / 64) * 64;
-  const splitPartials = (products) => empty(Math.max(1, products.reduce((n, p) => n + slabFloats(p), 0)));
+  const splitPartials = (products, extra = 0) => empty(Math.max(1, products.reduce((n, p) => n + slabFloats(p), 0) + extra));
   // n floats of buffer from byte offset
   async function read(buffer, n, offset = 0) {
     const staging = device.createBuffer({ size: Math.max(16, 4 * n), usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
@@ -100,7 +101,7 @@ export async function runKernelCases(device, cases, inputs) {
     layernorm_params(c, plan) {
       const { rows, C } = c, grads = empty(c.nParams), sums = new SplitSums();
       // c.slabs: room after the products' slabs for the second LayerNorm's (below), as the trainer keeps them
-      const partials = empty(c.products.reduce((n, p) => n + slabFloats(p), 0) + (c.slabs ?? 0) * rows * C + 16);
+      const partials = splitPartials(c.products, (c.slabs ?? 0) * rows * C + 16);
       let partialsOff = 0;
       c.products.forEach((p, i) => {
         ops.matmul(plan, "backward_weight", { M: p.M, N: p.N, K: p.K, A: input(`${c.id}_A${i}`), B: input(`${c.id}_B${i}`), C: grads, cOff: p.cOff,
