@@ -16,7 +16,7 @@ import { resolve } from "node:path";
 import { nodeDevice } from "../node_gpu.js";
 import { Ops } from "../ops.js";
 import { subgroupWidthOf } from "../subgroups.js";
-import { raiseClocks, benchArgs, median } from "./replay.mjs";
+import { raiseClocks, runSteps, benchArgs, median } from "./replay.mjs";
 import { range } from "../kernels/kernel.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -45,9 +45,7 @@ const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespe
 /** ms/step over `steps` steps, their losses, and the block's wall-clock span (to match with e.g. nvidia-smi's log). */
 async function block(trainer) {
   const t0 = performance.now(), start = Date.now();
-  const pending = [];
-  for (let i = 0; i < steps; i++) pending.push((await trainer.step()).loss);
-  const losses = await Promise.all(pending);
+  const losses = await runSteps(trainer, steps);
   return { ms: (performance.now() - t0) / steps, losses, span: [start, Date.now()] };
 }
 

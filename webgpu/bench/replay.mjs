@@ -5,6 +5,36 @@ export function benchArgs(argv = process.argv.slice(2)) {
   return Object.fromEntries(argv.map((a, i, all) => (a.startsWith("--") ? [a.slice(2), all[i + 1]] : null)).filter(Boolean));
 }
 
+/**
+ * Resolves once ready() holds, sleeping 50 µs between event-loop turns. Dawn's Node binding polls for
+ * finished GPU work with a new JS function on every turn of the event loop while any of its promises is
+ * pending, so awaiting one busy-waits and fills the heap with garbage: through a medium or large run,
+ * collections a few times a second stalled the loop for 25–50 ms, and the GPU ran dry (docs/performance.md
+ * §29). A browser's WebGPU has no such poll; this keeps the Node bench's figure the GPU's.
+ */
+export async function quietly(ready) {
+  while (!ready()) {
+    Atomics.wait(NAP, 0, 0, 0.05);
+    await new Promise((resolve) => setImmediate(resolve));
+  }
+}
+const NAP = new Int32Array(new SharedArrayBuffer(4));
+
+/**
+ * n training steps as fast as the GPU takes them: step i is submitted once the loss it will reuse
+ * the ring slot of (step i − the ring's length) is back, waited for quietly. Resolves to the n losses.
+ */
+export async function runSteps(trainer, n) {
+  const ring = trainer.ring.length, back = new Uint8Array(n), pending = new Array(n);
+  for (let i = 0; i < n; i++) {
+    if (i >= ring) await quietly(() => back[i - ring]);
+    pending[i] = (await trainer.step()).loss;
+    pending[i].finally(() => { back[i] = 1; }).catch(() => {}); // a failure is thrown by Promise.all below
+  }
+  await quietly(() => n === 0 || back[n - 1]);
+  return Promise.all(pending);
+}
+
 /** The middle value of xs (the upper one of an even count). */
 export const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 

@@ -19,6 +19,7 @@ cp .wgcarry/webgpu/index.js .wgcarry/webgpu/package.json webgpu/node_modules/web
 unxz .wgcarry/webgpu/dist/linux-x64/dawn.node.xz webgpu/node_modules/webgpu/dist/linux-x64/dawn.node
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
+# BLOCKS=N: both benches time their STEPS in N blocks and report the median block beside the mean
 # Dawn prints each shader compiler warning with its source line and a caret: keep only the rest
 without_warnings() { grep -v "^Warning\|warning\|^ *\^\|^ *$"; }
 # PROFILE=1 adds each preset's host encode/submit cost and per-kernel GPU times; SKIP_TORCH=1 skips PyTorch,
@@ -40,7 +41,7 @@ wgsl_bench() {
   local dir=$1 name=$2
   shift 2
   /tmp/wg/bin/node "$dir/webgpu/bench/bench.mjs" --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
-    --sizes "${SIZES-1024,2048,4096}" --out "$OUT/$name.json" "$@"
+    --blocks "${BLOCKS:-1}" --sizes "${SIZES-1024,2048,4096}" --out "$OUT/$name.json" "$@"
 }
 # each side runs even if the other fails, so one run always brings back what can be measured
 wgsl_bench . webgpu_bench ${PROFILE:+--profile 1} 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
@@ -75,5 +76,5 @@ fi
 [ "${PARITY:-1}" = 0 ] || python3 webgpu/bench/parity.py --presets "${PARITY_PRESETS:-tiny,small,medium,large}" --steps "${PARITY_STEPS:-50}" \
   --node /tmp/wg/bin/node --out "$OUT/parity.json" || echo "parity failed: exit $?"
 [ -n "${SKIP_TORCH:-}" ] || PYTHONUNBUFFERED=1 python3 webgpu/bench/torch_bench.py --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
-  --modes "${TORCH_MODES:-eager,cudagraph}" > "$OUT/torch_bench.json" || echo "PyTorch bench failed: exit $?"
+  --blocks "${BLOCKS:-1}" --modes "${TORCH_MODES:-eager,cudagraph}" > "$OUT/torch_bench.json" || echo "PyTorch bench failed: exit $?"
 cat "$OUT/webgpu_bench.json" "$OUT/torch_bench.json"

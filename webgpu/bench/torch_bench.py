@@ -9,11 +9,14 @@ python_ref/bench_cuda.py, which `tinygpt bench --all` times too):
                      replayed per step with the batch copied into its static inputs
   cudagraph+compile  the same graph around torch.compile(model)
 Compile time is reported apart from step time. Each graph mode's losses are checked against eager.
+With --blocks N the graph modes time their steps in N blocks, as bench.mjs does, and report the median
+block beside the mean.
 
 python webgpu/bench/torch_bench.py --presets small,medium --modes eager,cudagraph --steps 30 --warmup 5
 """
 import argparse
 import json
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -41,8 +44,12 @@ def raise_clocks(a: torch.Tensor, b: torch.Tensor, seconds: float = 0.3) -> None
             return
 
 
-def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool) -> dict:
-    """ms/step of one mode; losses of every step, for the check against eager."""
+def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool, blocks: int = 1) -> dict:
+    """ms/step of one mode, the mean over `blocks` equal blocks of the steps (each synchronized before the
+    next) and the median block's, as bench.mjs times the WGSL trainer; losses of every step, for the
+    check against eager."""
+    if steps % blocks:
+        raise ValueError(f"--blocks {blocks}: a whole divisor of --steps {steps}")
     if warmup + steps > LOSS_RING:
         raise ValueError(f"at most {LOSS_RING} steps: a graphed step keeps that many losses")
     config, cfg = model_config(preset), train_config(preset)
@@ -52,14 +59,18 @@ def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool
     ready = static_step(preset, batches[:warmup], compiled, graph)
     losses = list(ready.warmup_losses)
     raise_clocks(*busy)
-    start = time.perf_counter()
-    for x, y in batches[warmup:]:
-        losses.append(ready.step(x, y))
-    torch.cuda.synchronize()
-    ms = (time.perf_counter() - start) / steps * 1e3
+    block_ms, size = [], steps // blocks
+    for b in range(blocks):
+        start = time.perf_counter()
+        for x, y in batches[warmup + b * size:warmup + (b + 1) * size]:
+            losses.append(ready.step(x, y))
+        torch.cuda.synchronize()
+        block_ms.append((time.perf_counter() - start) / size * 1e3)
+    ms = statistics.fmean(block_ms)
     tokens = cfg.batch * config.ctx
     return {"preset": preset, "ms_per_step": round(ms, 3), "tokens_per_s": round(tokens / ms * 1e3, 1),
-            "setup_s": round(ready.setup_s, 2), "losses": [float(v) for v in torch.stack(losses).cpu()]}
+            "median_block_ms": round(sorted(block_ms)[blocks // 2], 3), "setup_s": round(ready.setup_s, 2),
+            "losses": [float(v) for v in torch.stack(losses).cpu()]}
 
 
 def eager_losses(preset: str, n: int) -> list[float]:
@@ -73,6 +84,8 @@ def main():
     ap.add_argument("--modes", default="eager,cudagraph", help=f"comma-separated, of {', '.join(MODES)}")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--blocks", type=int, default=1,
+                    help="the graph modes' timed steps in this many blocks (bench.mjs --blocks)")
     ap.add_argument("--sizes", default="1024,2048,4096")
     args = ap.parse_args()
     fp32_only()
@@ -88,11 +101,12 @@ def main():
                 r = bench_preset(name, "cuda", args.steps, args.warmup)
                 out["presets"].append(r)  # the shape earlier runs wrote
             else:
-                r = graph_mode(name, args.steps, args.warmup, compiled="compile" in mode, graph="cudagraph" in mode)
+                r = graph_mode(name, args.steps, args.warmup, compiled="compile" in mode, graph="cudagraph" in mode,
+                               blocks=args.blocks)
                 r["max_rel_loss_diff_vs_eager"] = max(abs(a - b) / abs(b) for a, b in zip(r.pop("losses"), reference))
             out["modes"][mode].append({"preset": name, "ms_per_step": r["ms_per_step"],
                                        "tokens_per_s": r["tokens_per_s"], **{k: r[k] for k in
-                                       ("setup_s", "max_rel_loss_diff_vs_eager") if k in r}})
+                                       ("median_block_ms", "setup_s", "max_rel_loss_diff_vs_eager") if k in r}})
             print(name, mode, out["modes"][mode][-1], file=sys.stderr)
     for n in map(int, args.sizes.split(",")):
         out["matmul"].append({"n": n, "gflops": cublas_fp32_gflops(n, 20)})
