@@ -20,8 +20,8 @@ const args = benchArgs();
 const presetNames = (args.presets ?? "small,medium,large,xl,huge,massive").split(",");
 const steps = Number(args.steps ?? 30), warmup = Number(args.warmup ?? 5);
 // The timed steps in `blocks` equal blocks, each drained before the next: msPerStep stays the mean of
-// them all, and medianBlockMs is the typical block's. A Node host stalls now and then (up to ~50 ms
-// once in 1000 steps at medium, docs/performance.md §29), which one mean over 200 steps carries whole.
+// them all, and medianBlockMs is the typical block's. A machine stalls now and then (one medium block
+// at 2.9 ms/step among others at 1.1, docs/performance.md §29), and one mean over 200 steps carries it whole.
 const blocks = Number(args.blocks ?? 1);
 if (!(Number.isInteger(blocks) && blocks >= 1 && steps % blocks === 0)) throw new Error(`--blocks ${args.blocks}: a whole divisor of --steps ${steps}`);
 const clocksMs = Number(args["clocks-ms"] ?? 300); // 0 on a software adapter, whose clocks mean nothing

@@ -12,7 +12,7 @@ export function benchArgs(argv = process.argv.slice(2)) {
  * collections a few times a second stalled the loop for 25–50 ms, and the GPU ran dry (docs/performance.md
  * §29). A browser's WebGPU has no such poll; this keeps the Node bench's figure the GPU's.
  */
-export async function quietly(ready) {
+async function quietly(ready) {
   while (!ready()) {
     Atomics.wait(NAP, 0, 0, 0.05);
     await new Promise((resolve) => setImmediate(resolve));
