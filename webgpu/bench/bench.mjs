@@ -47,9 +47,7 @@ for (const name of presetNames) {
   const trainer = new Trainer(device, config, { corpus });
   const setupMs = performance.now() - t0; // pipelines, buffers, initial weights
   await raiseClocks(device, ops, clocksMs);
-  let last = null;
-  for (let i = 0; i < warmup; i++) last = (await trainer.step()).loss;
-  await last;
+  await runSteps(trainer, warmup);
   const values = [], blockMs = [];
   for (let b = 0; b < blocks; b++) {
     const start = performance.now();
