@@ -33,12 +33,18 @@ for preset in ${PRESETS:-huge massive}; do
   train "${preset}_${N}gpu_weak" "$N" --preset "$preset" --batch $((batch * N))
 done
 
-train "large_${N}gpu" "$N" --preset large --steps 600
-python3 -m python_ref.cli export "$CKPT/large_${N}gpu.tinygpt" "$OUT/large_${N}gpu_fp16.tinygpt" --fp16
+# LARGE=0 and BEHEMOTH=0 leave out these runs (behemoth's two take ~5 min, mostly each process
+# building the 473M-parameter portable init on its CPU)
+if [ "${LARGE:-1}" != 0 ]; then
+  train "large_${N}gpu" "$N" --preset large --steps 600
+  python3 -m python_ref.cli export "$CKPT/large_${N}gpu.tinygpt" "$OUT/large_${N}gpu_fp16.tinygpt" --fp16
+fi
 
-# behemoth's batch of 1 cannot be split: 2 rows per step on every side; FSDP2 shards it over N GPUs
-train behemoth_1gpu 1 --preset behemoth --batch "$N"
-train "behemoth_${N}gpu_fsdp" "$N" --preset behemoth --batch "$N" --fsdp
+# behemoth's batch of 1 cannot be split: N rows per step on every side; FSDP2 shards it over N GPUs
+if [ "${BEHEMOTH:-1}" != 0 ]; then
+  train behemoth_1gpu 1 --preset behemoth --batch "$N"
+  train "behemoth_${N}gpu_fsdp" "$N" --preset behemoth --batch "$N" --fsdp
+fi
 
 python3 - "$CKPT" "$OUT/agreement.json" <<'EOF'
 import json, sys
