@@ -7,6 +7,7 @@ import pytest
 
 from python_ref.config import DEFAULT_CORPUS, REPO_ROOT, model_config, train_config
 from python_ref.data import BatchStream, Corpus
+from python_ref import prng
 from python_ref.model import initial_tensor_values
 from python_ref.prng import (
     COS_COEFFS, LOG_COEFFS, SIN_COEFFS, SampleStream, batch_offsets, normals, portable_cos_2pi,
@@ -59,6 +60,17 @@ def test_normals_vectors_bit_exact(seed):
     assert [float(x).hex() for x in got] == [float(w).hex() for w in want]
     # normal j is a pure function of (seed, j)
     assert normals(int(seed), 2, 2).tolist() == got[2:].tolist()
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_normal_float32_in_chunks_is_the_one_shot_draw(monkeypatch, threads):
+    # chunks drawn in turn (1) or on threads (3); an odd first index and a ragged last chunk
+    monkeypatch.setattr(prng, "NORMAL_CHUNK", 1000)
+    monkeypatch.setattr(prng, "_init_threads", lambda: threads)
+    got = prng.normal_float32(4242, 7, 5321, 0.02)
+    want = (normals(4242, 7, 5321) * 0.02).astype(np.float32)
+    print(f"{threads} thread(s), chunked vs one piece: max |difference| = {np.max(np.abs(got - want))}")
+    assert got.dtype == np.float32 and got.view(np.uint32).tolist() == want.view(np.uint32).tolist()
 
 
 @pytest.mark.parametrize("seed", SEEDS)
