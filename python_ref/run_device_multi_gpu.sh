@@ -33,8 +33,8 @@ for preset in ${PRESETS:-huge massive}; do
   train "${preset}_${N}gpu_weak" "$N" --preset "$preset" --batch $((batch * N))
 done
 
-# LARGE=0 and BEHEMOTH=0 leave out these runs (behemoth's two take ~5 min, mostly each process
-# building the 473M-parameter portable init on its CPU)
+# LARGE=0 and BEHEMOTH=0 leave out these runs (behemoth's two took ~5 min on 2 GPUs, mostly each
+# process building the 473M-parameter portable init on its CPU, before that init was drawn on threads)
 if [ "${LARGE:-1}" != 0 ]; then
   train "large_${N}gpu" "$N" --preset large --steps 600
   python3 -m python_ref.cli export "$CKPT/large_${N}gpu.tinygpt" "$OUT/large_${N}gpu_fp16.tinygpt" --fp16
