@@ -11,7 +11,7 @@ import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
 import { Trainer } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
-import { median, raiseClocks } from "./replay.mjs";
+import { median, raiseClocks, runSteps } from "./replay.mjs";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
@@ -58,9 +58,9 @@ for (const name of process.argv[2].split(",")) {
   const querySet = device.createQuerySet({ type: "timestamp", count: 2 * n });
   const resolved = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
   const readback = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  for (let i = 0; i < WARMUP; i++) await (await trainer.step()).loss;
-  // the awaited steps above leave the GPU idle between them, so its clocks may still be low: medium
-  // timed first in a process read a 5.6 ms step span, against 1.48 when it followed small (H100)
+  await runSteps(trainer, WARMUP);
+  // compiling and the first steps left the GPU idle, so its clocks may still be low: medium timed
+  // first in a process read a 5.6 ms step span, against 1.48 when it followed small (H100)
   await raiseClocks(device, trainer.ops);
   const split = splitPasses(querySet);
   const runs = []; // per step: [start, end] of each dispatch in µs from the step's first start
