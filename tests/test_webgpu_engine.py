@@ -76,7 +76,7 @@ def buffers_run():
     return drive("buffers")
 
 
-@pytest.mark.parametrize("preset", ["tiny", "small"])
+@pytest.mark.parametrize("preset", ["tiny", "small", "tiny deferred"])
 def test_requirements_equal_the_buffers_created(buffers_run, preset):
     run, usage = buffers_run[preset], buffers_run["usage"]
     need, analytic = run["need"], Counter((b["label"], b["bytes"]) for b in run["buffers"])

@@ -181,8 +181,9 @@ batched_matmul_case("forward", 68, 36, 28, 3, "32x32-s4", bias=True, vec=True)
 batched_matmul_case("backward_input", 68, 36, 52, 3, "32x32-s2", kcat=True, vec=True)
 
 
-# --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream)
-def layernorm_case(rows, C, subgroups=False):
+# --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream;
+# apart: the sum written after it, the trainer keeping each stage of that gradient)
+def layernorm_case(rows, C, subgroups=False, apart=False):
     eps = 1e-5
     w_off, b_off, n_params = 11, 11 + C, 11 + 2 * C + 9  # bias gradient right after the weight's, as in the manifest
     x = torch.tensor(rng.standard_normal((rows, C)) * 2 + 0.5, dtype=torch.float64, requires_grad=True)
@@ -201,12 +202,15 @@ def layernorm_case(rows, C, subgroups=False):
     def check(o):
         report(f"layernorm forward {rows}x{C}", o["out"], out.detach().numpy().ravel(), 1e-5)
         report(f"layernorm mean/rstd {rows}x{C}", o["stats"], np.stack([mean, rstd], 1).ravel(), 1e-5)
-        report(f"layernorm dx {rows}x{C}", o["dx"], (x.grad.numpy() + dx0).ravel(), 1e-5)
+        dx = (x.grad.numpy() + dx0).ravel()
+        report(f"layernorm dx {rows}x{C}{' apart' if apart else ''}", o["dx"],
+               np.concatenate([f32(dx0).ravel(), dx]) if apart else dx, 1e-5)
         report(f"layernorm dweight {rows}x{C}", o["grads"][w_off:w_off + C], w.grad.numpy(), 1e-4)
         report(f"layernorm dbias {rows}x{C}", o["grads"][b_off:b_off + C], b.grad.numpy(), 1e-4)
 
-    add_case(dict(op="layernorm", rows=rows, C=C, eps=eps, wOff=w_off, bOff=b_off, nParams=n_params),
-             {"x": f32(xd), "params": f32(params), "dout": f32(dout), "dx0": f32(dx0)}, check, subgroups)
+    add_case(dict(op="layernorm", rows=rows, C=C, eps=eps, wOff=w_off, bOff=b_off, nParams=n_params, apart=apart),
+             {"x": f32(xd), "params": f32(params), "dout": f32(dout),
+              "dx0": f32(np.concatenate([dx0, np.zeros_like(dx0)]) if apart else dx0)}, check, subgroups)
 
 
 layernorm_case(130, 50)  # three chunks of the two-pass parameter-gradient reduction
@@ -215,6 +219,7 @@ layernorm_case(67, 333)  # rows not a multiple of a workgroup's, C past 256 and 
 # the same with subgroups: runs of lanes add by shuffles, then meet (32 and 64 lanes a row)
 layernorm_case(130, 50, subgroups=True)
 layernorm_case(67, 333, subgroups=True)
+layernorm_case(67, 50, apart=True)
 
 
 def layernorm_summed_case(rows, C, K, splits, tile, subgroups=False):
@@ -271,12 +276,13 @@ def split_weight_gradients(products, inputs, c_off, gap):
     return specs, refs, c_off
 
 
-def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None, slabs=0):
+def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None, slabs=0, apart=False):
     """A block's two LayerNorms' weight and bias gradients in one dispatch; products: [(M, N, K, tile,
     splits, bias_grad)], split-K weight gradients into the same gradient buffer (after the LayerNorms'),
     whose final sums that dispatch takes too (a block's end). merge (True, False): with the second
     LayerNorm's input gradient (ln1's), added to dx, in the same dispatch or before it; slabs: the
-    second's dout is then a product dH·W2 (K = 150) left in that many split-K slabs."""
+    second's dout is then a product dH·W2 (K = 150) left in that many split-K slabs; apart: dx0 + that
+    gradient is written after dx0, which stays."""
     w_offs, n_params = [4, 4 + 2 * C + 7], 4 + 4 * C + 7 + 3
     inputs, ref = {}, np.zeros(n_params)
     for j, w_off in enumerate(w_offs):
@@ -298,12 +304,15 @@ def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None, sla
         dn = (dout if slabs else inputs["dout1"].astype(np.float64)) * weight
         dx0 = rng.standard_normal((rows, C))
         ref_dx = dx0 + (dn - dn.mean(1, keepdims=True) - xhat * (dn * xhat).mean(1, keepdims=True)) * f32(rstd)[:, None]
-        inputs.update({"params": f32(params), "dx0": f32(dx0)})
+        inputs.update({"params": f32(params), "dx0": f32(np.concatenate([dx0, np.zeros_like(dx0)]) if apart else dx0)})
+        if apart:
+            ref_dx = np.concatenate([f32(dx0), ref_dx])
     specs, product_refs, c_off = split_weight_gradients(products, inputs, n_params + 5, 11)
     name = f"layernorm parameter gradients of two LayerNorms {rows}x{C}"
     if merge is not None:
         name += f", the second's input gradient {'in the same dispatch' if merge else 'in one before'}"
         name += f" from {slabs} slabs" if slabs else ""
+        name += ", written apart" if apart else ""
 
     def check(o):
         report(name, o["grads"][:n_params], ref, 1e-4)
@@ -315,7 +324,8 @@ def layernorm_params_case(rows, C, products=(), subgroups=False, merge=None, sla
             report(f"{name}: the second's dout", o["dout1"], dout.ravel() if slabs else inputs["dout1"].ravel(), 1e-4)
 
     add_case(dict(op="layernorm_params", rows=rows, C=C, wOffs=w_offs, nParams=c_off, products=specs,
-                  **({} if merge is None else {"merge": merge, "slabs": slabs, "K": 150})), inputs, check, subgroups)
+                  **({} if merge is None else {"merge": merge, "slabs": slabs, "K": 150, "apart": apart})),
+             inputs, check, subgroups)
 
 
 layernorm_params_case(130, 50)
@@ -330,6 +340,7 @@ layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (40, 40, 15
 for merge in (True, False):
     layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (45, 37, 130, "64x64", 2, True)], merge=merge)
 layernorm_params_case(67, 333, merge=True)  # 64 lanes a row, no sums
+layernorm_params_case(67, 40, merge=True, apart=True)
 layernorm_params_case(150, 40, [(40, 40, 150, "32x32", 4, False)], subgroups=True, merge=True)
 # the second's dout in split-K slabs (large and up: q/k/v's input gradient), with and without the sums
 for merge in (True, False):

@@ -75,14 +75,19 @@ def parity_run(host):
     return cfg, tc, (x, y), host.call("trainJob", job)
 
 
-def test_trajectory_parity_with_python_ref(parity_run):
-    cfg, tc, _, run = parity_run
+def reference_run(cfg: ModelConfig, tc: TrainConfig, steps: int) -> tuple[TinyGPT, list[float]]:
+    """python_ref's model after `steps` steps of the portable batch stream, and their losses."""
     model = TinyGPT(cfg, tc.seed)
     optimizer = make_optimizer(model, tc)
     train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)
     stream = BatchStream(train, cfg.ctx, tc.batch, tc.seed)
-    ref = [train_step(model, optimizer, *(torch.from_numpy(a) for a in stream.next()), tc.gradClip)
-           for _ in range(PARITY_STEPS)]
+    batches = (tuple(torch.from_numpy(a) for a in stream.next()) for _ in range(steps))
+    return model, [train_step(model, optimizer, *batch, tc.gradClip) for batch in batches]
+
+
+def test_trajectory_parity_with_python_ref(parity_run):
+    cfg, tc, _, run = parity_run
+    model, ref = reference_run(cfg, tc, PARITY_STEPS)
     got = np.array(run["losses"])
     rel = np.abs(got - ref) / np.abs(ref)
     print(f"LayerNorm and attention kernels with subgroups of {run['subgroupWidth']} (webgpu/subgroups.js)")
@@ -204,16 +209,26 @@ def test_export_loads_in_cpp(parity_run, native):
     assert again == raw, "C++ re-exports the WebGPU state byte for byte"
 
 
+def test_deferred_weight_gradients_keep_parity_with_python_ref(host):
+    """The plan from medium up, where each Linear's weight gradient waits for the end of the backward,
+    batched over the blocks (Trainer's deferWeightGrads), on the parity run's model and the GPU's tiles:
+    the residual stream's gradient kept stage by stage, each block's activations in slots of one buffer."""
+    cfg, tc = configs(PARITY)
+    run = host.call("trainJob", {"preset": "tiny", "overrides": PARITY, "corpus": CORPUS_URL, "steps": PARITY_STEPS,
+                                 "matmulTiles": "gpu", "deferWeightGrads": True})
+    _, ref = reference_run(cfg, tc, PARITY_STEPS)
+    rel = np.abs(np.array(run["losses"]) - ref) / np.abs(ref)
+    print(f"{PARITY_STEPS}-step parity with deferred weight gradients: losses {ref[0]:.4f} -> {ref[-1]:.4f}; "
+          f"max relative difference {rel.max():.3g} at step {int(rel.argmax()) + 1} (bar 1e-3)")
+    assert len(rel) == PARITY_STEPS and rel.max() < 1e-3
+
+
 def test_tiny_preset_steps_with_split_k(host):
     """The tiny preset as it ships (B·T = 512), on the GPU's tiles: weight gradients take the split-K path;
     3 steps vs python_ref."""
     cfg, tc = configs({})
     run = host.call("trainJob", {"preset": "tiny", "corpus": CORPUS_URL, "steps": 3, "matmulTiles": "gpu"})
-    model = TinyGPT(cfg, tc.seed)
-    optimizer = make_optimizer(model, tc)
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)
-    stream = BatchStream(train, cfg.ctx, tc.batch, tc.seed)
-    ref = [train_step(model, optimizer, *(torch.from_numpy(a) for a in stream.next()), tc.gradClip) for _ in range(3)]
+    _, ref = reference_run(cfg, tc, 3)
     rel = float(np.max(np.abs(np.array(run["losses"]) - ref) / np.array(ref)))
     print(f"tiny preset, 3 steps with split-K weight gradients: max relative loss difference {rel:.3g} (bar 1e-3)")
     assert rel < 1e-3

@@ -215,11 +215,13 @@ export class Ops {
   }
 
   /**
-   * dx (+)= the gradient w.r.t. the LayerNorm's input (accumulate: added, as into the residual stream).
-   * sumIn: dout is a split-K product left unsummed, as in layernormForward; it is summed into dout.
+   * dx[dxOut..] = the gradient w.r.t. the LayerNorm's input (accumulate: plus dx[dxIn..], as the
+   * residual stream's gradient; dxIn = dxOut adds in place). sumIn: dout is a split-K product left
+   * unsummed, as in layernormForward; it is summed into dout.
    */
-  layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate, sumIn = null }) {
-    const k = layernormKernels(C, this.subgroupWidth), grid = grid1d(k.workgroups(rows)), values = { rows, C, w_off: wOff, flags: accumulate ? 1 : 0 };
+  layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate, dxIn = 0, dxOut = 0, sumIn = null }) {
+    const k = layernormKernels(C, this.subgroupWidth), grid = grid1d(k.workgroups(rows));
+    const values = { rows, C, w_off: wOff, flags: accumulate ? 1 : 0, dx_in: dxIn, dx_out: dxOut };
     if (!sumIn) return plan.add(k.backwardInput, values, [dout, x, stats, params, dx], grid);
     if (sumIn.flags) throw new Error("layernormBackwardInput sumIn: a product with no epilogue");
     const [partials] = this._sumInRegion(sumIn, rows, C, dout);
@@ -280,7 +282,8 @@ export class Ops {
       return this.layernormBackwardParams(plan, params);
     }
     const rowGroups = k.rowGroups(rows), nx = layernormBackwardParamsWorkgroups(C);
-    const values = { rows, C, w_off: input.wOff, flags: input.accumulate ? 1 : 0, w_off0: jobs[0].wOff, w_off1: jobs[1].wOff, row_groups: rowGroups, nx };
+    const values = { rows, C, w_off: input.wOff, flags: input.accumulate ? 1 : 0, dx_in: input.dxIn ?? 0, dx_out: input.dxOut ?? 0,
+      w_off0: jobs[0].wOff, w_off1: jobs[1].wOff, row_groups: rowGroups, nx };
     const buffers = [input.dout, input.x, input.stats, input.params, input.dx];
     if (sumIn) {
       Object.assign(values, { src: sumIn.src, len: sumIn.len, splits: sumIn.splits });
@@ -313,9 +316,9 @@ export class Ops {
   }
 
   /** Both halves of one LayerNorm's backward (its bias right after its weight in grads). */
-  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, grads }) {
+  layernormBackward(plan, { rows, C, dout, x, stats, params, wOff, bOff, dx, accumulate, dxIn = 0, dxOut = 0, grads }) {
     if (bOff !== wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
-    this.layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate });
+    this.layernormBackwardInput(plan, { rows, C, dout, x, stats, params, wOff, dx, accumulate, dxIn, dxOut });
     this.layernormBackwardParams(plan, { rows, C, jobs: [{ dout, x, stats, wOff }], grads });
   }
 

@@ -30,16 +30,15 @@ function activationFloats({ dModel: C, nHead: H, vocabSize: V }, B, T, kvT) {
 const ACTIVATION_LABELS = { ln1s: "ln1 stats", ln2s: "ln2 stats", lnfs: "lnf stats" };
 const activationLabel = (key) => ACTIVATION_LABELS[key] ?? key;
 
-/** Floats between the q, k and v views of one buffer of 3 views of n floats each. */
-const qkvStride = (n) => Math.ceil(n / 64) * 64; // bind-group offsets must be multiples of 256 bytes
+/** Floats a slot of n floats takes in a buffer of several (q, k and v's views): bind-group offsets are multiples of 256 bytes. */
+const slotFloats = (n) => Math.ceil(n / 64) * 64;
 
-/** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows. */
-const weightGradSplits = (M, N, rows) => chooseSplits(M, N, rows, chooseTile("backward_weight", M, N, rows));
+/** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows, `batches` of them in one dispatch. */
+const weightGradSplits = (M, N, rows, batches = 1) => chooseSplits(M, N, rows, chooseTile("backward_weight", M, N, rows), batches);
 
 /** Floats of a product's split-K slabs in the scratch, rounded to whole 256-byte binding offsets (0: no split). */
-function splitKSlabFloats(M, N, batches, rows) {
-  const splits = weightGradSplits(M, N, rows);
-  return splits > 1 ? Math.ceil((batches * splits * (M * N + M)) / 64) * 64 : 0;
+function splitKSlabFloats(M, N, batches, rows, splits = weightGradSplits(M, N, rows)) {
+  return splits > 1 ? slotFloats(batches * splits * (M * N + M)) : 0;
 }
 
 // A block's split-K slabs stay side by side until one dispatch sums them all only while they are this
@@ -74,6 +73,45 @@ const TWIN_PAIR_MAX_WEIGHT_OUTPUTS = 100_000;
 // huge 10.81 vs 11.14, massive 14.25 vs 14.55. Decoding (1 row) always takes the prologue.
 const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
 
+// Where a step's backward is a chain of dependent dispatches that each wait for their slowest
+// workgroup, a Linear's weight gradient (K = B·T, the long serial loop) lengthens every link it
+// rides in. Deferred, the chain runs the input gradients alone, and each kind of weight gradient
+// runs once at the end, batched over the blocks, where its workgroups fill the GPU. That keeps
+// each block's output gradients and the activations they multiply until then (deferredLayout).
+// H100, ms/step deferred / not (ab_steps, 2–3 trainers a side; docs/performance.md §31): medium
+// 0.989 / 1.069, large 2.150 / 2.216, xl 2.750 / 2.822, huge 6.680 / 7.086, massive 8.511 / 8.854;
+// tiny 0.502 / 0.467 and small 0.603 / 0.536 lost: their pairs are short, and 8 dispatches more
+// cost more than the pairs lose. It stays off where the biggest buffer it keeps (L·rows·4C floats:
+// every block's d h, or train g) would pass WebGPU's default binding size of 128 MiB.
+const DEFERRED_MAX_KEPT_FLOATS = 2 ** 25;
+/** Whether a step defers its Linears' weight gradients to the end of the backward (see above). */
+export const defersWeightGradients = ({ nLayer: L, dModel: C }, rows) =>
+  rows * 4 * C > PAIRED_MAX_OUTPUTS && L * rows * 4 * C <= DEFERRED_MAX_KEPT_FLOATS;
+
+/**
+ * The deferred weight gradients, one dispatch each, batched over the L blocks: the parameter, [M, N]
+ * of dW = dYᵀ·X, and which slots hold dY and X (deferredLayout). The head's weight gradient stays
+ * paired with its input gradient: the chain starts there.
+ */
+const deferredProducts = (C) => [
+  { param: "mlp.fc_out.weight", M: C, N: 4 * C, dY: "res", X: "g" }, { param: "mlp.fc_in.weight", M: 4 * C, N: C, dY: "h", X: "ln2" },
+  { param: "attn.o_proj.weight", M: C, N: C, dY: "res2", X: "att" }, { param: "attn.q_proj.weight", M: C, N: C, dY: "q", X: "ln1" },
+  { param: "attn.k_proj.weight", M: C, N: C, dY: "k", X: "ln1" }, { param: "attn.v_proj.weight", M: C, N: C, dY: "v", X: "ln1" },
+];
+/** The activations the deferred weight gradients multiply: one buffer of L slots each in the training set. */
+const DEFERRED_ACTIVATIONS = ["ln1", "att", "ln2", "g"];
+
+/**
+ * Slots (floats) of the buffers that keep, for the deferred weight gradients, each block's output
+ * gradients: d res holds the residual stream's gradient at every stage, d res[j] (entering block j's
+ * backward from above, j = 0..L) in slot j and block l's d res2 (at its attention's output) in slot
+ * L + 1 + l; d h block l's in slot l; d qkv the q gradients of blocks 0..L-1, then the k, then the v.
+ */
+function deferredLayout({ nLayer: L, dModel: C }, rows) {
+  const res = slotFloats(rows * C);
+  return { res, h: slotFloats(rows * 4 * C), qkv: slotFloats(rows * C), resFloats: (2 * L + 1) * res };
+}
+
 /**
  * Floats of the scratch where products leave their split-K slabs for the LayerNorm after them to sum
  * (chooseSummedSplits): fc_out's forward where that LayerNorm is a dispatch of its own (not a
@@ -96,9 +134,13 @@ function summedSlabFloats({ dModel: C }, rows) {
  * side until one dispatch at the block's end sums them all; otherwise each product's slabs are summed
  * right after it, at the scratch's start. floats: the scratch's size.
  */
-function splitKPlan({ dModel: C, vocabSize: V }, rows) {
-  const block = [[C, 4 * C, 1], [4 * C, C, 1], [C, C, 1], [C, C, 3]]; // [M, N, batches]: fc_out, fc_in, o_proj, q/k/v
+function splitKPlan({ nLayer: L, dModel: C, vocabSize: V }, rows, deferred) {
   const head = splitKSlabFloats(V, C, 1, rows);
+  if (deferred) { // the head's and every deferred product's slabs, all summed at the end
+    const floats = deferredProducts(C).reduce((sum, { M, N }) => sum + splitKSlabFloats(M, N, L, rows, weightGradSplits(M, N, rows, L)), head);
+    return { grouped: false, floats: Math.max(16, floats) };
+  }
+  const block = [[C, 4 * C, 1], [4 * C, C, 1], [C, C, 1], [C, C, 3]]; // [M, N, batches]: fc_out, fc_in, o_proj, q/k/v
   const slabs = block.map(([M, N, n]) => splitKSlabFloats(M, N, n, rows));
   const groupedFloats = head + slabs.reduce((a, b) => a + b, 0);
   const grouped = groupedFloats <= GROUPED_SPLIT_SUMS_FLOATS;
@@ -110,8 +152,8 @@ function splitKPlan({ dModel: C, vocabSize: V }, rows) {
  * `grouped`) from 0, those a LayerNorm sums (summedSlabFloats) from summedOff on. Both in one buffer,
  * a block's end and ln1's backward bind it once (Ops.layernormBackwardBlock).
  */
-function splitKScratch(m, rows) {
-  const plan = splitKPlan(m, rows), summedOff = Math.ceil(plan.floats / 64) * 64; // a 256-byte binding offset
+function splitKScratch(m, rows, deferred) {
+  const plan = splitKPlan(m, rows, deferred), summedOff = slotFloats(plan.floats); // a 256-byte binding offset
   return { grouped: plan.grouped, summedOff, floats: summedOff + summedSlabFloats(m, rows) };
 }
 
@@ -128,8 +170,9 @@ const uniformBytesBound = (L) => 256 * (24 + 49 * L);
  * Mirrors the constructor: tests/test_webgpu_engine.py checks each label and size against the
  * buffers a real Trainer creates.
  */
-function trainerBuffers(config) {
+function trainerBuffers(config, deferWeightGrads) {
   const m = config.model, { nLayer: L, dModel: C, vocabSize: V, ctx: T } = m, B = config.training.batch, rows = B * T;
+  const deferred = deferWeightGrads ?? defersWeightGradients(m, rows), stages = deferred ? deferredLayout(m, rows) : null;
   const last = manifest(m).at(-1), P = last.offset + last.numel;
   const list = [];
   const add = (label, bytes, storage = true) => list.push({ label, bytes: bufferBytes(bytes), storage });
@@ -137,20 +180,22 @@ function trainerBuffers(config) {
   add("decay mask", 4 * Math.ceil(P / 32));
   add("unused binding", 16); // Ops' stand-ins for an unused optional input and output
   add("unused output", 16);
-  const activations = (label, B, T, kvT) => {
+  const activations = (label, B, T, kvT, kept = []) => {
     const s = activationFloats(m, B, T, kvT);
+    for (const k of kept) add(`${label} ${activationLabel(k)}`, 4 * L * slotFloats(s.layer[k]));
     for (let l = 0; l < L; l++) {
-      for (const [k, n] of Object.entries({ ...s.layer, ...s.qkv })) add(`${label} ${activationLabel(k)}`, 4 * n);
-      if (!s.qkv) add(`${label} qkv`, 4 * 3 * qkvStride(B * T * C));
+      for (const [k, n] of Object.entries({ ...s.layer, ...s.qkv })) if (!kept.includes(k)) add(`${label} ${activationLabel(k)}`, 4 * n);
+      if (!s.qkv) add(`${label} qkv`, 4 * 3 * slotFloats(B * T * C));
     }
     for (let l = 0; l <= L; l++) add(`${label} res${l}`, 4 * s.res);
     for (const [k, n] of Object.entries(s.top)) add(`${label} ${activationLabel(k)}`, 4 * n);
     add(`${label} tokens`, 4 * s.ids);
     add(`${label} targets`, 4 * s.ids);
   };
-  activations("train", B, T, T); // eval runs on the same set
-  for (const [name, n] of [["d res", rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d lnf", rows * C], ["d h", rows * 4 * C], ["d att", rows * C],
-    ["d qkv", 3 * qkvStride(rows * C)], ["split-K partials", splitKScratch(m, rows).floats],
+  activations("train", B, T, T, deferred ? DEFERRED_ACTIVATIONS : []); // eval runs on the same set
+  for (const [name, n] of [["d res", deferred ? stages.resFloats : rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d lnf", rows * C],
+    ["d h", deferred ? L * stages.h : rows * 4 * C], ["d att", rows * C], ["d qkv", 3 * (deferred ? L : 1) * slotFloats(rows * C)],
+    ["split-K partials", splitKScratch(m, rows, deferred).floats],
     ["token order", V + 1 + rows], ["norm partials", normPartialCount(V, T, C)], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
@@ -230,11 +275,11 @@ export class Trainer {
   /**
    * What a Trainer for `config` needs of a device, before creating one: totalBytes (every buffer,
    * plan uniforms bounded), largestBuffer and largestBinding in bytes with their buffers' labels,
-   * and the list of buffers.
+   * and the list of buffers. deferWeightGrads: as the constructor's option.
    */
-  static requirements(config) {
+  static requirements(config, { deferWeightGrads = undefined } = {}) {
     checkModel(config.model);
-    const buffers = trainerBuffers(config);
+    const buffers = trainerBuffers(config, deferWeightGrads);
     const largest = (list) => list.reduce((a, b) => (b.bytes > a.bytes ? b : a));
     const buffer = largest(buffers), binding = largest(buffers.filter((b) => b.storage));
     const totalBytes = buffers.reduce((sum, b) => sum + b.bytes, 0) + uniformBytesBound(config.model.nLayer);
@@ -247,13 +292,16 @@ export class Trainer {
   /**
    * @param {GPUDevice} device
    * @param {{model, training, initStd}} config  from model_config.js (site/static/js)
-   * @param {{corpus?: Uint8Array, seed?: number, state?: ArrayBuffer|Uint8Array, matmulTiles?: "gpu"|"software", subgroupWidth?: number}} options
+   * @param {{corpus?: Uint8Array, seed?: number, state?: ArrayBuffer|Uint8Array, matmulTiles?: "gpu"|"software", subgroupWidth?: number, deferWeightGrads?: boolean}} options
    *   matmulTiles: the GPU's tile choices, or their software twins (Ops softwareTiles); by default
    *   the software ones on an adapter that runs WGSL on the CPU (device.adapterInfo)
    *   subgroupWidth: the LayerNorm and attention kernels' subgroup width (Ops); by default what
    *   probeSubgroups() found on the device (subgroups.js), 1 (none) where it has not run
+   *   deferWeightGrads: the Linears' weight gradients at the end of the backward, batched over the
+   *   blocks; by default where that pays (defersWeightGradients)
    */
-  constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined } = {}) {
+  constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined,
+    deferWeightGrads = undefined } = {}) {
     checkModel(config.model);
     this.device = device;
     this.cfg = config.model;
@@ -268,6 +316,7 @@ export class Trainer {
     this.P = last.offset + last.numel;
     this.stepCount = 0;
     this.batchesDrawn = 0;
+    this.deferred = deferWeightGrads ?? defersWeightGradients(this.cfg, this.tr.batch * this.cfg.ctx);
     matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
     if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
     this.ops = new Ops(device, { softwareTiles: matmulTiles === "software", subgroupWidth });
@@ -317,26 +366,36 @@ export class Trainer {
     this.device.queue.writeBuffer(this.v, 0, zeros);
   }
 
-  /** One activation set: what the forward saves for the backward, for B rows of T positions. */
-  _activations(label, B, T, kvT) {
+  /**
+   * One activation set: what the forward saves for the backward, for B rows of T positions. kept:
+   * layer activations held as one buffer of L slots each (in `kept`, by name), each layer's a view.
+   */
+  _activations(label, B, T, kvT, keptNames = []) {
     const { nLayer: L, dModel: C } = this.cfg, rows = B * T, S = U().STORAGE | U().COPY_SRC;
     const sizes = activationFloats(this.cfg, B, T, kvT);
-    const make = (table) => Object.fromEntries(Object.entries(table).map(([k, n]) => [k, this.buffer(`${label} ${activationLabel(k)}`, 4 * n, S)]));
+    const make = (table) => Object.fromEntries(Object.entries(table).filter(([k]) => !keptNames.includes(k))
+      .map(([k, n]) => [k, this.buffer(`${label} ${activationLabel(k)}`, 4 * n, S)]));
+    const kept = Object.fromEntries(keptNames.map((k) => {
+      const slot = slotFloats(sizes.layer[k]);
+      return [k, { buffer: this.buffer(`${label} ${activationLabel(k)}`, 4 * L * slot, S), slot }];
+    }));
+    const view = (k, l) => ({ buffer: kept[k].buffer, offset: 4 * l * kept[k].slot, size: 4 * sizes.layer[k] });
     const layers = [];
     for (let l = 0; l < L; l++) {
-      layers.push({ ...make(sizes.layer), ...(sizes.qkv ? make(sizes.qkv) : this._qkvViews(`${label} qkv`, rows * C)) });
+      layers.push({ ...make(sizes.layer), ...Object.fromEntries(keptNames.map((k) => [k, view(k, l)])),
+        ...(sizes.qkv ? make(sizes.qkv) : this._qkvViews(`${label} qkv`, rows * C)) });
     }
     const ids = (name) => this.buffer(`${label} ${name}`, 4 * sizes.ids, U().STORAGE | U().COPY_DST);
     return {
-      B, T, kvT, layers, res: Array.from({ length: L + 1 }, (_, l) => this.buffer(`${label} res${l}`, 4 * sizes.res, S)),
+      B, T, kvT, layers, kept, res: Array.from({ length: L + 1 }, (_, l) => this.buffer(`${label} res${l}`, 4 * sizes.res, S)),
       ...make(sizes.top), tokens: ids("tokens"), targets: ids("targets"),
     };
   }
 
   /** {qkv: buffer, stride: floats between the views, q, k, v: views of n floats each}. */
-  _qkvViews(label, n) {
-    const stride = qkvStride(n);
-    const qkv = this.buffer(label, 4 * 3 * stride, U().STORAGE | U().COPY_SRC);
+  _qkvViews(label, n, views = 3) {
+    const stride = slotFloats(n);
+    const qkv = this.buffer(label, 4 * views * stride, U().STORAGE | U().COPY_SRC);
     const view = (i) => ({ buffer: qkv, offset: 4 * i * stride, size: 4 * n });
     return { qkv, stride, q: view(0), k: view(1), v: view(2) };
   }
@@ -394,30 +453,57 @@ export class Trainer {
   _buildTraining() {
     const { nLayer: L, dModel: C, nHead: H, vocabSize: V } = this.cfg, B = this.tr.batch, T = this.cfg.ctx, rows = B * T;
     const ops = this.ops, o = this.offsets, P = this.params, G = this.grads;
-    const A = (this.act = this._activations("train", B, T, T));
+    const deferred = this.deferred, stages = deferred ? deferredLayout(this.cfg, rows) : null;
+    const A = (this.act = this._activations("train", B, T, T, deferred ? DEFERRED_ACTIVATIONS : []));
     const S = U().STORAGE | U().COPY_SRC;
-    const d = (this.dbuf = {
+    const d = {
       // d ln2 keeps ln2's output gradient until the block's LayerNorm parameter sums, after ln1's backward
       // d lnf keeps ln_f's output gradient until the embedding's backward takes ln_f's parameter gradients
-      res: this.buffer("d res", 4 * rows * C, S), ln: this.buffer("d ln", 4 * rows * C, S), ln2: this.buffer("d ln2", 4 * rows * C, S),
-      lnf: this.buffer("d lnf", 4 * rows * C, S),
-      h: this.buffer("d h", 4 * rows * 4 * C, S),
-      att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C),
-    });
-    const scratch = splitKScratch(this.cfg, rows);
+      res: this.buffer("d res", 4 * (deferred ? stages.resFloats : rows * C), S), ln: this.buffer("d ln", 4 * rows * C, S),
+      ln2: this.buffer("d ln2", 4 * rows * C, S), lnf: this.buffer("d lnf", 4 * rows * C, S),
+      h: this.buffer("d h", 4 * (deferred ? L * stages.h : rows * 4 * C), S),
+      att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C, deferred ? 3 * L : 3),
+    };
+    // where each stage of the output gradients lies: in place, or (deferred) kept in slots
+    // (deferredLayout) until the weight gradients at the end read them
+    const at = {
+      res: (j) => (deferred ? j * stages.res : 0), // d res[j]
+      res2: (l) => (deferred ? (L + 1 + l) * stages.res : 0),
+      h: (l) => (deferred ? { buffer: d.h, offset: 4 * l * stages.h, size: 4 * rows * 4 * C } : d.h),
+      // block l's q, k and v gradients: a view from q's slot on, k and v `stride` floats after it
+      qkv: (l) => (deferred
+        ? { buffer: { buffer: d.qkv.qkv, offset: 4 * l * d.qkv.stride, size: 4 * (2 * L + 1) * d.qkv.stride }, stride: L * d.qkv.stride }
+        : { buffer: d.qkv.qkv, stride: d.qkv.stride }),
+    };
+    const scratch = splitKScratch(this.cfg, rows, deferred);
     this.splitK = this.buffer("split-K partials", 4 * scratch.floats, S);
     this.summedOff = scratch.summedOff;
     // grouped: a block's split-K weight gradients lie side by side in the scratch, summed by one
-    // dispatch at the block's end (splitKPlan)
-    const sums = scratch.grouped ? new SplitSums() : null;
+    // dispatch at the block's end (splitKPlan); deferred: the head's and the deferred ones', summed
+    // after those
+    const sums = scratch.grouped || deferred ? new SplitSums() : null;
     let slabsUsed = 0;
     // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one
     // dispatch while the model is small enough for a step to be paid per dispatch (PAIRED_MAX_OUTPUTS)
     const paired = rows * 4 * C <= PAIRED_MAX_OUTPUTS;
+    // The input gradient as its own dispatch (toLayerNorm as linearBackward's): {dX, unsummed}.
+    const inputGradient = (inputGrad, toLayerNorm) => {
+      const K = inputGrad.K * (inputGrad.kcat ?? 1);
+      const split = toLayerNorm ? chooseSummedSplits("backward_input", rows, inputGrad.N, K, ops.workgroupLimit)
+        : { tile: chooseTile("backward_input", rows, inputGrad.N, K, ops.workgroupLimit), splits: 1 };
+      const unsummed = split.splits > 1 ? new SplitSums() : null;
+      return { dX: { ...inputGrad, ...split, ...(unsummed ? { partials: this.splitK, partialsOff: this.summedOff, sums: unsummed } : {}) }, unsummed };
+    };
     // toLayerNorm: the input gradient goes straight into a LayerNorm's backward, which (unpaired)
     // sums its split-K slabs; returns their region for that LayerNorm (null: the product is whole).
     // Past `paired`, the two products still share a dispatch where both tiles pair as they are.
+    // weightGrad null (deferred): the input gradient alone.
     const linearBackward = (inputGrad, weightGrad, toLayerNorm = false) => {
+      if (!weightGrad) {
+        const { dX, unsummed } = inputGradient(inputGrad, toLayerNorm);
+        ops.matmul(plan, "backward_input", dX);
+        return unsummed?.regions[0] ?? null;
+      }
       const { M, N, batches = 1 } = weightGrad, partialsOff = slabsUsed;
       if (sums) slabsUsed += splitKSlabFloats(M, N, batches, rows);
       const dW = { ...weightGrad, K: rows, splits: weightGradSplits(M, N, rows), partials: this.splitK, partialsOff, sums };
@@ -425,11 +511,7 @@ export class Trainer {
         ops.matmulPair(plan, inputGrad, dW);
         return null;
       }
-      const K = inputGrad.K * (inputGrad.kcat ?? 1);
-      const split = toLayerNorm ? chooseSummedSplits("backward_input", rows, inputGrad.N, K, ops.workgroupLimit)
-        : { tile: chooseTile("backward_input", rows, inputGrad.N, K, ops.workgroupLimit), splits: 1 };
-      const unsummed = split.splits > 1 ? new SplitSums() : null;
-      const dX = { ...inputGrad, ...split, ...(unsummed ? { partials: this.splitK, partialsOff: this.summedOff, sums: unsummed } : {}) };
+      const { dX, unsummed } = inputGradient(inputGrad, toLayerNorm), split = dX;
       const own = chooseTile("backward_weight", M, N, rows, ops.workgroupLimit);
       const tile = tileWithThreads(own, tileShape(split.tile).threads) ?? own;
       const bigTwin = tile !== own && M * N > TWIN_PAIR_MAX_WEIGHT_OUTPUTS;
@@ -458,32 +540,47 @@ export class Trainer {
     const wte = o["token_embedding.weight"];
     linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
     const lnf = { dout: d.lnf, x: A.res[L], stats: A.lnfs, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"] };
-    ops.layernormBackwardInput(plan, { rows, C, ...lnf, params: P, dx: d.res, accumulate: false });
+    ops.layernormBackwardInput(plan, { rows, C, ...lnf, params: P, dx: d.res, dxOut: at.res(L), accumulate: false });
+    const later = (weightGrad) => (deferred ? null : weightGrad);
     for (let l = L - 1; l >= 0; l--) {
-      const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s];
+      const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s], dh = at.h(l), dqkv = at.qkv(l);
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
       // d.h = (d.res · W_out) · gelu'(h): the gradient w.r.t. fc_in's output, GELU's backward fused in
-      linearBackward({ M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h, geluGradOf: a.h },
-        { M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true });
-      const dLn2 = linearBackward({ M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
-        { M: 4 * C, N: C, A: d.h, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true }, true);
-      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res, accumulate: true, sumIn: dLn2 });
+      linearBackward({ M: rows, N: 4 * C, K: C, A: d.res, aOff: at.res(l + 1), B: P, bOff: w("mlp.fc_out.weight"), C: dh, geluGradOf: a.h },
+        later({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true }));
+      const dLn2 = linearBackward({ M: rows, N: C, K: 4 * C, A: dh, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
+        later({ M: 4 * C, N: C, A: dh, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true }), true);
+      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res,
+        dxIn: at.res(l + 1), dxOut: at.res2(l), accumulate: true, sumIn: dLn2 });
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
-      linearBackward({ M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att },
-        { M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true });
-      const dqkv = d.qkv;
-      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, dout: d.att, dqkv: { buffer: dqkv.qkv, stride: dqkv.stride } });
+      linearBackward({ M: rows, N: C, K: C, A: d.res, aOff: at.res2(l), B: P, bOff: w("attn.o_proj.weight"), C: d.att },
+        later({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true }));
+      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, dout: d.att, dqkv });
       // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
       // dW and db of each (three batches)
-      const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
-        { M: C, N: C, A: dqkv.qkv, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }, true);
+      const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.buffer, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
+        later({ M: C, N: C, A: dqkv.buffer, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }), true);
       // ln1's backward, then what only the optimizer reads, once per block and in one dispatch: both
       // LayerNorms' parameter gradients and (grouped) the split-K sums of the block's weight gradients
       // (and, in the last block, the head's); the two in one dispatch where the device allows
       const ln1 = { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") };
-      ops.layernormBackwardBlock(plan, { input: { rows, C, ...ln1, params: P, dx: d.res, accumulate: true, sumIn: dLn1 },
-        params: { rows, C, grads: G, sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
-      slabsUsed = 0;
+      ops.layernormBackwardBlock(plan, { input: { rows, C, ...ln1, params: P, dx: d.res, dxIn: at.res2(l), dxOut: at.res(l), accumulate: true, sumIn: dLn1 },
+        params: { rows, C, grads: G, sums: deferred ? null : sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
+      if (!deferred) slabsUsed = 0;
+    }
+    if (deferred) {
+      // each kind of weight gradient, batched over the blocks: dW_l = dY_lᵀ·X_l (+ db_l), block l's
+      // parameters one block's stride after block l-1's; then the split-K sums, the head's too
+      const blockStride = L > 1 ? o["blocks.1.ln1.weight"] - o["blocks.0.ln1.weight"] : 0;
+      const dY = { res: [d.res, at.res(1), stages.res], h: [d.h, 0, stages.h], res2: [d.res, at.res2(0), stages.res],
+        q: [d.qkv.qkv, 0, d.qkv.stride], k: [d.qkv.qkv, L * d.qkv.stride, d.qkv.stride], v: [d.qkv.qkv, 2 * L * d.qkv.stride, d.qkv.stride] };
+      for (const { param, M, N, dY: y, X } of deferredProducts(C)) {
+        const [dYBuffer, aOff, aStride] = dY[y], splits = weightGradSplits(M, N, rows, L), partialsOff = slabsUsed;
+        slabsUsed += splitKSlabFloats(M, N, L, rows, splits);
+        ops.matmul(plan, "backward_weight", { M, N, K: rows, A: dYBuffer, aOff, B: A.kept[X].buffer, C: G, cOff: o[`blocks.0.${param}`], biasGrad: true,
+          batches: L, strides: { a: aStride, b: A.kept[X].slot, c: blockStride }, splits, partials: this.splitK, partialsOff, sums });
+      }
+      ops.recordSplitSums(plan, sums);
     }
     const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte,
       wpeOff: o["position_embedding.weight"], lnf, n: this.P, partials: this.partials });

@@ -75,17 +75,18 @@ const parts = {
   async buffers() {
     const device = await (await adapter()).requestDevice({ requiredLimits: { maxStorageBufferBindingSize: (await adapter()).limits.maxStorageBufferBindingSize } });
     const out = {};
-    for (const name of ["tiny", "small"]) {
+    // "tiny deferred": the tiny preset with its weight gradients deferred, as from medium up, which keeps more buffers
+    for (const [name, preset, options] of [["tiny", "tiny", {}], ["small", "small", {}], ["tiny deferred", "tiny", { deferWeightGrads: true }]]) {
       const created = [];
       const createBuffer = device.createBuffer.bind(device);
       device.createBuffer = (d) => { created.push({ label: d.label ?? "", size: d.size, usage: d.usage }); return createBuffer(d); };
-      const config = configFromPresets(presets, name);
-      const trainer = new Trainer(device, config, { corpus, seed: SEED });
+      const config = configFromPresets(presets, preset);
+      const trainer = new Trainer(device, config, { corpus, seed: SEED, ...options });
       await trainer.generate(new Uint8Array([10]), { maxNewTokens: 1, temperature: 1, topK: 1 }); // builds the decode buffers
       await trainer.exportState(); // and the state read-back
       trainer.destroy();
       delete device.createBuffer;
-      const { buffers, ...need } = Trainer.requirements(config);
+      const { buffers, ...need } = Trainer.requirements(config, options);
       out[name] = { created, need, buffers, checkLimits: checkLimits(config, device.limits) };
     }
     out.usage = { STORAGE: GPUBufferUsage.STORAGE, UNIFORM: GPUBufferUsage.UNIFORM };

@@ -124,8 +124,11 @@ ${rowMain("layernorm_forward", lanes, G, [["row_sum_a", "f32"], ["row_sum_b", "f
 }
 `, "layernorm_forward");
 
-// dout: (rows,C) -> dx (rows,C), written (flags 0) or added (flags 1: the residual stream's gradient)
-const backwardInputUniforms = (sumIn) => [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"], ...(sumIn ? SUM_IN_UNIFORMS : [])];
+// dout: (rows,C) -> dx[dx_out ..] (rows,C), written (flags 0) or added (flags 1: the residual
+// stream's gradient) to dx[dx_in ..]; dx_in = dx_out in place, apart where the trainer keeps each
+// stage of the residual stream's gradient for the deferred weight gradients
+const backwardInputUniforms = (sumIn) => [["rows", "u32"], ["C", "u32"], ["w_off", "u32"], ["flags", "u32"], ["dx_in", "u32"], ["dx_out", "u32"],
+  ...(sumIn ? SUM_IN_UNIFORMS : [])];
 const backwardInputBuffers = (sumIn) => [["dout", sumIn ? "rw" : "read"], ["x", "read"], ["stats", "read"], ["params", "read"], ["dx", "rw"],
   ...(sumIn ? [["parts", "read"]] : [])];
 const backwardInputBody = (lanes, G, sumIn, asFunction = false) => /* wgsl */ `${rowMain("layernorm_backward_input", lanes, G, [["row_sum", "vec2f"]], asFunction)}
@@ -147,8 +150,8 @@ const backwardInputBody = (lanes, G, sumIn, asFunction = false) => /* wgsl */ `$
   for (var c = lane; c < p.C; c += LANES) {
     let xhat = (x[base + c] - mean) * rstd;
     var g = (dout[base + c] * params[p.w_off + c] - mean_dn - xhat * mean_dn_xhat) * rstd;
-    if (p.flags == 1u) { g = g + dx[base + c]; }
-    dx[base + c] = g;
+    if (p.flags == 1u) { g = g + dx[p.dx_in + base + c]; }
+    dx[p.dx_out + base + c] = g;
   }
 }
 `;

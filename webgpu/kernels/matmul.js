@@ -607,11 +607,12 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
  * tiles) took 22.6 µs with 4, 26.4 with 8. In a step (ab_steps, 3 trainers a side, H100, ms), the
  * sliced tiles capped at 4 splits rather than 8: small 0.506 / 0.528, xl 2.811 / 2.884, huge
  * 7.165 / 7.217, medium 1.069 / 1.061 (H200: 1.033 / 1.061), the rest even; capped at 2, small and
- * medium lost 13% and 6% (docs/performance.md §27).
+ * medium lost 13% and 6% (docs/performance.md §27). batches: products of that shape in the
+ * dispatch, whose tiles count toward the ~512.
  */
-export function chooseSplits(M, N, K, tile) {
+export function chooseSplits(M, N, K, tile, batches = 1) {
   const { threads, KG } = tileShape(tile), cap = threads >= 256 && KG === 1 ? MAX_SPLITS : 4;
-  return Math.max(1, Math.min(cap, Math.floor(K / 64), Math.ceil(512 / tileCount(M, N, tile))));
+  return Math.max(1, Math.min(cap, Math.floor(K / 64), Math.ceil(512 / (batches * tileCount(M, N, tile)))));
 }
 
 /**

@@ -73,7 +73,7 @@ async function loadCorpus(path) { return new Uint8Array(await (await fetch(path)
 /**
  * A training session as the tests use it. job: {preset, overrides, seed, corpus (URL path), state (base64)?,
  * steps, fixedBatch: {x, y}?, lossBatch: {x, y}?, exportState, evaluate, decode: [tokens]?, generate: {...}?,
- * matmulTiles: "gpu" | "software", subgroupWidth (Trainer's options)?}
+ * matmulTiles: "gpu" | "software", subgroupWidth, deferWeightGrads (Trainer's options)?}
  */
 export async function trainJob(job) {
   const { device } = await gpuDevice();
@@ -81,7 +81,7 @@ export async function trainJob(job) {
   const config = configFromPresets(presets, job.preset, job.overrides ?? {});
   const corpus = job.corpus ? await loadCorpus(job.corpus) : null;
   const trainer = new Trainer(device, config, { corpus, seed: job.seed ?? config.training.seed, state: job.state ? fromBase64(job.state) : null,
-    matmulTiles: job.matmulTiles, subgroupWidth: job.subgroupWidth });
+    matmulTiles: job.matmulTiles, subgroupWidth: job.subgroupWidth, deferWeightGrads: job.deferWeightGrads });
   const result = { P: trainer.P, losses: [], subgroupWidth: trainer.ops.subgroupWidth };
   try {
     if (job.initialWeights) result.initialWeights = f32b64(await trainer.weights());

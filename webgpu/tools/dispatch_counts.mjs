@@ -3,6 +3,7 @@
 // them), which bounds how fast a step of a small model can be. Recorded on a stand-in device: no GPU.
 //   node webgpu/tools/dispatch_counts.mjs [preset,...|all] [storage buffers per shader stage, default 8]
 //                                         [bytes of workgroup memory, default 16384]
+//                                         [deferred weight gradients: on, off; default the trainer's rule]
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
@@ -18,9 +19,10 @@ const limits = {
   ...(process.argv[3] ? { maxStorageBuffersPerShaderStage: Number(process.argv[3]) } : {}),
   ...(process.argv[4] ? { maxComputeWorkgroupStorageSize: Number(process.argv[4]) } : {}),
 };
+const deferWeightGrads = { on: true, off: false }[process.argv[5]];
 const counts = {};
 for (const name of names) {
-  const trainer = plansOnlyTrainer(recordingDevice({ limits }).device, configFromPresets(presets, name));
+  const trainer = plansOnlyTrainer(recordingDevice({ limits }).device, configFromPresets(presets, name), { deferWeightGrads });
   counts[name] = trainer.dispatches;
   trainer.destroy();
 }

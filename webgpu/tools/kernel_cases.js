@@ -71,8 +71,10 @@ export async function runKernelCases(device, cases, inputs) {
       const { rows, C } = c, out = empty(rows * C), stats = empty(2 * rows), dx = input(`${c.id}_dx0`), grads = empty(c.nParams);
       const x = input(`${c.id}_x`), params = input(`${c.id}_params`), dout = input(`${c.id}_dout`);
       ops.layernormForward(plan, { rows, C, x, params, wOff: c.wOff, bOff: c.bOff, out, stats, eps: c.eps });
-      ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, grads });
-      return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C], grads: [grads, c.nParams] };
+      // apart: dx[rows·C..] = dx[0..] + the input gradient (the trainer keeping a gradient's stages apart)
+      const dxOut = c.apart ? rows * C : 0;
+      ops.layernormBackward(plan, { rows, C, dout, x, stats, params, wOff: c.wOff, bOff: c.bOff, dx, accumulate: true, dxOut, grads });
+      return { out: [out, rows * C], stats: [stats, 2 * rows], dx: [dx, rows * C + dxOut], grads: [grads, c.nParams] };
     },
     // split-K products left unsummed for the LayerNorm that reads them (the trainer's fc_out -> next
     // LayerNorm, fc_in's and q/k/v's input gradients -> LayerNorm backward): x = G·Wᵀ + bias + R split
@@ -123,12 +125,12 @@ export async function runKernelCases(device, cases, inputs) {
           splits: c.slabs, partials, partialsOff, sums: backward });
         sumIn = backward.regions[0];
       }
-      const dx = input(`${c.id}_dx0`), first = plan.entries.length;
-      ops.layernormBackwardBlock(plan, { input: { rows, C, ...jobs[1], params: input(`${c.id}_params`), dx, accumulate: true, sumIn },
+      const dx = input(`${c.id}_dx0`), first = plan.entries.length, dxOut = c.apart ? rows * C : 0;
+      ops.layernormBackwardBlock(plan, { input: { rows, C, ...jobs[1], params: input(`${c.id}_params`), dx, accumulate: true, dxOut, sumIn },
         params: { rows, C, jobs, grads, sums }, merge: c.merge });
       const dispatches = plan.entries.length - first;
       if (dispatches !== (c.merge ? 1 : 2)) throw new Error(`${c.id}: ${dispatches} dispatches with merge ${c.merge}`);
-      return { grads: [grads, c.nParams], dx: [dx, rows * C], dout1: [jobs[1].dout, rows * C] };
+      return { grads: [grads, c.nParams], dx: [dx, rows * C + dxOut], dout1: [jobs[1].dout, rows * C] };
     },
     embedding(c, plan) {
       const { B, T, C, V } = c, rows = B * T, out = empty(rows * C), grads = input(`${c.id}_grads0`);

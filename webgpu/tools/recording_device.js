@@ -13,11 +13,11 @@ globalThis.GPUMapMode ??= { READ: 1, WRITE: 2 };
  * made: the plans depend on the config alone, and the largest preset's weights would take GiBs of
  * host memory. Its state is a truthy stand-in that importState ignores.
  */
-export function plansOnlyTrainer(device, config, { subgroupWidth } = {}) {
+export function plansOnlyTrainer(device, config, { subgroupWidth, deferWeightGrads } = {}) {
   class PlansOnly extends Trainer {
     importState() {}
   }
-  return new PlansOnly(device, config, { state: new Uint8Array(0), subgroupWidth });
+  return new PlansOnly(device, config, { state: new Uint8Array(0), subgroupWidth, deferWeightGrads });
 }
 
 /**
