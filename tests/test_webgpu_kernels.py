@@ -181,6 +181,50 @@ batched_matmul_case("forward", 68, 36, 28, 3, "32x32-s4", bias=True, vec=True)
 batched_matmul_case("backward_input", 68, 36, 52, 3, "32x32-s2", kcat=True, vec=True)
 
 
+def matmul_group_case(tile, products, vec):
+    """Weight gradients dW = Aᵀ·B (+ db), each batched, in one dispatch (the trainer's deferred ones):
+    products [(M, N, K, batches, splits, a, b)], product p reading its batches from A input a and B input b
+    after the regions of the products before it there, writing C after the product before it; the split ones
+    leave slabs that a final sum adds. vec: every size a multiple of 4 floats."""
+    pad = 4 if vec else 3
+    a_len, b_len, c_len, partials_len, specs, refs = [0, 0], [0, 0], 0, 0, [], []
+    regions = {"A": [[], []], "B": [[], []]}
+    for M, N, K, batches, splits, a, b in products:
+        xs = [rng.standard_normal((K, M)) for _ in range(batches)]
+        ys = [rng.standard_normal((K, N)) for _ in range(batches)]
+        a_zs, b_zs, c_zs = K * M + pad, K * N + pad, M * N + M + pad
+        specs.append(dict(M=M, N=N, K=K, batches=batches, splits=splits, a=a, b=b, aOff=a_len[a], bOff=b_len[b],
+                          cOff=c_len, strides={"a": a_zs, "b": b_zs, "c": c_zs}, partialsOff=partials_len))
+        regions["A"][a].append((a_len[a], xs, a_zs))
+        regions["B"][b].append((b_len[b], ys, b_zs))
+        refs += [(c_len + i * c_zs, np.concatenate([(x.T @ y).ravel(), x.sum(0)]))
+                 for i, (x, y) in enumerate(zip(xs, ys))]
+        a_len[a], b_len[b], c_len = a_len[a] + batches * a_zs, b_len[b] + batches * b_zs, c_len + batches * c_zs
+        partials_len += -(-batches * splits * (M * N + M) // 64) * 64 if splits > 1 else 0
+    inputs = {}
+    for X, lengths in (("A", a_len), ("B", b_len)):
+        for j, length in enumerate(lengths):
+            flat = np.zeros(max(length, 4))
+            for off, mats, zs in regions[X][j]:
+                for i, m in enumerate(mats):
+                    flat[off + i * zs:off + i * zs + m.size] = m.ravel()
+            inputs[f"{X}{j}"] = f32(flat)
+    ref = np.full(c_len, np.nan)
+    for off, out in refs:
+        ref[off:off + out.size] = out
+    keep = ~np.isnan(ref)
+    K = max(p[2] for p in products)
+    name = f"{len(products)} batched weight gradients in one dispatch, tile {tile}{' vec4' if vec else ''}"
+    add_case(dict(op="matmul_group", tile=tile, products=specs, aInputs=["A0", "A1"], bInputs=["B0", "B1"], cLen=c_len,
+                  partialsLen=max(partials_len, 16)),
+             inputs, lambda out: report(name, np.asarray(out["C"])[keep], ref[keep], 8e-6 * K * math.sqrt(K)))
+
+
+# the trainer's tile, one product split; and scalar reads of odd sizes on the wide tile, two split
+matmul_group_case("32x32-s2", [(20, 36, 70, 2, 1, 0, 0), (36, 20, 70, 3, 2, 1, 1), (20, 20, 70, 2, 1, 0, 1)], vec=True)
+matmul_group_case("64x64w", [(21, 37, 90, 2, 3, 0, 1), (37, 21, 90, 2, 1, 1, 0), (21, 21, 90, 3, 2, 1, 1)], vec=False)
+
+
 # --- layernorm forward + backward (dx added onto an existing gradient, as in the residual stream;
 # apart: the sum written after it, the trainer keeping each stage of that gradient)
 def layernorm_case(rows, C, subgroups=False, apart=False):

@@ -3,7 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulPairKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { matmulKernel, matmulPairKernel, matmulGroupKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
 import {
   layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels,
 } from "./kernels/layernorm.js";
@@ -20,6 +20,7 @@ function matmulFor(form, tile, split, kcat, vec, ln) {
   if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat, vec, ln));
   return matmulKernels.get(key);
 }
+const groupKernels = new Map();
 const pairKernels = new Map();
 function matmulPairFor(first, second, vec) {
   const key = JSON.stringify([first, second, vec]);
@@ -136,6 +137,32 @@ export class Ops {
       grid1d(values.count0 + w.grid[0] * w.grid[1] * w.grid[2]));
     if (x.region) this._splitFinal(plan, x.region, inputGrad.sums);
     return w.region ? this._splitFinal(plan, w.region, weightGrad.sums) : index;
+  }
+
+  /**
+   * Weight gradients (matmul's args each, form backward_weight; C one buffer for all, and `partials`
+   * one for those that split K) in one dispatch (matmulGroupKernel); a split one's final sum goes to
+   * its `sums`, as in matmul. Returns null, recording nothing, where they cannot share one: tiles of
+   * different shapes, or more storage buffers than the device binds (3 dY and 4 X buffers, C and
+   * the partials: a step's deferred weight gradients need 9).
+   */
+  matmulGroup(plan, products) {
+    const form = "backward_weight", d = products.map((a) => this._matmulDispatch(form, a));
+    if (d.some((x) => x.tile !== d[0].tile) || products.some((a) => a.C !== products[0].C)) return null;
+    const unique = (list) => [...new Set(list)];
+    const As = unique(products.map((a) => a.A)), Bs = unique(products.map((a) => a.B));
+    const partials = unique(products.filter((a, i) => d[i].split).map((a) => a.partials));
+    if (partials.length > 1 || As.length + Bs.length + 1 + partials.length > this.storageBufferLimit) return null;
+    const vec = d.every((x) => x.vec);
+    const specs = d.map((x, i) => ({ form, split: x.split, values: x.uniforms, grid: x.grid, slabOff: products[i].partialsOff,
+      buffers: { A: `A${As.indexOf(products[i].A)}`, B: `B${Bs.indexOf(products[i].B)}`, C: x.split ? "partials" : "C" } }));
+    const bindings = [...As.map((_, i) => [`A${i}`, "read"]), ...Bs.map((_, i) => [`B${i}`, "read"]), ["C", "rw"], ...partials.map(() => ["partials", "rw"])];
+    const key = JSON.stringify([d[0].tile, specs, bindings, vec]);
+    if (!groupKernels.has(key)) groupKernels.set(key, matmulGroupKernel(d[0].tile, specs, bindings, vec));
+    const workgroups = d.reduce((n, x) => n + x.grid[0] * x.grid[1] * x.grid[2], 0);
+    const index = plan.add(groupKernels.get(key), { workgroups }, [...As, ...Bs, products[0].C, ...partials], grid1d(workgroups));
+    d.forEach((x, i) => x.region && this._splitFinal(plan, x.region, products[i].sums));
+    return index;
   }
 
   /** One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region (see matmul). */

@@ -6,7 +6,7 @@
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
 import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount } from "./ops.js";
-import { chooseSplits, chooseTile, chooseSummedSplits, tileShape, tileWithThreads } from "./kernels/matmul.js";
+import { chooseSplits, chooseTile, chooseSummedSplits, matmulGrid, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
 
@@ -75,14 +75,16 @@ const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
 
 // Where a step's backward is a chain of dependent dispatches that each wait for their slowest
 // workgroup, a Linear's weight gradient (K = B·T, the long serial loop) lengthens every link it
-// rides in. Deferred, the chain runs the input gradients alone, and each kind of weight gradient
-// runs once at the end, batched over the blocks, where its workgroups fill the GPU. That keeps
-// each block's output gradients and the activations they multiply until then (deferredLayout).
-// H100, ms/step deferred / not (ab_steps, 2–3 trainers a side; docs/performance.md §31): medium
-// 0.989 / 1.069, large 2.150 / 2.216, xl 2.750 / 2.822, huge 6.680 / 7.086, massive 8.511 / 8.854;
-// tiny 0.502 / 0.467 and small 0.603 / 0.536 lost: their pairs are short, and 8 dispatches more
-// cost more than the pairs lose. It stays off where the biggest buffer it keeps (L·rows·4C floats:
-// every block's d h, or train g) would pass WebGPU's default binding size of 128 MiB.
+// rides in. Deferred, the chain runs the input gradients alone, and the weight gradients run at the
+// end, each kind batched over the blocks and the kinds on one tile in one dispatch, where their
+// workgroups fill the GPU. That keeps each block's output gradients and the activations they
+// multiply until then (deferredLayout). H100, ms/step (ab_steps, 3 trainers a side;
+// docs/performance.md §31), deferred / paired as before: medium 0.948 / 1.063, large 2.047 / 2.198;
+// one dispatch per tile / one per kind: xl 2.722 / 2.769, huge 6.512 / 6.723, massive 8.392 / 8.568
+// (one per kind / paired: xl 2.750 / 2.822, huge 6.680 / 7.086, massive 8.511 / 8.854). Tiny and
+// small lost with one dispatch per kind (0.502 / 0.467, 0.603 / 0.536): their pairs are short.
+// It stays off where the biggest buffer it keeps (L·rows·4C floats: every block's d h, or train g)
+// would pass WebGPU's default binding size of 128 MiB.
 const DEFERRED_MAX_KEPT_FLOATS = 2 ** 25;
 /** Whether a step defers its Linears' weight gradients to the end of the backward (see above). */
 export const defersWeightGradients = ({ nLayer: L, dModel: C }, rows) =>
@@ -562,23 +564,36 @@ export class Trainer {
         later({ M: C, N: C, A: dqkv.buffer, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }), true);
       // ln1's backward, then what only the optimizer reads, once per block and in one dispatch: both
       // LayerNorms' parameter gradients and (grouped) the split-K sums of the block's weight gradients
-      // (and, in the last block, the head's); the two in one dispatch where the device allows
+      // (and, in the last block, the head's, also where deferred); the two in one dispatch where the
+      // device allows
       const ln1 = { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") };
       ops.layernormBackwardBlock(plan, { input: { rows, C, ...ln1, params: P, dx: d.res, dxIn: at.res2(l), dxOut: at.res(l), accumulate: true, sumIn: dLn1 },
-        params: { rows, C, grads: G, sums: deferred ? null : sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
+        params: { rows, C, grads: G, sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
       if (!deferred) slabsUsed = 0;
     }
     if (deferred) {
       // each kind of weight gradient, batched over the blocks: dW_l = dY_lᵀ·X_l (+ db_l), block l's
-      // parameters one block's stride after block l-1's; then the split-K sums, the head's too
+      // parameters one block's stride after block l-1's. Those on one tile share a dispatch where the
+      // device binds its buffers (up to 9), K split only as far as they all together leave the GPU
+      // short of ~512 workgroups; else one dispatch each, split as its own tiles need. Then the
+      // split-K sums.
       const blockStride = L > 1 ? o["blocks.1.ln1.weight"] - o["blocks.0.ln1.weight"] : 0;
       const dY = { res: [d.res, at.res(1), stages.res], h: [d.h, 0, stages.h], res2: [d.res, at.res2(0), stages.res],
         q: [d.qkv.qkv, 0, d.qkv.stride], k: [d.qkv.qkv, L * d.qkv.stride, d.qkv.stride], v: [d.qkv.qkv, 2 * L * d.qkv.stride, d.qkv.stride] };
-      for (const { param, M, N, dY: y, X } of deferredProducts(C)) {
-        const [dYBuffer, aOff, aStride] = dY[y], splits = weightGradSplits(M, N, rows, L), partialsOff = slabsUsed;
+      const kinds = deferredProducts(C).map((k) => ({ ...k, tile: chooseTile("backward_weight", k.M, k.N, rows, ops.workgroupLimit) }));
+      const tiles = ({ M, N, tile }) => L * matmulGrid(M, N, tile).reduce((a, b) => a * b);
+      // the args of matmul for each kind, their slabs from slabsUsed on
+      const products = (list, splitsOf) => list.map(({ param, M, N, dY: y, X, tile }) => {
+        const [buffer, aOff, aStride] = dY[y], splits = splitsOf({ M, N, tile }), partialsOff = slabsUsed;
         slabsUsed += splitKSlabFloats(M, N, L, rows, splits);
-        ops.matmul(plan, "backward_weight", { M, N, K: rows, A: dYBuffer, aOff, B: A.kept[X].buffer, C: G, cOff: o[`blocks.0.${param}`], biasGrad: true,
-          batches: L, strides: { a: aStride, b: A.kept[X].slot, c: blockStride }, splits, partials: this.splitK, partialsOff, sums });
+        return { M, N, K: rows, A: buffer, aOff, B: A.kept[X].buffer, C: G, cOff: o[`blocks.0.${param}`], biasGrad: true, batches: L,
+          strides: { a: aStride, b: A.kept[X].slot, c: blockStride }, splits, partials: this.splitK, partialsOff, sums };
+      });
+      for (const tile of new Set(kinds.map((k) => k.tile))) {
+        const group = kinds.filter((k) => k.tile === tile), groupTiles = group.reduce((n, k) => n + tiles(k), 0), first = slabsUsed;
+        if (ops.matmulGroup(plan, products(group, (k) => chooseSplits(k.M, k.N, rows, tile, groupTiles / tiles(k) * L))) !== null) continue;
+        slabsUsed = first;
+        for (const args of products(group, (k) => weightGradSplits(k.M, k.N, rows, L))) ops.matmul(plan, "backward_weight", args);
       }
       ops.recordSplitSums(plan, sums);
     }

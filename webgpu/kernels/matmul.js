@@ -191,9 +191,10 @@ ${range(last - first).flatMap((z) => sums.map((v, q) => `    ${v} = ${v} + ${at(
  * vec: A and B are bound as array<vec4f> and read 4 floats at a time along their contiguous axis
  * (vecAligned says when a product allows it): a quarter of the load instructions and index sums.
  * shared: the workgroup arrays are declared by the caller (slabArrays), as As and Bs, unsuffixed.
- * ln: A is normalised as it is loaded (LN_UNIFORMS).
+ * ln: A is normalised as it is loaded (LN_UNIFORMS). slabOff (split): a WGSL expression, where in
+ * C's binding the slabs start (by default where the binding does).
  */
-function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null, ln = false) {
+function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null, ln = false, slabOff = null) {
   const { WX, WY, BM, BN, BK, TM, TN, KG, threads } = tileShape(tile);
   const KB = BK / KG; // slab rows per group
   if (ln && (form !== "forward" || split || kcat)) throw new Error("a LayerNorm prologue belongs to an unsplit forward product");
@@ -367,7 +368,7 @@ ${fetch("(k0 + BK)")}
 ${inner}
     workgroupBarrier();
   }${KG > 1 ? sliceSums(form, tile) : ""}
-  let slab = ${split ? "wid.z * p.len" : "p.c_off + batch * p.c_zs"};
+  let slab = ${split ? `${slabOff ? `${slabOff} + ` : ""}wid.z * p.len` : "p.c_off + batch * p.c_zs"};
   let bias_base = p.bias_off + batch * p.bias_zs;${KG > 1 ? "\n  if (lid.z != 0u) { return; }" : ""}
 ${vOut ? each(TM, TN / 4, (i, g) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(4 * g)}, vec4f(${range(4).map((c) => `c${i}_${4 * g + c}`).join(", ")}));`)
     : each(TM, TN, (i, j) => /* wgsl */ `  store(slab, bias_base, m0 + ${rowOf(i)}, n0 + ${colOf(j)}, c${i}_${j});`)}
@@ -472,6 +473,50 @@ fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
   }
 }
 `, "matmul_pair");
+}
+
+/**
+ * Several products on one tile in one dispatch, each with its shapes, offsets and strides compiled in
+ * (too many for a dispatch's 256 bytes of uniforms): a step's deferred weight gradients (trainer.js),
+ * each batched over the blocks and reading its own dY and X buffers. products: [{form, split, values:
+ * the matmul uniforms (_matmulDispatch's), grid: [gx, gy, gz], buffers: {A, B, C} binding names,
+ * slabOff: split, the float where its slabs start in C's binding}]; bindings: [[name, mode]] in
+ * binding order. The first products[0]'s gx·gy·gz workgroups (of a 1-D grid) compute its tiles, the
+ * next the second's, and so on; the workgroup arrays are one set, as every product uses the same tile.
+ */
+export function matmulGroupKernel(tile, products, bindings, vec = false) {
+  const { WX, WY, threads } = tileShape(tile), form = products[0].form;
+  if (products.some((k) => k.form !== form)) throw new Error("matmul group: products of one form");
+  const bodies = products.map((k, i) => productBody(form, tile, k.split, false, `_${i}`, { A: k.buffers.A, B: k.buffers.B, bias: null, R: null,
+    C: k.buffers.C, G: null }, vec, true, false, k.split ? `${k.slabOff}u` : null).replace(new RegExp(`\\bp\\.(\\w+)_${i}\\b`, "g"), (_, f) => {
+    if (!Number.isInteger(k.values[f])) throw new Error(`matmul group: product ${i} has no ${f}`);
+    return `${k.values[f]}u`;
+  }));
+  const ends = products.reduce((acc, k) => [...acc, (acc.at(-1) ?? 0) + k.grid[0] * k.grid[1] * k.grid[2]], []);
+  const branches = products.map((k, i) => `if (w < ${ends[i]}u) { product_${i}(tile_of(w - ${i ? ends[i - 1] : 0}u, ${k.grid[0]}u, ${k.grid[1]}u), lid, li); }`);
+  const code = /* wgsl */ `${LINEAR_ID}${slabArrays(form, tile).map(declareSlab).join("\n")}${bodies.join("")}
+fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
+
+@compute @workgroup_size(${threads})
+fn matmul_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
+        @builtin(local_invocation_index) li: u32) {
+  let w = linear_workgroup(wid, nwg);
+  if (w >= p.workgroups) { return; }
+  let lid = vec3u(li % ${WX}u, (li / ${WX}u) % ${WY}u, li / ${WX * WY}u);
+  ${branches.join(" else ")}
+}
+`;
+  const read4 = bindings.filter(([, mode]) => mode === "read").map(([n]) => n);
+  const outputs = outputsAsVec4(tile, vec) ? bindings.filter(([, mode]) => mode === "rw").map(([n]) => n) : [];
+  return kernel(`matmul_group_${form}_${tile}${vec ? "_vec4" : ""}_${fnv1a(code)}`, [["workgroups", "u32"]],
+    vecBuffers(bindings, vec, [...read4, ...outputs]), code, "matmul_group");
+}
+
+/** A 32-bit FNV-1a hash of a string, as 8 hex digits: names a kernel by its generated code. */
+function fnv1a(text) {
+  let h = 0x811c9dc5;
+  for (let i = 0; i < text.length; i++) h = Math.imul(h ^ text.charCodeAt(i), 0x01000193) >>> 0;
+  return h.toString(16).padStart(8, "0");
 }
 
 /** The most K-splits a product may have (chooseSplits' cap; sumSlabs reads this many at most). */

@@ -67,6 +67,17 @@ export async function runKernelCases(device, cases, inputs) {
       ops.recordSplitSums(plan, sums);
       return { C: [C, c.cLen] };
     },
+    // weight gradients dW = Aᵀ·B (+ db), each batched, on one tile in one dispatch (the trainer's deferred
+    // ones): product p reads A input p.a and B input p.b (inputs that products share), all write C, the
+    // split ones their slabs first, summed after
+    matmul_group(c, plan) {
+      const As = c.aInputs.map((n) => input(`${c.id}_${n}`)), Bs = c.bInputs.map((n) => input(`${c.id}_${n}`));
+      const C = empty(c.cLen), partials = empty(c.partialsLen), sums = new SplitSums();
+      const products = c.products.map(({ a, b, ...p }) => ({ ...p, A: As[a], B: Bs[b], C, biasGrad: true, tile: c.tile, partials, sums }));
+      if (ops.matmulGroup(plan, products) === null) throw new Error(`${c.id}: the products do not share a dispatch`);
+      ops.recordSplitSums(plan, sums);
+      return { C: [C, c.cLen] };
+    },
     layernorm(c, plan) {
       const { rows, C } = c, out = empty(rows * C), stats = empty(2 * rows), dx = input(`${c.id}_dx0`), grads = empty(c.nParams);
       const x = input(`${c.id}_x`), params = input(`${c.id}_params`), dout = input(`${c.id}_dout`);
