@@ -199,6 +199,9 @@ export class Ops {
       return { tile, split, kcat: kcat > 1, vec, ln: !!ln, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
     }
     const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };
+    if (partials.size !== undefined && slabs.offset + slabs.size > partials.size) {
+      throw new Error(`matmul ${form} ${M}x${N}x${K}: ${splits} K-splits need ${slabs.offset + slabs.size} bytes of partials; the buffer has ${partials.size}`);
+    }
     return { tile, split, kcat: kcat > 1, vec, uniforms: { ...uniforms, splits, k_chunk: splitChunk(K * kcat, splits, tile) },
       grid: [grid[0], grid[1], batches * splits], buffers: [A, B, this.dummy, this.dummy, slabs, this.dummyOut],
       region: { src: partialsOff, len, N, splits, batches, c_off: cOff, c_zs, bias_off: biasOff, r_off: rOff,

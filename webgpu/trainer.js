@@ -100,6 +100,27 @@ const deferredProducts = (C) => [
   { param: "attn.o_proj.weight", M: C, N: C, dY: "res2", X: "att" }, { param: "attn.q_proj.weight", M: C, N: C, dY: "q", X: "ln1" },
   { param: "attn.k_proj.weight", M: C, N: C, dY: "k", X: "ln1" }, { param: "attn.v_proj.weight", M: C, N: C, dY: "v", X: "ln1" },
 ];
+/**
+ * The ways the deferred weight gradients may be recorded, each kind with its tile and K-splits, in
+ * the order _buildTraining tries them: one group on 64×64w (Ops.matmulGroup), a group per kind's own
+ * tile, one dispatch each (`apart`). A group splits K only as far as all its products together leave
+ * the GPU short of ~512 workgroups. floats: split-K slabs enough for any mix of the three.
+ */
+function deferredPlans({ nLayer: L, dModel: C }, rows) {
+  const tileCount = (k) => matmulGrid(k.M, k.N, k.tile).reduce((a, b) => a * b);
+  const grouped = (list) => {
+    const all = list.reduce((n, k) => n + L * tileCount(k), 0);
+    return list.map((k) => ({ ...k, splits: chooseSplits(k.M, k.N, rows, k.tile, all / tileCount(k)) }));
+  };
+  const own = deferredProducts(C).map((k) => ({ ...k, tile: chooseTile("backward_weight", k.M, k.N, rows) }));
+  const group = grouped(deferredProducts(C).map((k) => ({ ...k, tile: "64x64w" })));
+  const perTile = [...new Set(own.map((k) => k.tile))].map((tile) => grouped(own.filter((k) => k.tile === tile)));
+  const apart = own.map((k) => ({ ...k, splits: weightGradSplits(k.M, k.N, rows, L) }));
+  const slabs = (k) => splitKSlabFloats(k.M, k.N, L, rows, k.splits);
+  const floats = deferredProducts(C).reduce((n, { param }) => n + Math.max(...[group, perTile.flat(), apart].map((way) => slabs(way.find((k) => k.param === param)))), 0);
+  return { group, perTile, apart, floats };
+}
+
 /** The activations the deferred weight gradients multiply: one buffer of L slots each in the training set. */
 const DEFERRED_ACTIVATIONS = ["ln1", "att", "ln2", "g"];
 
@@ -138,10 +159,7 @@ function summedSlabFloats({ dModel: C }, rows) {
  */
 function splitKPlan({ nLayer: L, dModel: C, vocabSize: V }, rows, deferred) {
   const head = splitKSlabFloats(V, C, 1, rows);
-  if (deferred) { // the head's and every deferred product's slabs, all summed at the end
-    const floats = deferredProducts(C).reduce((sum, { M, N }) => sum + splitKSlabFloats(M, N, L, rows, weightGradSplits(M, N, rows, L)), head);
-    return { grouped: false, floats: Math.max(16, floats) };
-  }
+  if (deferred) return { grouped: false, floats: Math.max(16, head + deferredPlans({ nLayer: L, dModel: C }, rows).floats) }; // the head's first
   const block = [[C, 4 * C, 1], [4 * C, C, 1], [C, C, 1], [C, C, 3]]; // [M, N, batches]: fc_out, fc_in, o_proj, q/k/v
   const slabs = block.map(([M, N, n]) => splitKSlabFloats(M, N, n, rows));
   const groupedFloats = head + slabs.reduce((a, b) => a + b, 0);
@@ -573,27 +591,36 @@ export class Trainer {
     }
     if (deferred) {
       // each kind of weight gradient, batched over the blocks: dW_l = dY_lᵀ·X_l (+ db_l), block l's
-      // parameters one block's stride after block l-1's. Those on one tile share a dispatch where the
-      // device binds its buffers (up to 9), K split only as far as they all together leave the GPU
-      // short of ~512 workgroups; else one dispatch each, split as its own tiles need. Then the
-      // split-K sums.
+      // parameters one block's stride after block l-1's. They share a dispatch where the device binds
+      // its buffers (up to 9), K split only as far as they all together leave the GPU short of ~512
+      // workgroups; else one dispatch each, split as its own tiles need. Then the split-K sums.
       const blockStride = L > 1 ? o["blocks.1.ln1.weight"] - o["blocks.0.ln1.weight"] : 0;
       const dY = { res: [d.res, at.res(1), stages.res], h: [d.h, 0, stages.h], res2: [d.res, at.res2(0), stages.res],
         q: [d.qkv.qkv, 0, d.qkv.stride], k: [d.qkv.qkv, L * d.qkv.stride, d.qkv.stride], v: [d.qkv.qkv, 2 * L * d.qkv.stride, d.qkv.stride] };
-      const kinds = deferredProducts(C).map((k) => ({ ...k, tile: chooseTile("backward_weight", k.M, k.N, rows, ops.workgroupLimit) }));
-      const tiles = ({ M, N, tile }) => L * matmulGrid(M, N, tile).reduce((a, b) => a * b);
       // the args of matmul for each kind, their slabs from slabsUsed on
-      const products = (list, splitsOf) => list.map(({ param, M, N, dY: y, X, tile }) => {
-        const [buffer, aOff, aStride] = dY[y], splits = splitsOf({ M, N, tile }), partialsOff = slabsUsed;
+      const products = (list) => list.map(({ param, M, N, dY: y, X, tile, splits }) => {
+        const [buffer, aOff, aStride] = dY[y], partialsOff = slabsUsed;
         slabsUsed += splitKSlabFloats(M, N, L, rows, splits);
         return { M, N, K: rows, A: buffer, aOff, B: A.kept[X].buffer, C: G, cOff: o[`blocks.0.${param}`], biasGrad: true, batches: L,
-          strides: { a: aStride, b: A.kept[X].slot, c: blockStride }, splits, partials: this.splitK, partialsOff, sums };
+          strides: { a: aStride, b: A.kept[X].slot, c: blockStride }, tile, splits, partials: this.splitK, partialsOff, sums };
       });
-      for (const tile of new Set(kinds.map((k) => k.tile))) {
-        const group = kinds.filter((k) => k.tile === tile), groupTiles = group.reduce((n, k) => n + tiles(k), 0), first = slabsUsed;
-        if (ops.matmulGroup(plan, products(group, (k) => chooseSplits(k.M, k.N, rows, tile, groupTiles / tiles(k) * L))) !== null) continue;
+      // whether the kinds in `list` could share a dispatch, recorded if so
+      const group = (list) => {
+        const first = slabsUsed;
+        if (ops.matmulGroup(plan, products(list)) !== null) return true;
         slabsUsed = first;
-        for (const args of products(group, (k) => weightGradSplits(k.M, k.N, rows, L))) ops.matmul(plan, "backward_weight", args);
+        return false;
+      };
+      // All on 64×64w rather than each on its own tile (32×32-s2 for the C×C ones, and at medium and
+      // large for all): H100, ms/step, 3 trainers a side, 64×64w / own tiles: medium 0.936 / 0.948,
+      // large 2.012 / 2.041, xl 2.639 / 2.683, huge 6.327 / 6.453, massive 8.149 / 8.303. Where the
+      // device binds too few buffers for that group (its split-K scratch is a 9th), a group per own
+      // tile (at medium unsplit: 8), else one dispatch each.
+      const ways = deferredPlans(this.cfg, rows);
+      if (!group(ways.group)) {
+        for (const list of ways.perTile) {
+          if (!group(list)) for (const args of products(ways.apart.filter((k) => list.some((g) => g.param === k.param)))) ops.matmul(plan, "backward_weight", args);
+        }
       }
       ops.recordSplitSums(plan, sums);
     }
