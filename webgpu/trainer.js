@@ -117,7 +117,8 @@ function deferredPlans({ nLayer: L, dModel: C }, rows) {
   const perTile = [...new Set(own.map((k) => k.tile))].map((tile) => grouped(own.filter((k) => k.tile === tile)));
   const apart = own.map((k) => ({ ...k, splits: weightGradSplits(k.M, k.N, rows, L) }));
   const slabs = (k) => splitKSlabFloats(k.M, k.N, L, rows, k.splits);
-  const floats = deferredProducts(C).reduce((n, { param }) => n + Math.max(...[group, perTile.flat(), apart].map((way) => slabs(way.find((k) => k.param === param)))), 0);
+  const most = (param) => Math.max(...[group, perTile.flat(), apart].map((way) => slabs(way.find((k) => k.param === param))));
+  const floats = deferredProducts(C).reduce((n, { param }) => n + most(param), 0);
   return { group, perTile, apart, floats };
 }
 
@@ -561,6 +562,7 @@ export class Trainer {
     linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
     const lnf = { dout: d.lnf, x: A.res[L], stats: A.lnfs, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"] };
     ops.layernormBackwardInput(plan, { rows, C, ...lnf, params: P, dx: d.res, dxOut: at.res(L), accumulate: false });
+    // a Linear's weight gradient, or (deferred) null: it runs after the last block, with the others
     const later = (weightGrad) => (deferred ? null : weightGrad);
     for (let l = L - 1; l >= 0; l--) {
       const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s], dh = at.h(l), dqkv = at.qkv(l);
