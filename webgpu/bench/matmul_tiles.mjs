@@ -60,11 +60,15 @@ async function time(form, M, N, K, biasGrad, tile, splits) {
 
 /** Compiles the pipelines of these products ([form, M, N, K, biasGrad, tile, splits]) without running them. */
 function compile(products) {
-  const stand = device.createBuffer({ size: 16, usage: S }), plan = new Plan(device, ops.pipelines, "compile");
+  // Ops checks that split-K slabs fit their buffer, so the stand-in for those is as big as the biggest
+  const slabBytes = Math.max(16, ...products.map(([, M, N, , biasGrad, , splits]) => 4 * splits * (M * N + (biasGrad ? M : 0))));
+  const stand = device.createBuffer({ size: 16, usage: S }), slabs = device.createBuffer({ size: slabBytes, usage: S });
+  const plan = new Plan(device, ops.pipelines, "compile");
   for (const [form, M, N, K, biasGrad, tile, splits] of products) {
-    ops.matmul(plan, form, { M, N, K, A: stand, B: stand, C: stand, biasGrad, tile, splits, partials: splits > 1 ? stand : null });
+    ops.matmul(plan, form, { M, N, K, A: stand, B: stand, C: stand, biasGrad, tile, splits, partials: splits > 1 ? slabs : null });
   }
   stand.destroy();
+  slabs.destroy();
 }
 
 /**
