@@ -255,10 +255,24 @@ async function load({ backend, bytes, name, source = "upload", ...msg }) {
 }
 
 async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
-  await cancelSample();
-  if (!current) throw new Error("there is no model yet: train one, resume a saved one or upload a .tinygpt");
-  const controller = (sampleAbort = new AbortController());
-  await exclusive(async () => {
+  // Registered before anything is awaited: a Train, load or Stop that comes while this sample still
+  // waits for the model (behind a save, say) cancels it too. Registered after that wait, a sample could
+  // miss its cancellation and then hold the model for all its tokens while training waited behind it.
+  const controller = new AbortController();
+  sampleAbort?.abort();
+  sampleAbort = controller;
+  try {
+    await exclusive(() => {});  // the sample before this one has let go of the model
+    if (!current) throw new Error("there is no model yet: train one, resume a saved one or upload a .tinygpt");
+    await generateSample({ prompt, temperature, topK, maxNewTokens, seed }, controller);
+  } finally {
+    if (sampleAbort === controller) sampleAbort = null;
+  }
+}
+
+/** The sample's tokens, streamed to the page, until maxNewTokens or the controller's abort. */
+function generateSample({ prompt, temperature, topK, maxNewTokens, seed }, controller) {
+  return exclusive(async () => {
     const t0 = performance.now();
     let ttftMs = null, tokens = 0, chunk = [], chunkTop = [];  // chunkTop: each byte's top next bytes (logit view)
     let lastPost = t0;
@@ -282,7 +296,6 @@ async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
     flush();
     post({ type: "sampleDone", tokens: made, cancelled: controller.signal.aborted });
   });
-  if (sampleAbort === controller) sampleAbort = null;
 }
 
 async function download({ id, compact }) {
