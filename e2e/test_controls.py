@@ -137,6 +137,28 @@ def test_stop_training_while_a_sample_holds_the_model(server_url, page):
     assert page.errors == []
 
 
+def test_a_sample_stopped_before_it_begins_stops_at_once(server_url, page):
+    """Sample, then its Stop straight away, while WebGPU training holds the model: the sample has not begun (it
+    waits behind a training burst, whose steps wait for the GPU, so the worker hears messages meanwhile), and
+    the Stop still ends it, before it makes its 100,000 bytes."""
+    open_playground(page, server_url)
+    page.select_option("#backend", "webgpu")
+    start_long_run(page)
+    page.fill("#max-new", "100000")
+    t0 = time.monotonic()
+    page.evaluate("document.getElementById('sample-button').click(); document.getElementById('sample-stop').click()")
+    # the burst in flight ends first: about 2 s of WebGPU steps on SwiftShader
+    page.wait_for_function("!document.getElementById('sample-button').disabled", timeout=30_000)
+    waited = time.monotonic() - t0
+    stats = page.locator("#sample-stats").inner_text()
+    print(f"\nSample stopped as it was asked for: the Sample button back after {waited * 1000:.0f} ms ({stats!r})")
+    assert stats == "Stopped before its first token."
+    page.click("#stop")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Stopped')")
+    screenshot(page, "controls_sample_stopped_before_it_began")
+    assert page.errors == []
+
+
 def test_measure_speed_gives_an_eta_before_a_run(server_url, page):
     open_playground(page, server_url)
     page.select_option("#preset", "small")

@@ -196,7 +196,10 @@ const handlers = {
   sampleDone(m) {
     sampleView.append([], true);  // an unfinished character at the end is shown as its bytes
     busy.sampling = false;
-    if (m.cancelled) $("sample-stats").textContent += " · stopped";
+    if (m.cancelled) {
+      const stats = $("sample-stats");
+      stats.textContent = m.tokens ? `${stats.textContent} · stopped` : "Stopped before its first token.";
+    }
     refreshControls();
   },
   file({ name, bytes }) {
