@@ -532,11 +532,11 @@ export class Trainer {
         ops.matmulPair(plan, inputGrad, dW);
         return null;
       }
-      const { dX, unsummed } = inputGradient(inputGrad, toLayerNorm), split = dX;
+      const { dX, unsummed } = inputGradient(inputGrad, toLayerNorm);
       const own = chooseTile("backward_weight", M, N, rows, ops.workgroupLimit);
-      const tile = tileWithThreads(own, tileShape(split.tile).threads) ?? own;
+      const tile = tileWithThreads(own, tileShape(dX.tile).threads) ?? own;
       const bigTwin = tile !== own && M * N > TWIN_PAIR_MAX_WEIGHT_OUTPUTS;
-      if (!bigTwin && tilesPair(split, { tile }, ops.workgroupLimit)) {
+      if (!bigTwin && tilesPair(dX, { tile }, ops.workgroupLimit)) {
         ops.matmulPair(plan, dX, { ...dW, tile });
       } else {
         ops.matmul(plan, "backward_input", dX);

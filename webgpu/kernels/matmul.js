@@ -435,6 +435,14 @@ export function pairSlabs(first, second) {
   return { shared, merged, bytes: shared ? bytes(merged) : bytes(a0) + bytes(a1) };
 }
 
+// Where several products share a dispatch (a pair, a group), each workgroup of a 1-D grid finds its
+// product's tile (x, y, z) from its index w within that product, and each invocation its place in the
+// tile's WX×WY×KG layout from its flat index li.
+const TILE_OF = /* wgsl */ `
+fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
+`;
+const invocationOf = ({ WX, WY }) => `vec3u(li % ${WX}u, (li / ${WX}u) % ${WY}u, li / ${WX * WY}u)`;
+
 /**
  * Two products that read the same A in one dispatch: an input gradient dX = dY·W (its GELU epilogue
  * allowed) and the weight gradient dW = dYᵀ·X (split-K or not, bias gradient fused) of one Linear.
@@ -452,24 +460,21 @@ export function matmulPairKernel(first, second, vec = false) {
   const { shared, merged } = pairSlabs(first, second);
   const arrays = shared ? merged.map(declareSlab).join("\n") : "";
   const body = (k, s) => productBody(k.form, k.tile, k.split, k.kcat, s, { A: "A", B: `B${s}`, bias: null, R: s === "0" ? "R0" : null, C: `C${s}`, G: null }, vec, shared);
-  // invocation li of a WX×WY×KG layout
-  const lid = ({ WX, WY }) => `vec3u(li % ${WX}u, (li / ${WX}u) % ${WY}u, li / ${WX * WY}u)`;
   return kernel(`matmul_pair_${name(first)}_${name(second)}${vec ? "_vec4" : ""}`,
     [...["0", "1"].flatMap((s) => MATMUL_UNIFORMS.map((f) => [`${f}${s}`, "u32"])),
       ["count0", "u32"], ["gx0", "u32"], ["gy0", "u32"], ["gx1", "u32"], ["gy1", "u32"]],
     vecBuffers([["A", "read"], ["B0", "read"], ["R0", "read"], ["C0", "rw"], ["B1", "read"], ["C1", "rw"]], vec,
       ["A", "B0", "B1", ...(outputsAsVec4(first.tile, vec) ? ["R0", "C0"] : []), ...(outputsAsVec4(second.tile, vec) ? ["C1"] : [])]),
-    /* wgsl */ `${GELU_FNS}${LINEAR_ID}${arrays}${body(first, "0")}${body(second, "1")}
-fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
+    /* wgsl */ `${GELU_FNS}${LINEAR_ID}${TILE_OF}${arrays}${body(first, "0")}${body(second, "1")}
 
 @compute @workgroup_size(${t0.threads})
 fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
         @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg);
   if (w < p.count0) {
-    product0(tile_of(w, p.gx0, p.gy0), ${lid(t0)}, li);
+    product0(tile_of(w, p.gx0, p.gy0), ${invocationOf(t0)}, li);
   } else {
-    product1(tile_of(w - p.count0, p.gx1, p.gy1), ${lid(t1)}, li);
+    product1(tile_of(w - p.count0, p.gx1, p.gy1), ${invocationOf(t1)}, li);
   }
 }
 `, "matmul_pair");
@@ -485,7 +490,7 @@ fn matmul_pair(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: 
  * next the second's, and so on; the workgroup arrays are one set, as every product uses the same tile.
  */
 export function matmulGroupKernel(tile, products, bindings, vec = false) {
-  const { WX, WY, threads } = tileShape(tile), form = products[0].form;
+  const t = tileShape(tile), form = products[0].form;
   if (products.some((k) => k.form !== form)) throw new Error("matmul group: products of one form");
   const bodies = products.map((k, i) => productBody(form, tile, k.split, false, `_${i}`, { A: k.buffers.A, B: k.buffers.B, bias: null, R: null,
     C: k.buffers.C, G: null }, vec, true, false, k.split ? `${k.slabOff}u` : null).replace(new RegExp(`\\bp\\.(\\w+)_${i}\\b`, "g"), (_, f) => {
@@ -494,15 +499,13 @@ export function matmulGroupKernel(tile, products, bindings, vec = false) {
   }));
   const ends = products.reduce((acc, k) => [...acc, (acc.at(-1) ?? 0) + k.grid[0] * k.grid[1] * k.grid[2]], []);
   const branches = products.map((k, i) => `if (w < ${ends[i]}u) { product_${i}(tile_of(w - ${i ? ends[i - 1] : 0}u, ${k.grid[0]}u, ${k.grid[1]}u), lid, li); }`);
-  const code = /* wgsl */ `${LINEAR_ID}${slabArrays(form, tile).map(declareSlab).join("\n")}${bodies.join("")}
-fn tile_of(w: u32, gx: u32, gy: u32) -> vec3u { return vec3u(w % gx, (w / gx) % gy, w / (gx * gy)); }
-
-@compute @workgroup_size(${threads})
+  const code = /* wgsl */ `${LINEAR_ID}${TILE_OF}${slabArrays(form, tile).map(declareSlab).join("\n")}${bodies.join("")}
+@compute @workgroup_size(${t.threads})
 fn matmul_group(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u,
         @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg);
   if (w >= p.workgroups) { return; }
-  let lid = vec3u(li % ${WX}u, (li / ${WX}u) % ${WY}u, li / ${WX * WY}u);
+  let lid = ${invocationOf(t)};
   ${branches.join(" else ")}
 }
 `;
