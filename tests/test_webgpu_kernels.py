@@ -383,6 +383,10 @@ layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (40, 40, 15
 # ln1's backward and the block's end: in one dispatch (devices that bind 10 storage buffers), or two
 for merge in (True, False):
     layernorm_params_case(150, 40, [(40, 120, 150, "32x32-s2", 3, True), (45, 37, 130, "64x64", 2, True)], merge=merge)
+# deferred weight gradients (medium up): block 0's end sums the six kinds' slabs, as many as a dispatch takes
+layernorm_params_case(150, 40, [(40, 120, 150, "64x64w", 4, True), (120, 40, 150, "64x64w", 4, True),
+                                (40, 40, 150, "64x64w", 3, True), (40, 40, 150, "64x64w", 2, True),
+                                (40, 40, 150, "64x64w", 4, True), (40, 40, 150, "64x64w", 2, True)], merge=True)
 layernorm_params_case(67, 333, merge=True)  # 64 lanes a row, no sums
 layernorm_params_case(67, 40, merge=True, apart=True)
 layernorm_params_case(150, 40, [(40, 40, 150, "32x32", 4, False)], subgroups=True, merge=True)

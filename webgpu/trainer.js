@@ -100,20 +100,26 @@ const deferredProducts = (C) => [
   { param: "attn.o_proj.weight", M: C, N: C, dY: "res2", X: "att" }, { param: "attn.q_proj.weight", M: C, N: C, dY: "q", X: "ln1" },
   { param: "attn.k_proj.weight", M: C, N: C, dY: "k", X: "ln1" }, { param: "attn.v_proj.weight", M: C, N: C, dY: "v", X: "ln1" },
 ];
+// The 64×64w group's K-splits aim at ~768 workgroups, not chooseSplits' 512: medium 4 splits (768
+// workgroups) rather than 3 (576), large 2 (1296) rather than none (648). H100, ms/step, 3 trainers a
+// side: 768 / 512: medium 0.919 / 0.928, large 2.015 / 2.033; 1024 (medium 6) / 512: 0.924 / 0.930;
+// medium unsplit (192) / 3 splits: 0.958 / 0.934 (docs/performance.md §32).
+const GROUP_WORKGROUPS = 768;
 /**
  * The ways the deferred weight gradients may be recorded, each kind with its tile and K-splits, in
  * the order _buildTraining tries them: one group on 64×64w (Ops.matmulGroup), a group per kind's own
  * tile, one dispatch each (`apart`). A group splits K only as far as all its products together leave
- * the GPU short of ~512 workgroups. floats: split-K slabs enough for any mix of the three.
+ * the GPU short of ~512 workgroups (the 64×64w group: GROUP_WORKGROUPS). floats: split-K slabs enough
+ * for any mix of the three.
  */
 function deferredPlans({ nLayer: L, dModel: C }, rows) {
   const tileCount = (k) => matmulGrid(k.M, k.N, k.tile).reduce((a, b) => a * b);
-  const grouped = (list) => {
+  const grouped = (list, workgroups = 512) => {
     const all = list.reduce((n, k) => n + L * tileCount(k), 0);
-    return list.map((k) => ({ ...k, splits: chooseSplits(k.M, k.N, rows, k.tile, all / tileCount(k)) }));
+    return list.map((k) => ({ ...k, splits: chooseSplits(k.M, k.N, rows, k.tile, all / tileCount(k), workgroups) }));
   };
   const own = deferredProducts(C).map((k) => ({ ...k, tile: chooseTile("backward_weight", k.M, k.N, rows) }));
-  const group = grouped(deferredProducts(C).map((k) => ({ ...k, tile: "64x64w" })));
+  const group = grouped(deferredProducts(C).map((k) => ({ ...k, tile: "64x64w" })), GROUP_WORKGROUPS);
   const perTile = [...new Set(own.map((k) => k.tile))].map((tile) => grouped(own.filter((k) => k.tile === tile)));
   const apart = own.map((k) => ({ ...k, splits: weightGradSplits(k.M, k.N, rows, L) }));
   const slabs = (k) => splitKSlabFloats(k.M, k.N, L, rows, k.splits);
@@ -500,8 +506,8 @@ export class Trainer {
     this.splitK = this.buffer("split-K partials", 4 * scratch.floats, S);
     this.summedOff = scratch.summedOff;
     // grouped: a block's split-K weight gradients lie side by side in the scratch, summed by one
-    // dispatch at the block's end (splitKPlan); deferred: the head's and the deferred ones', summed
-    // after those
+    // dispatch at the block's end (splitKPlan); deferred: the head's, summed at the last block's end,
+    // and the deferred ones', at block 0's
     const sums = scratch.grouped || deferred ? new SplitSums() : null;
     let slabsUsed = 0;
     // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one
@@ -562,40 +568,15 @@ export class Trainer {
     linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
     const lnf = { dout: d.lnf, x: A.res[L], stats: A.lnfs, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"] };
     ops.layernormBackwardInput(plan, { rows, C, ...lnf, params: P, dx: d.res, dxOut: at.res(L), accumulate: false });
-    // a Linear's weight gradient, or (deferred) null: it runs after the last block, with the others
+    // a Linear's weight gradient, or (deferred) null: it runs before block 0's end, with the others
     const later = (weightGrad) => (deferred ? null : weightGrad);
-    for (let l = L - 1; l >= 0; l--) {
-      const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s], dh = at.h(l), dqkv = at.qkv(l);
-      // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
-      // d.h = (d.res · W_out) · gelu'(h): the gradient w.r.t. fc_in's output, GELU's backward fused in
-      linearBackward({ M: rows, N: 4 * C, K: C, A: d.res, aOff: at.res(l + 1), B: P, bOff: w("mlp.fc_out.weight"), C: dh, geluGradOf: a.h },
-        later({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true }));
-      const dLn2 = linearBackward({ M: rows, N: C, K: 4 * C, A: dh, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
-        later({ M: 4 * C, N: C, A: dh, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true }), true);
-      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res,
-        dxIn: at.res(l + 1), dxOut: at.res2(l), accumulate: true, sumIn: dLn2 });
-      // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
-      linearBackward({ M: rows, N: C, K: C, A: d.res, aOff: at.res2(l), B: P, bOff: w("attn.o_proj.weight"), C: d.att },
-        later({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true }));
-      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, dout: d.att, dqkv });
-      // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
-      // dW and db of each (three batches)
-      const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.buffer, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
-        later({ M: C, N: C, A: dqkv.buffer, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }), true);
-      // ln1's backward, then what only the optimizer reads, once per block and in one dispatch: both
-      // LayerNorms' parameter gradients and (grouped) the split-K sums of the block's weight gradients
-      // (and, in the last block, the head's, also where deferred); the two in one dispatch where the
-      // device allows
-      const ln1 = { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") };
-      ops.layernormBackwardBlock(plan, { input: { rows, C, ...ln1, params: P, dx: d.res, dxIn: at.res2(l), dxOut: at.res(l), accumulate: true, sumIn: dLn1 },
-        params: { rows, C, grads: G, sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
-      if (!deferred) slabsUsed = 0;
-    }
-    if (deferred) {
-      // each kind of weight gradient, batched over the blocks: dW_l = dY_lᵀ·X_l (+ db_l), block l's
-      // parameters one block's stride after block l-1's. They share a dispatch where the device binds
-      // its buffers (up to 9), K split only as far as they all together leave the GPU short of ~512
-      // workgroups; else one dispatch each, split as its own tiles need. Then the split-K sums.
+    // (deferred) each kind of weight gradient, batched over the blocks: dW_l = dY_lᵀ·X_l (+ db_l), block
+    // l's parameters one block's stride after block l-1's, recorded before block 0's end, which then
+    // sums their split-K slabs along with its own work (once every operand is final: block 0's q, k
+    // and v gradients are the last). They share a dispatch where the device binds its buffers (up to
+    // 9), K split only as far as they all together leave the GPU short of ~768 workgroups; else one
+    // dispatch each, split as its own tiles need.
+    const deferredWeightGradients = () => {
       const blockStride = L > 1 ? o["blocks.1.ln1.weight"] - o["blocks.0.ln1.weight"] : 0;
       const dY = { res: [d.res, at.res(1), stages.res], h: [d.h, 0, stages.h], res2: [d.res, at.res2(0), stages.res],
         q: [d.qkv.qkv, 0, d.qkv.stride], k: [d.qkv.qkv, L * d.qkv.stride, d.qkv.stride], v: [d.qkv.qkv, 2 * L * d.qkv.stride, d.qkv.stride] };
@@ -624,7 +605,34 @@ export class Trainer {
           if (!group(list)) for (const args of products(ways.apart.filter((k) => list.some((g) => g.param === k.param)))) ops.matmul(plan, "backward_weight", args);
         }
       }
-      ops.recordSplitSums(plan, sums);
+    };
+    for (let l = L - 1; l >= 0; l--) {
+      const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s], dh = at.h(l), dqkv = at.qkv(l);
+      // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
+      // d.h = (d.res · W_out) · gelu'(h): the gradient w.r.t. fc_in's output, GELU's backward fused in
+      linearBackward({ M: rows, N: 4 * C, K: C, A: d.res, aOff: at.res(l + 1), B: P, bOff: w("mlp.fc_out.weight"), C: dh, geluGradOf: a.h },
+        later({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true }));
+      const dLn2 = linearBackward({ M: rows, N: C, K: 4 * C, A: dh, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
+        later({ M: 4 * C, N: C, A: dh, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true }), true);
+      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res,
+        dxIn: at.res(l + 1), dxOut: at.res2(l), accumulate: true, sumIn: dLn2 });
+      // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
+      linearBackward({ M: rows, N: C, K: C, A: d.res, aOff: at.res2(l), B: P, bOff: w("attn.o_proj.weight"), C: d.att },
+        later({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true }));
+      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, dout: d.att, dqkv });
+      // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
+      // dW and db of each (three batches)
+      const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.buffer, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
+        later({ M: C, N: C, A: dqkv.buffer, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }), true);
+      // ln1's backward, then what only the optimizer reads, once per block and in one dispatch: both
+      // LayerNorms' parameter gradients and (grouped) the split-K sums of the block's weight gradients
+      // (in the last block also the head's; deferred, the head's there and the others' in block 0);
+      // the two in one dispatch where the device allows
+      const ln1 = { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") };
+      if (deferred && l === 0) deferredWeightGradients();
+      ops.layernormBackwardBlock(plan, { input: { rows, C, ...ln1, params: P, dx: d.res, dxIn: at.res2(l), dxOut: at.res(l), accumulate: true, sumIn: dLn1 },
+        params: { rows, C, grads: G, sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
+      if (!deferred) slabsUsed = 0;
     }
     const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte,
       wpeOff: o["position_embedding.weight"], lnf, n: this.P, partials: this.partials });

@@ -10,7 +10,7 @@
 // H200: 32 lanes suit C ≤ 192; past that 64 lanes are faster (C 384: 9.7 -> 9.0 µs forward,
 // C 1280: 22 -> 15 µs), below it they are no faster.
 import { kernel, LINEAR_ID, range } from "./kernel.js";
-import { sumSlabs, SPLIT_REGIONS, splitRegionFields, splitRegionChain } from "./matmul.js";
+import { sumSlabs, SPLIT_REGIONS, SUM_REGION_FIELDS, splitRegionFields, splitRegionChain } from "./matmul.js";
 import { shuffleSum } from "../subgroups.js";
 
 // fn name(v, li): v summed over the LANES lanes of li's row, the same in every lane; through
@@ -248,7 +248,7 @@ fn layernorm_params(wx: u32, j: u32, li: u32) {
 // optimizer: after the LayerNorms' workgroups, each sums 256 elements' slabs (element g), in
 // matmul_split_final's order, so a block's end is one dispatch. The LayerNorms' workgroups come
 // first, so their long serial loops start before the short sums.
-const sumsUniforms = (withSums) => (withSums ? range(SPLIT_REGIONS).flatMap((r) => splitRegionFields(r).map((f) => [f, "u32"])) : []);
+const sumsUniforms = (withSums) => (withSums ? range(SPLIT_REGIONS).flatMap((r) => splitRegionFields(r, SUM_REGION_FIELDS).map((f) => [f, "u32"])) : []);
 const finishFn = (withSums, scratch = "partials") => (withSums ? /* wgsl */ `
 fn finish(i_all: u32, src: u32, len: u32, splits: u32, c_off: u32, c_zs: u32) {
   let batch = i_all / len;

@@ -538,11 +538,17 @@ export const sumSlabs = (partials, src, splits, len, i) => /* wgsl */ `var v = 0
     ${range(MAX_SPLITS).map((z) => `if (${z}u < ${splits}) { v = v + slab${z}; }`).join("\n    ")}
   }`;
 
-/** Split-K products whose sums one matmul_split_final dispatch finishes together. */
-export const SPLIT_REGIONS = 5;
+/**
+ * Split-K products whose sums one dispatch finishes together (matmul_split_final, or a LayerNorm
+ * dispatch's sums): six, so that the deferred weight gradients' six kinds need one. Their uniforms
+ * fit a dispatch's 256 bytes: the final's 60, a LayerNorm's 13 and 36 (SUM_REGION_FIELDS).
+ */
+export const SPLIT_REGIONS = 6;
 const REGION_FIELDS = ["end", "src", "len", "N", "splits", "c_off", "c_zs", "bias_off", "r_off", "flags"];
-/** The final's uniform fields of region r (r_end: its elements end at this global index). */
-export const splitRegionFields = (r) => REGION_FIELDS.map((f) => `r${r}_${f}`);
+/** The fields a sum with no epilogue reads (a LayerNorm dispatch's sums: plain weight gradients). */
+export const SUM_REGION_FIELDS = ["end", "src", "len", "splits", "c_off", "c_zs"];
+/** The uniform fields of region r (r_end: its elements end at this global index). */
+export const splitRegionFields = (r, fields = REGION_FIELDS) => fields.map((f) => `r${r}_${f}`);
 
 /**
  * WGSL: global element g of a dispatch over up to SPLIT_REGIONS regions, handed to its region's
@@ -656,11 +662,11 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
  * sliced tiles capped at 4 splits rather than 8: small 0.506 / 0.528, xl 2.811 / 2.884, huge
  * 7.165 / 7.217, medium 1.069 / 1.061 (H200: 1.033 / 1.061), the rest even; capped at 2, small and
  * medium lost 13% and 6% (docs/performance.md §27). batches: products of that shape in the
- * dispatch, whose tiles count toward the ~512.
+ * dispatch, whose tiles count toward the ~512; workgroups: another target than 512.
  */
-export function chooseSplits(M, N, K, tile, batches = 1) {
+export function chooseSplits(M, N, K, tile, batches = 1, workgroups = 512) {
   const { threads, KG } = tileShape(tile), cap = threads >= 256 && KG === 1 ? MAX_SPLITS : 4;
-  return Math.max(1, Math.min(cap, Math.floor(K / 64), Math.ceil(512 / (batches * tileCount(M, N, tile)))));
+  return Math.max(1, Math.min(cap, Math.floor(K / 64), Math.ceil(workgroups / (batches * tileCount(M, N, tile)))));
 }
 
 /**
