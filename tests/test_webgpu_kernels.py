@@ -591,8 +591,8 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
                   + params[lnf_off + C:lnf_off + 2 * C])
 
     # the gradient norm's partial sums of squares, in the kernel's order: the token workgroups' (each
-    # 256 wte gradients), the position workgroups', one per ln_f column (its weight's and bias's), then
-    # normPartials(n) strided sums of the rest
+    # 32 channels' wte gradients of a token), the position workgroups' (each 256 wpe gradients), one per
+    # ln_f column (its weight's and bias's), then normPartials(n) strided sums of the rest
     squares = ref_grads ** 2
     owned = np.zeros(n_params, bool)
     owned[wte_off:wte_off + V * C] = owned[wpe_off:wpe_off + T * C] = owned[lnf_off:lnf_off + 2 * C] = True
@@ -601,7 +601,10 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
     def per_workgroup(x):
         return np.pad(x, (0, -len(x) % 256)).reshape(-1, 256).sum(1)
 
-    ref_partials = np.concatenate([per_workgroup(squares[wte_off:wte_off + V * C]),
+    def per_token_block(x):
+        return np.pad(x.reshape(V, C), ((0, 0), (0, -C % 32))).reshape(V, -1, 32).sum(2).ravel()
+
+    ref_partials = np.concatenate([per_token_block(squares[wte_off:wte_off + V * C]),
                                    per_workgroup(squares[wpe_off:wpe_off + T * C]),
                                    squares[lnf_off:lnf_off + C] + squares[lnf_off + C:lnf_off + 2 * C],
                                    np.bincount(np.arange(n_params) % (parts * 256) // 256,
@@ -629,6 +632,7 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
 embedding_case(3, 7, 10)
 # chains of ~60 rows a token, as a frequent byte makes: the backward's 8-row loads and their remainder
 embedding_case(4, 45, 12, ctx=45, distinct=3, tail=3000)  # and 4 norm workgroups, each striding past the tables
+embedding_case(16, 40, 40, ctx=40, distinct=3)  # ~210 rows a token, as a space at medium; two channel blocks
 embedding_case(8, 40, 6, ctx=40, distinct=4)  # ln_f's 320 rows: its 256 row lanes loop
 
 

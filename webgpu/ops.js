@@ -7,7 +7,7 @@ import { matmulKernel, matmulPairKernel, matmulGroupKernel, pairSlabs, matmulGri
 import {
   layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels,
 } from "./kernels/layernorm.js";
-import { embeddingForward, embeddingBackwardNorm } from "./kernels/embedding.js";
+import { embeddingForward, embeddingBackwardNorm, TOKEN_CHANNELS } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackward, attentionLayout, attentionLayoutFor, attentionGrid } from "./kernels/attention.js";
 import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
@@ -418,8 +418,9 @@ function adamwWorkgroups(software) {
   return software ? 16 : 1024;
 }
 
-// the embedding backward's workgroups of NORM_THREADS: one invocation per (token, channel), then per (position, channel)
-const embeddingGroups = (V, T, C) => ({ token: Math.ceil((V * C) / NORM_THREADS), position: Math.ceil((T * C) / NORM_THREADS) });
+// the embedding backward's workgroups of NORM_THREADS: TOKEN_CHANNELS channels of a token each, then one
+// invocation per (position, channel)
+const embeddingGroups = (V, T, C) => ({ token: V * Math.ceil(C / TOKEN_CHANNELS), position: Math.ceil((T * C) / NORM_THREADS) });
 
 /** The most partials embeddingBackwardNorm writes for V tokens and T positions of C channels (and ln_f's C columns). */
 export function normPartialCount(V, T, C) {

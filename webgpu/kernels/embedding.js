@@ -22,12 +22,19 @@ fn embedding_forward(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups)
 `);
 
 const ROWS_IN_FLIGHT = 8;
+// A token's rows are summed by TOKEN_LANES invocations, lane j taking its j-th, (j+8)-th, ... rows,
+// then the lanes' sums added in lane order: the chain of a frequent byte (a space: ~15% of B·T rows,
+// ~230 at medium), two dependent loads a row, is an eighth as long. A workgroup is TOKEN_CHANNELS
+// channels of one token, TOKEN_LANES lanes each.
+export const TOKEN_LANES = 8;
+export const TOKEN_CHANNELS = NORM_THREADS / TOKEN_LANES;
 
 // order: [V+1 starts | rows positions sorted by token]; dres: (B,T,C); grads: (n). The embedding's
 // backward, the last gradients of a step, ln_f's parameter gradients, and the gradient norm's partial
 // sums of squares in one dispatch (two dependent launches fewer), each workgroup leaving its sum of
-// squares in partials[w]: the first token_groups workgroups: grads[wte] += Σ rows of each token (one
-// invocation per (token, channel)), squared as written; the next position_groups: grads[wpe + t*C + c]
+// squares in partials[w]: the first token_groups workgroups: grads[wte] += Σ rows of each token (the
+// workgroup of token v's channels from TOKEN_CHANNELS·x: TOKEN_LANES invocations per (token, channel)),
+// squared as written; the next position_groups: grads[wpe + t*C + c]
 // = Σ_b dres[b,t,c], likewise; the next C: column c of ln_f's weight and bias gradients (lnf_dout, its
 // input lnf_x and stats (mean, rstd) per row: layernorm_backward_params' sums, the row lanes' sums added
 // as a fixed tree), likewise; the last parts: every other gradient, final by now, invocation g of them
@@ -36,27 +43,33 @@ export const embeddingBackwardNorm = kernel("embedding_backward_norm",
   [["V", "u32"], ["B", "u32"], ["T", "u32"], ["C", "u32"], ["wte_off", "u32"], ["wpe_off", "u32"], ["token_groups", "u32"],
     ["position_groups", "u32"], ["lnf_w_off", "u32"], ["n", "u32"], ["parts", "u32"]],
   [["order", "read", "u32"], ["dres", "read"], ["grads", "rw"], ["partials", "rw"], ["lnf_dout", "read"], ["lnf_x", "read"], ["lnf_stats", "read"]], /* wgsl */ `${LINEAR_ID}${workgroupSum(NORM_THREADS)}
+var<workgroup> token_part: array<f32, ${NORM_THREADS}>; // each lane's sum of its rows
 @compute @workgroup_size(${NORM_THREADS})
 fn embedding_backward_norm(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg); // uniform: each branch below, and its wg_sums, is taken by a whole workgroup
   var squares = 0.0;
   if (w < p.token_groups) {
-    let i = w * ${NORM_THREADS}u + li;
-    if (i < p.V * p.C) {
-      let v = i / p.C;
-      let c = i % p.C;
-      // the rows are added in ascending position order, ${ROWS_IN_FLIGHT} loads issued before their adds: a
-      // frequent byte (a space: ~15% of B·T rows) is a long chain, which one row at a time pays as
-      // two dependent loads per row (on an H200 ~50 µs of a 0.63 ms small step)
-      var s = 0.0;
-      var k = order[v];
+    let blocks = (p.C + ${TOKEN_CHANNELS - 1}u) / ${TOKEN_CHANNELS}u;
+    let v = w / blocks;
+    let c = (w % blocks) * ${TOKEN_CHANNELS}u + li % ${TOKEN_CHANNELS}u;
+    let lane = li / ${TOKEN_CHANNELS}u;
+    // the lane's rows in ascending position order, ${ROWS_IN_FLIGHT} loads issued before their adds (one row
+    // at a time, each would wait for two dependent loads)
+    var s = 0.0;
+    if (c < p.C) {
       let end = order[v + 1u];
-      for (; k + ${ROWS_IN_FLIGHT}u <= end; k += ${ROWS_IN_FLIGHT}u) {
-        ${range(ROWS_IN_FLIGHT).map((j) => `let x${j} = dres[order[p.V + 1u + k + ${j}u] * p.C + c];`).join("\n        ")}
+      for (var k = order[v] + lane; k < end; k += ${ROWS_IN_FLIGHT * TOKEN_LANES}u) {
+        ${range(ROWS_IN_FLIGHT).map((j) => `var x${j} = 0.0;\n        if (k + ${j * TOKEN_LANES}u < end) { x${j} = dres[order[p.V + 1u + k + ${j * TOKEN_LANES}u] * p.C + c]; }`).join("\n        ")}
         ${range(ROWS_IN_FLIGHT).map((j) => `s = s + x${j};`).join(" ")}
       }
-      for (; k < end; k++) { s = s + dres[order[p.V + 1u + k] * p.C + c]; }
-      let g = grads[p.wte_off + i] + s;
+    }
+    token_part[li] = s;
+    workgroupBarrier();
+    if (lane == 0u && c < p.C) {
+      var t = 0.0;
+      for (var l = 0u; l < ${TOKEN_LANES}u; l++) { t = t + token_part[l * ${TOKEN_CHANNELS}u + li]; }
+      let i = v * p.C + c;
+      let g = grads[p.wte_off + i] + t;
       grads[p.wte_off + i] = g;
       squares = g * g;
     }
