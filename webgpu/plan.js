@@ -4,7 +4,7 @@
 // A frozen plan can be re-recorded with new uniform values and counts (same kernels and buffers):
 // generation does this for each position of the KV cache.
 
-const SLOT = 256;
+import { UNIFORM_SLOT_BYTES as SLOT } from "./kernels/kernel.js";
 
 export class PipelineCache {
   constructor(device) {

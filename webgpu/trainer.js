@@ -6,7 +6,7 @@
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
 import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount } from "./ops.js";
-import { chooseSplits, chooseTile, chooseSummedSplits, matmulGrid, tileShape, tileWithThreads } from "./kernels/matmul.js";
+import { chooseSplits, chooseTile, chooseSummedSplits, tileCount, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
 
@@ -91,7 +91,7 @@ export const defersWeightGradients = ({ nLayer: L, dModel: C }, rows) =>
   rows * 4 * C > PAIRED_MAX_OUTPUTS && L * rows * 4 * C <= DEFERRED_MAX_KEPT_FLOATS;
 
 /**
- * The deferred weight gradients, one dispatch each, batched over the L blocks: the parameter, [M, N]
+ * The deferred weight gradients, each kind batched over the L blocks: the parameter, [M, N]
  * of dW = dYᵀ·X, and which slots hold dY and X (deferredLayout). The head's weight gradient stays
  * paired with its input gradient: the chain starts there.
  */
@@ -113,10 +113,10 @@ const GROUP_WORKGROUPS = 768;
  * for any mix of the three.
  */
 function deferredPlans({ nLayer: L, dModel: C }, rows) {
-  const tileCount = (k) => matmulGrid(k.M, k.N, k.tile).reduce((a, b) => a * b);
-  const grouped = (list, workgroups = 512) => {
-    const all = list.reduce((n, k) => n + L * tileCount(k), 0);
-    return list.map((k) => ({ ...k, splits: chooseSplits(k.M, k.N, rows, k.tile, all / tileCount(k), workgroups) }));
+  // workgroups: chooseSplits' target (its ~512 where not given)
+  const grouped = (list, workgroups) => {
+    const all = list.reduce((n, k) => n + L * tileCount(k.M, k.N, k.tile), 0);
+    return list.map((k) => ({ ...k, splits: chooseSplits(k.M, k.N, rows, k.tile, all / tileCount(k.M, k.N, k.tile), workgroups) }));
   };
   const own = deferredProducts(C).map((k) => ({ ...k, tile: chooseTile("backward_weight", k.M, k.N, rows) }));
   const group = grouped(deferredProducts(C).map((k) => ({ ...k, tile: "64x64w" })), GROUP_WORKGROUPS);

@@ -26,7 +26,7 @@ const ROWS_IN_FLIGHT = 8;
 // then the lanes' sums added in lane order: the chain of a frequent byte (a space: ~15% of B·T rows,
 // ~230 at medium), two dependent loads a row, is an eighth as long. A workgroup is TOKEN_CHANNELS
 // channels of one token, TOKEN_LANES lanes each.
-export const TOKEN_LANES = 8;
+const TOKEN_LANES = 8;
 export const TOKEN_CHANNELS = NORM_THREADS / TOKEN_LANES;
 
 // order: [V+1 starts | rows positions sorted by token]; dres: (B,T,C); grads: (n). The embedding's

@@ -11,10 +11,14 @@
  * @param {string} body  WGSL using `p` and the buffer names, declaring `fn <entryPoint>(`
  * @param {string} entryPoint  the compute entry point, named as the C++ function it mirrors (wasm/src)
  */
+/** Bytes of a dispatch's uniforms: each lives in one slot of this size of a plan's uniform buffer (plan.js). */
+export const UNIFORM_SLOT_BYTES = 256;
+
 export function kernel(name, uniforms, buffers, body, entryPoint = name) {
   if (!body.includes(`fn ${entryPoint}(`)) throw new Error(`kernel ${name}: no entry point fn ${entryPoint}(`);
-  // a dispatch's uniforms live in one 256-byte slot of a plan's uniform buffer (plan.js)
-  if (uniforms.length > 64) throw new Error(`kernel ${name}: ${uniforms.length} uniforms, at most 64 (256 bytes)`);
+  if (4 * uniforms.length > UNIFORM_SLOT_BYTES) {
+    throw new Error(`kernel ${name}: ${uniforms.length} uniforms, at most ${UNIFORM_SLOT_BYTES / 4} (a plan's slot of ${UNIFORM_SLOT_BYTES} bytes)`);
+  }
   const struct = /* wgsl */ `struct Params {\n${uniforms.map(([n, t]) => /* wgsl */ `  ${n}: ${t},`).join("\n")}\n}\n`;
   const decls = buffers.map(([n, mode, type = "f32"], i) =>
     /* wgsl */ `@group(0) @binding(${i + 1}) var<storage, ${mode === "rw" ? "read_write" : "read"}> ${n}: array<${type}>;`).join("\n");
