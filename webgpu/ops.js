@@ -196,7 +196,7 @@ export class Ops {
         Object.assign(uniforms, { ln_w_off: ln.wOff, ln_b_off: ln.bOff, ln_stats_off: 2 * (aOff / K), ln_eps: ln.eps });
         buffers.push(ln.out, ln.stats);
       }
-      return { tile, split, kcat: kcat > 1, vec, ln: !!ln, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
+      return { tile, split, kcat: kcat > 1, vec, ln: ln ? K : false, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
     }
     const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };
     if (partials.size !== undefined && slabs.offset + slabs.size > partials.size) {

@@ -105,9 +105,13 @@ const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "r
  * computes its rows' mean and rstd (two passes over the row, as layernorm_forward: no cancellation
  * when |mean| ≫ std); the workgroups of the first column tile also write what the backward reads:
  * LayerNorm(x) into LN (at A's offsets) and (mean, rstd) into LNS from float ln_stats_off.
+ * The kernel is compiled for the row's length (ln = K), so that each statistics pass over a row is
+ * unrolled and its loads can all be in flight at once; as a loop to the uniform K, every such product
+ * at medium (8 iterations a pass) took 1.1 µs longer in a step on an H100 (docs/performance.md §33).
  */
 const LN_UNIFORMS = [["ln_w_off", "u32"], ["ln_b_off", "u32"], ["ln_stats_off", "u32"], ["ln_eps", "f32"]];
 const LN_BUFFERS = [["LN", "rw"], ["LNS", "rw"]];
+const LN_UNROLLED = 16;
 
 /**
  * A product's slab geometry: vA/vB, whether an invocation owns its rows (columns) in runs of 4 and
@@ -191,8 +195,8 @@ ${range(last - first).flatMap((z) => sums.map((v, q) => `    ${v} = ${v} + ${at(
  * vec: A and B are bound as array<vec4f> and read 4 floats at a time along their contiguous axis
  * (vecAligned says when a product allows it): a quarter of the load instructions and index sums.
  * shared: the workgroup arrays are declared by the caller (slabArrays), as As and Bs, unsuffixed.
- * ln: A is normalised as it is loaded (LN_UNIFORMS). slabOff (split): a WGSL expression, where in
- * C's binding the slabs start (by default where the binding does).
+ * ln: K, A's row length, where A is normalised as it is loaded (LN_UNIFORMS). slabOff (split): a
+ * WGSL expression, where in C's binding the slabs start (by default where the binding does).
  */
 function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null, ln = false, slabOff = null) {
   const { WX, WY, BM, BN, BK, TM, TN, KG, threads } = tileShape(tile);
@@ -291,7 +295,15 @@ fn load_a(base: u32, m: u32, k: u32) -> ${T} {
   return y;
 }`;
   // the prologue: LN_LANES invocations per row of the tile, each summing a strided part of the row
-  const rowSum = (term) => /* wgsl */ `for (var c = lane * ${W}u; c < p.K; c += ${(threads / BM) * W}u) { ${term} }`;
+  // (c ascending, as a loop would), unrolled over the row's ln = K columns up to LN_UNROLLED steps
+  // (medium's take 8; a decode step's row of 1280 would take 80, as many loads in registers)
+  const stride = (threads / BM) * W, steps = Math.ceil(ln / stride);
+  const rowSum = (term) => (steps > LN_UNROLLED
+    ? /* wgsl */ `for (var c = lane * ${W}u; c < ${ln}u; c += ${stride}u) { ${term} }`
+    : range(steps).map((j) => {
+      const c = `lane * ${W}u + ${j * stride}u`, partial = (j + 1) * stride > ln;
+      return `{ let c = ${c}; ${partial ? `if (c < ${ln}u) ` : ""}{ ${term} } }`;
+    }).join("\n    "));
   const lnPrologue = /* wgsl */ `
   ln_writer = wid.x == 0u && wid.z == 0u;
   {
@@ -406,11 +418,12 @@ const ALL_BUFFERS = Object.fromEntries([...MATMUL_BUFFERS, ...LN_BUFFERS].map(([
 // A and B bound as array<vec4f> in the vec variants
 const vecBuffers = (buffers, vec, read4) => buffers.map(([n, mode]) => (vec && read4.includes(n) ? [n, mode, "vec4f"] : [n, mode]));
 
-/** ln: with the LayerNorm prologue (forward only; LN_UNIFORMS). */
+/** ln: K, with the LayerNorm prologue over rows of K (forward only; LN_UNIFORMS), or false. */
 export function matmulKernel(form, tile, split = false, kcat = false, vec = false, ln = false) {
+  if (ln !== false && !(Number.isInteger(ln) && ln > 0)) throw new Error(`matmulKernel ln: a row length K, or false (got ${ln})`);
   const { WX, WY, KG } = tileShape(tile);
   const entryPoint = `matmul_${form}`;
-  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}${ln ? "_ln" : ""}`,
+  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}${ln ? `_ln${ln}` : ""}`,
     [...MATMUL_UNIFORMS.map((f) => [f, "u32"]), ...(ln ? LN_UNIFORMS : [])],
     vecBuffers([...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])], vec, ["A", "B", "LN", ...(outputsAsVec4(tile, vec) ? ["C", "R", "G"] : [])]),
     /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS, vec, null, ln)}

@@ -5,8 +5,8 @@
 // 32 KiB of workgroup memory, and every
 // specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
 // (for any M, N, K) × vec4 reads or not × split-K or not (where the trainer splits that form on
-// that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue or not (unsplit
-// forward products); each LayerNorm lane count, and the block-end kernels; the LayerNorm and attention kernels without subgroups
+// that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue (over rows of 128) or
+// not (unsplit forward products); each LayerNorm lane count, and the block-end kernels; the LayerNorm and attention kernels without subgroups
 // and at the subgroup widths of SUBGROUP_DUMP_WIDTHS. These are a GPU's tiles: a software adapter's twins
 // (matmul.js softwareTile) are compiled by every test that trains on SwiftShader.
 // A source identical to one already written is not written again; the first file's header lists its
@@ -59,8 +59,9 @@ for (const form of Object.keys(MATMUL_FORMS)) {
     for (const tile of split ? splitTiles(form) : answers(form)) {
       for (const kcat of form === "backward_input" ? [false, true] : [false]) {
         for (const vec of [false, true]) {
-          // forward products may normalise A on the way in (a LayerNorm prologue)
-          for (const ln of form === "forward" && !split ? [false, true] : [false]) {
+          // forward products may normalise A on the way in (a LayerNorm prologue, compiled for its
+          // rows' length: here medium's 128; the plans above add every preset's own)
+          for (const ln of form === "forward" && !split ? [false, 128] : [false]) {
             const k = matmulKernel(form, tile, split, kcat, vec, ln);
             add(k.name, k.code);
           }
