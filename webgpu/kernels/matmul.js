@@ -111,6 +111,7 @@ const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "r
  */
 const LN_UNIFORMS = [["ln_w_off", "u32"], ["ln_b_off", "u32"], ["ln_stats_off", "u32"], ["ln_eps", "f32"]];
 const LN_BUFFERS = [["LN", "rw"], ["LNS", "rw"]];
+// the most steps a lane's statistics pass over a row is unrolled to (past that, a loop)
 const LN_UNROLLED = 16;
 
 /**
