@@ -3,7 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matmulKernel, matmulPairKernel, matmulGroupKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, splitRegionFields } from "./kernels/matmul.js";
+import { matmulKernel, matmulPairKernel, matmulGroupKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, REGION_FIELDS, splitRegionFields } from "./kernels/matmul.js";
 import {
   layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels,
 } from "./kernels/layernorm.js";
@@ -440,8 +440,7 @@ function splitRegionValues(group) {
       end += g.batches * g.len;
     }
     const fields = splitRegionFields(r);
-    [end, g?.src, g?.len, g?.N, g?.splits, g?.c_off, g?.c_zs, g?.bias_off, g?.r_off, g?.flags]
-      .forEach((v, i) => { values[fields[i]] = v ?? 0; });
+    REGION_FIELDS.forEach((f, i) => { values[fields[i]] = (f === "end" ? end : g?.[f]) ?? 0; });
   }
   return { values, end };
 }

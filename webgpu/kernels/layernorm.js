@@ -257,7 +257,7 @@ fn finish(i_all: u32, src: u32, len: u32, splits: u32, c_off: u32, c_zs: u32) {
   grads[c_off + batch * c_zs + i] = v;
 }
 ` : "");
-const finishElement = (g) => splitRegionChain(g, (r) => ["src", "len", "splits", "c_off", "c_zs"].map((f) => `p.r${r}_${f}`));
+const finishElement = (g) => splitRegionChain(g, (r) => splitRegionFields(r, SUM_REGION_FIELDS).slice(1).map((f) => `p.${f}`));
 const paramsUniforms = (withSums) => [["rows", "u32"], ["C", "u32"], ...range(LAYERNORM_PARAM_JOBS).map((j) => [`w_off${j}`, "u32"]), ...sumsUniforms(withSums)];
 
 // The block's end alone: workgroup (x, y) is column group x of job y, or, from row p.jobs on, sums.

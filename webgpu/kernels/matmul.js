@@ -558,7 +558,8 @@ export const sumSlabs = (partials, src, splits, len, i) => /* wgsl */ `var v = 0
  * fit a dispatch's 256 bytes: the final's 60, a LayerNorm's 13 and 36 (SUM_REGION_FIELDS).
  */
 export const SPLIT_REGIONS = 6;
-const REGION_FIELDS = ["end", "src", "len", "N", "splits", "c_off", "c_zs", "bias_off", "r_off", "flags"];
+/** A region's fields, as its SplitSums entry names them (end: where its elements end, over the dispatch). */
+export const REGION_FIELDS = ["end", "src", "len", "N", "splits", "c_off", "c_zs", "bias_off", "r_off", "flags"];
 /** The fields a sum with no epilogue reads (a LayerNorm dispatch's sums: plain weight gradients). */
 export const SUM_REGION_FIELDS = ["end", "src", "len", "splits", "c_off", "c_zs"];
 /** The uniform fields of region r (r_end: its elements end at this global index). */
