@@ -557,8 +557,10 @@ split_sums_case([(37, 53, 150, "64x64", 3, True), (20, 33, 301, "32x64", 4, Fals
 
 # --- embedding forward (alone and in the first LayerNorm) + deterministic scatter-add backward, with ln_f's
 # parameter gradients
-def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
-    """tail: gradients after the embedding's and ln_f's, in the norm's partials only."""
+def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2, head_splits=0):
+    """tail: gradients after the embedding's and ln_f's, in the norm's partials only. head_splits: the
+    tied head's weight gradient dlogitsᵀ·x is that many split-K slabs, which the token sums start from
+    (instead of from the gradients there)."""
     rows = B * T
     wte_off, wpe_off = 3, 3 + V * C + 5
     lnf_off = wpe_off + ctx * C + 1  # ln_f's weight, then its bias
@@ -576,6 +578,10 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
     e_mean, e_rstd = ref_embedded.mean(1), 1 / np.sqrt(ref_embedded.var(1) + eps)
     ref_grads = grads0.copy()
     g_wte = ref_grads[wte_off:wte_off + V * C].reshape(V, C)
+    head = {}
+    if head_splits:
+        head = {"head_dy": f32(rng.standard_normal((rows, V)) / rows), "head_x": f32(rng.standard_normal((rows, C)))}
+        g_wte[:] = head["head_dy"].astype(np.float64).T @ head["head_x"]
     np.add.at(g_wte, tokens, dres)
     ref_grads[wpe_off:wpe_off + T * C] = dres.reshape(B, T, C).sum(0).ravel()
     counts = np.bincount(tokens, minlength=V)
@@ -616,17 +622,19 @@ def embedding_case(B, T, C, V=256, ctx=9, distinct=20, tail=2):
                1e-6)
         report(f"its LayerNorm B={B} T={T} C={C}", o["normed"], ref_normed.ravel(), 1e-5)
         report(f"its mean/rstd B={B} T={T} C={C}", o["stats"], np.stack([e_mean, e_rstd], 1).ravel(), 1e-5)
-        report(f"embedding backward (wte, wpe) B={B} T={T} C={C}", o["grads"][:lnf_off], ref_grads[:lnf_off], 1e-5)
+        slabs = f" from {head_splits} head slabs" if head_splits else ""
+        report(f"embedding backward (wte, wpe) B={B} T={T} C={C}{slabs}", o["grads"][:lnf_off], ref_grads[:lnf_off],
+               1e-5)
         report(f"ln_f dweight, dbias B={B} T={T} C={C}", o["grads"][lnf_off:], ref_grads[lnf_off:], 1e-4)
         assert len(o["partials"]) == len(ref_partials), (len(o["partials"]), len(ref_partials))
         report(f"gradient norm's {len(ref_partials)} partials B={B} T={T} C={C}", o["partials"], ref_partials,
                1e-6 * ref_partials.max())
 
     add_case(dict(op="embedding", B=B, T=T, C=C, V=V, wteOff=wte_off, wpeOff=wpe_off, lnfOff=lnf_off, past=past,
-                  eps=eps, nParams=n_params),
+                  eps=eps, nParams=n_params, headSplits=head_splits),
              {"params": f32(params), "tokens": tokens.astype(np.uint32), "order": order, "dres": f32(dres),
               "grads0": f32(grads0), "lnf_dout": f32(lnf_dout), "lnf_x": f32(lnf_x),
-              "lnf_stats": f32(np.stack([mean, rstd], 1))}, check)
+              "lnf_stats": f32(np.stack([mean, rstd], 1)), **head}, check)
 
 
 embedding_case(3, 7, 10)
@@ -634,6 +642,7 @@ embedding_case(3, 7, 10)
 embedding_case(4, 45, 12, ctx=45, distinct=3, tail=3000)  # and 4 norm workgroups, each striding past the tables
 embedding_case(16, 40, 40, ctx=40, distinct=3)  # ~210 rows a token, as a space at medium; two channel blocks
 embedding_case(8, 40, 6, ctx=40, distinct=4)  # ln_f's 320 rows: its 256 row lanes loop
+embedding_case(4, 45, 12, ctx=45, distinct=3, head_splits=3)  # medium up: the head's weight gradient deferred
 
 
 # --- softmax cross-entropy: the forward (losses, logits untouched) and the backward fused with it
@@ -660,6 +669,36 @@ def cross_entropy_case(rows, V=256, backward=True):
 cross_entropy_case(37)
 cross_entropy_case(11, V=70)  # V not a multiple of the lanes per row
 cross_entropy_case(37, backward=False)
+
+
+# --- softmax cross-entropy as the prologue of the tied head's input gradient: C = dlogits·W, dlogits
+# (cross_entropy_backward's) and the row losses stored for the step (medium up, the head's weight
+# gradient deferred)
+def cross_entropy_matmul_case(M, N, V, tile, vec):
+    logits = torch.tensor(rng.standard_normal((M, V)) * 3, dtype=torch.float64, requires_grad=True)
+    targets = rng.integers(0, V, M)
+    loss_rows = F.cross_entropy(logits, torch.tensor(targets), reduction="none")
+    loss_rows.mean().backward()
+    dlogits = logits.grad.numpy()
+    b_off = 4 if vec else 3  # an odd offset: the scalar kernel
+    w = rng.standard_normal((V, N))
+    ref = (dlogits @ w).ravel()
+    name = f"matmul backward_input {M}x{N}x{V} tile {tile} cross-entropy prologue{' vec4' if vec else ''}"
+
+    def check(o):
+        report(f"{name}: product", o["C"], ref, 1e-6 * math.sqrt(V))
+        report(f"{name}: dlogits stored", o["DL"], dlogits.ravel(), 1e-7)
+        report(f"{name}: losses", o["losses"], loss_rows.detach().numpy(), 2e-5)
+
+    add_case(dict(op="matmul", form="backward_input", M=M, N=N, K=V, tile=tile, aOff=0, bOff=b_off, biasOff=0, vec=vec,
+                  ce={"scale": 1 / M}),
+             {"A": f32(logits.detach().numpy()), "B": f32(np.concatenate([np.zeros(b_off), w.ravel()])),
+              "targets": targets.astype(np.uint32)}, check)
+
+
+cross_entropy_matmul_case(70, 44, 256, "32x32w-k32", vec=True)  # medium's head: 8 lanes a row, 8 steps each
+cross_entropy_matmul_case(37, 21, 70, "32x32", vec=False)  # V not a multiple of the lanes' stride
+cross_entropy_matmul_case(66, 36, 300, "64x64w", vec=True)  # 19 steps a lane: the passes as loops
 
 
 # --- causal attention, forward + backward (head sizes 16, 32, 64; T across tile boundaries)

@@ -221,6 +221,21 @@ def test_deferred_weight_gradients_keep_parity_with_python_ref(host):
     print(f"{PARITY_STEPS}-step parity with deferred weight gradients: losses {ref[0]:.4f} -> {ref[-1]:.4f}; "
           f"max relative difference {rel.max():.3g} at step {int(rel.argmax()) + 1} (bar 1e-3)")
     assert len(rel) == PARITY_STEPS and rel.max() < 1e-3
+    # its group does not split K, so Chromium's 10 storage buffers bind it with the head's weight gradient
+    assert run["headDeferred"], "the head's weight gradient in the group, cross-entropy its input gradient's prologue"
+
+
+def test_deferred_group_past_the_devices_buffers_keeps_the_head_paired(host):
+    """The tiny preset as it ships on medium's plan: its group splits K, and with the split-K scratch and the
+    head's operands it would bind 11 storage buffers, one more than Chromium's 10: the head's two products stay
+    paired at the chain's start, after cross-entropy's own dispatch; 3 steps vs python_ref."""
+    cfg, tc = configs({})
+    run = host.call("trainJob", {"preset": "tiny", "corpus": CORPUS_URL, "steps": 3, "matmulTiles": "gpu",
+                                 "deferWeightGrads": True})
+    _, ref = reference_run(cfg, tc, 3)
+    rel = float(np.max(np.abs(np.array(run["losses"]) - ref) / np.array(ref)))
+    print(f"tiny preset deferred, the head paired: 3 steps, max relative loss difference {rel:.3g} (bar 1e-3)")
+    assert not run["headDeferred"] and rel < 1e-3
 
 
 def test_tiny_preset_steps_with_split_k(host):

@@ -7,7 +7,7 @@ import { matmulKernel, matmulPairKernel, matmulGroupKernel, pairSlabs, matmulGri
 import {
   layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels,
 } from "./kernels/layernorm.js";
-import { embeddingForward, embeddingBackwardNorm, TOKEN_CHANNELS } from "./kernels/embedding.js";
+import { embeddingForward, embeddingBackwardNorm, embeddingBackwardNormSlabs, TOKEN_CHANNELS } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackward, attentionLayout, attentionLayoutFor, attentionGrid } from "./kernels/attention.js";
 import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
@@ -15,9 +15,9 @@ import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
 
 const matmulKernels = new Map();
-function matmulFor(form, tile, split, kcat, vec, ln) {
-  const key = `${form}_${tile}_${split}_${kcat}_${vec}_${ln}`;
-  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat, vec, ln));
+function matmulFor(form, tile, split, kcat, vec, ln, ce) {
+  const key = `${form}_${tile}_${split}_${kcat}_${vec}_${ln}_${ce}`;
+  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat, vec, ln, ce));
   return matmulKernels.get(key);
 }
 const groupKernels = new Map();
@@ -102,10 +102,13 @@ export class Ops {
    * ln ({wOff, bOff, out, stats, eps}; forward only): the product of LayerNorm(A) instead of A, the
    * LayerNorm's weight and bias in B's buffer at wOff and bOff; LayerNorm(A) is also written to out
    * (at A's offsets) and each row's (mean, rstd) to stats (layernorm_forward's outputs).
+   * ce ({targets, losses, out, scale}; backward_input only, A the logits from row 0): the product of
+   * d(mean loss)/d(logits) = (softmax(A) − onehot(targets))·scale instead of A, also written to out
+   * (at A's offsets), and each row's loss to losses (cross_entropy_backward's outputs).
    */
   matmul(plan, form, args) {
     const d = this._matmulDispatch(form, args);
-    const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat, d.vec, d.ln), d.uniforms, d.buffers, d.grid);
+    const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat, d.vec, d.ln, d.ce), d.uniforms, d.buffers, d.grid);
     return d.region ? this._splitFinal(plan, d.region, args.sums) : index;
   }
 
@@ -144,7 +147,7 @@ export class Ops {
    * one for those that split K) in one dispatch (matmulGroupKernel); a split one's final sum goes to
    * its `sums`, as in matmul. Returns null, recording nothing, where they cannot share one: tiles of
    * different shapes, or more storage buffers than the device binds (3 dY and 4 X buffers, C and
-   * the partials: a step's deferred weight gradients need 9).
+   * the partials: a step's deferred weight gradients need 9, 11 with the head's).
    */
   matmulGroup(plan, products) {
     const form = "backward_weight", d = products.map((a) => this._matmulDispatch(form, a));
@@ -168,12 +171,15 @@ export class Ops {
   /** One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region (see matmul). */
   _matmulDispatch(form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
     accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = null, splits = 1,
-    partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined, ln = null }) {
+    partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined, ln = null, ce = null }) {
     tile ??= chooseTile(form, M, N, K * kcat, this.workgroupLimit);
     if (this.softwareTiles) tile = softwareTile(tile);
-    const bytes = workgroupBytes(form, tile, !!ln);
+    const bytes = workgroupBytes(form, tile, !!(ln || ce));
     if (bytes > this.workgroupLimit) throw new Error(`matmul tile ${tile} needs ${bytes} bytes of workgroup memory; this device offers ${this.workgroupLimit}`);
     if (ln && (form !== "forward" || splits > 1 || kcat > 1 || aOff % K !== 0)) throw new Error("a LayerNorm prologue: an unsplit forward product of whole rows");
+    if (ce && (form !== "backward_input" || splits > 1 || kcat > 1 || batches > 1 || aOff !== 0 || bias || R || gelu || geluGradOf || accumulate)) {
+      throw new Error("a cross-entropy prologue: one plain unsplit input-gradient product of the logits from row 0");
+    }
     const len = M * N + (biasGrad ? M : 0);
     const aligned = vecAligned(form, tile, { M, N, K, aOff, bOff, cOff, rOff, len, strides }) && (!ln || (ln.wOff % 4 === 0 && ln.bOff % 4 === 0));
     if (vec && !aligned) throw new Error(`matmul ${form} ${M}x${N}x${K}: operands not aligned for vec4 reads`);
@@ -196,7 +202,11 @@ export class Ops {
         Object.assign(uniforms, { ln_w_off: ln.wOff, ln_b_off: ln.bOff, ln_stats_off: 2 * (aOff / K), ln_eps: ln.eps });
         buffers.push(ln.out, ln.stats);
       }
-      return { tile, split, kcat: kcat > 1, vec, ln: ln ? K : false, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
+      if (ce) {
+        uniforms.ce_scale = ce.scale;
+        buffers.splice(2, 4, C, ce.targets, ce.losses, ce.out); // no bias, residual or GELU output
+      }
+      return { tile, split, kcat: kcat > 1, vec, ln: ln ? K : false, ce: ce ? K : false, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
     }
     const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };
     if (partials.size !== undefined && slabs.offset + slabs.size > partials.size) {
@@ -360,13 +370,25 @@ export class Ops {
    * The embedding's backward, ln_f's parameter gradients (lnf: {dout, x, stats, wOff, bOff}, its
    * bias's right after its weight's) and the gradient norm's partial sums of squares over all n gradients,
    * in one dispatch: run it after every other gradient is final. partials: normPartialCount() floats.
-   * Returns how many partials it writes, which adamwUpdate sums (adamwValues' `parts`).
+   * headSlabs: the region (a SplitSums') of the tied head's weight gradient, left as split-K slabs,
+   * which the token sums start from instead of from grads. Returns how many partials it writes, which
+   * adamwUpdate sums (adamwValues' `parts`).
    */
-  embeddingBackwardNorm(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff, lnf, n, partials }) {
+  embeddingBackwardNorm(plan, { B, T, C, V, order, dres, grads, wteOff, wpeOff, lnf, n, partials, headSlabs = null }) {
     if (lnf.bOff !== lnf.wOff + C) throw new Error("LayerNorm bias gradient must follow its weight gradient");
     const groups = embeddingGroups(V, T, C), parts = normPartials(n), workgroups = groups.token + groups.position + C + parts;
-    plan.add(embeddingBackwardNorm, { V, B, T, C, wte_off: wteOff, wpe_off: wpeOff, token_groups: groups.token, position_groups: groups.position,
-      lnf_w_off: lnf.wOff, n, parts }, [order, dres, grads, partials, lnf.dout, lnf.x, lnf.stats], grid1d(workgroups));
+    const values = { V, B, T, C, wte_off: wteOff, wpe_off: wpeOff, token_groups: groups.token, position_groups: groups.position,
+      lnf_w_off: lnf.wOff, n, parts };
+    const buffers = [order, dres, grads, partials, lnf.dout, lnf.x, lnf.stats];
+    if (headSlabs) {
+      const r = headSlabs;
+      if (r.c_off !== wteOff || r.batches !== 1 || r.len !== V * C || r.flags !== 0 || r.buffers[3] !== grads) {
+        throw new Error("embeddingBackwardNorm headSlabs: the split-K slabs of the tied head's plain (V,C) weight gradient into grads at wte");
+      }
+      plan.add(embeddingBackwardNormSlabs, { ...values, head_src: r.src, head_len: r.len, head_splits: r.splits }, [...buffers, r.buffers[0]], grid1d(workgroups));
+    } else {
+      plan.add(embeddingBackwardNorm, values, buffers, grid1d(workgroups));
+    }
     return workgroups;
   }
 

@@ -92,14 +92,16 @@ export const defersWeightGradients = ({ nLayer: L, dModel: C }, rows) =>
 
 /**
  * The deferred weight gradients, each kind batched over the L blocks: the parameter, [M, N]
- * of dW = dYᵀ·X, and which slots hold dY and X (deferredLayout). The head's weight gradient stays
- * paired with its input gradient: the chain starts there.
+ * of dW = dYᵀ·X, and which slots hold dY and X (deferredLayout). With `head`, also the tied head's
+ * (no bias, one batch), where the device binds the group's buffers with the head's two (headDeferred);
+ * otherwise the head's stays paired with its input gradient at the chain's start.
  */
-const deferredProducts = (C) => [
+const deferredProducts = (C, L, V = 0) => [
   { param: "mlp.fc_out.weight", M: C, N: 4 * C, dY: "res", X: "g" }, { param: "mlp.fc_in.weight", M: 4 * C, N: C, dY: "h", X: "ln2" },
   { param: "attn.o_proj.weight", M: C, N: C, dY: "res2", X: "att" }, { param: "attn.q_proj.weight", M: C, N: C, dY: "q", X: "ln1" },
   { param: "attn.k_proj.weight", M: C, N: C, dY: "k", X: "ln1" }, { param: "attn.v_proj.weight", M: C, N: C, dY: "v", X: "ln1" },
-];
+].map((k) => ({ ...k, batches: L, biasGrad: true })).concat(V ? [{ param: HEAD_PARAM, M: V, N: C, dY: "logits", X: "lnf", batches: 1, biasGrad: false }] : []);
+const HEAD_PARAM = "token_embedding.weight";
 // The 64×64w group's K-splits aim at ~768 workgroups, not chooseSplits' 512: medium 4 splits (768
 // workgroups) rather than 3 (576), large 2 (1296) rather than none (648). H100, ms/step, 3 trainers a
 // side: 768 / 512: medium 0.919 / 0.928, large 2.015 / 2.033; 1024 (medium 6) / 512: 0.924 / 0.930;
@@ -110,21 +112,21 @@ const GROUP_WORKGROUPS = 768;
  * the order _buildTraining tries them: one group on 64×64w (Ops.matmulGroup), a group per kind's own
  * tile, one dispatch each (`apart`). A group splits K only as far as all its products together leave
  * the GPU short of ~512 workgroups (the 64×64w group: GROUP_WORKGROUPS). floats: split-K slabs enough
- * for any mix of the three.
+ * for any mix of the three. head: the head's weight gradient joins the 64×64w group (and only it).
  */
-function deferredPlans({ nLayer: L, dModel: C }, rows) {
+function deferredPlans({ nLayer: L, dModel: C, vocabSize: V }, rows, head = false) {
   // workgroups: chooseSplits' target (its ~512 where not given)
   const grouped = (list, workgroups) => {
-    const all = list.reduce((n, k) => n + L * tileCount(k.M, k.N, k.tile), 0);
+    const all = list.reduce((n, k) => n + k.batches * tileCount(k.M, k.N, k.tile), 0);
     return list.map((k) => ({ ...k, splits: chooseSplits(k.M, k.N, rows, k.tile, all / tileCount(k.M, k.N, k.tile), workgroups) }));
   };
-  const own = deferredProducts(C).map((k) => ({ ...k, tile: chooseTile("backward_weight", k.M, k.N, rows) }));
-  const group = grouped(deferredProducts(C).map((k) => ({ ...k, tile: "64x64w" })), GROUP_WORKGROUPS);
+  const own = deferredProducts(C, L).map((k) => ({ ...k, tile: chooseTile("backward_weight", k.M, k.N, rows) }));
+  const group = grouped(deferredProducts(C, L, head ? V : 0).map((k) => ({ ...k, tile: "64x64w" })), GROUP_WORKGROUPS);
   const perTile = [...new Set(own.map((k) => k.tile))].map((tile) => grouped(own.filter((k) => k.tile === tile)));
   const apart = own.map((k) => ({ ...k, splits: weightGradSplits(k.M, k.N, rows, L) }));
-  const slabs = (k) => splitKSlabFloats(k.M, k.N, L, rows, k.splits);
+  const slabs = (k) => (k ? splitKSlabFloats(k.M, k.N, k.batches, rows, k.splits) : 0);
   const most = (param) => Math.max(...[group, perTile.flat(), apart].map((way) => slabs(way.find((k) => k.param === param))));
-  const floats = deferredProducts(C).reduce((n, { param }) => n + most(param), 0);
+  const floats = group.reduce((n, { param }) => n + most(param), 0);
   return { group, perTile, apart, floats };
 }
 
@@ -166,7 +168,9 @@ function summedSlabFloats({ dModel: C }, rows) {
  */
 function splitKPlan({ nLayer: L, dModel: C, vocabSize: V }, rows, deferred) {
   const head = splitKSlabFloats(V, C, 1, rows);
-  if (deferred) return { grouped: false, floats: Math.max(16, head + deferredPlans({ nLayer: L, dModel: C }, rows).floats) }; // the head's first
+  // deferred: the head's slabs first, then the group's, or (headDeferred) the group's with the head's
+  const m = { nLayer: L, dModel: C, vocabSize: V };
+  if (deferred) return { grouped: false, floats: Math.max(16, head + deferredPlans(m, rows).floats, deferredPlans(m, rows, true).floats) };
   const block = [[C, 4 * C, 1], [4 * C, C, 1], [C, C, 1], [C, C, 3]]; // [M, N, batches]: fc_out, fc_in, o_proj, q/k/v
   const slabs = block.map(([M, N, n]) => splitKSlabFloats(M, N, n, rows));
   const groupedFloats = head + slabs.reduce((a, b) => a + b, 0);
@@ -222,6 +226,7 @@ function trainerBuffers(config, deferWeightGrads) {
   activations("train", B, T, T, deferred ? DEFERRED_ACTIVATIONS : []); // eval runs on the same set
   for (const [name, n] of [["d res", deferred ? stages.resFloats : rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d lnf", rows * C],
     ["d h", deferred ? L * stages.h : rows * 4 * C], ["d att", rows * C], ["d qkv", 3 * (deferred ? L : 1) * slotFloats(rows * C)],
+    ...(deferred ? [["d logits", rows * V]] : []),
     ["split-K partials", splitKScratch(m, rows, deferred).floats],
     ["token order", V + 1 + rows], ["norm partials", normPartialCount(V, T, C)], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
@@ -490,6 +495,8 @@ export class Trainer {
       ln2: this.buffer("d ln2", 4 * rows * C, S), lnf: this.buffer("d lnf", 4 * rows * C, S),
       h: this.buffer("d h", 4 * (deferred ? L * stages.h : rows * 4 * C), S),
       att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C, deferred ? 3 * L : 3),
+      // (deferred) the logits' gradient, kept for the head's weight gradient in the group (headDeferred)
+      logits: deferred ? this.buffer("d logits", 4 * rows * V, S) : null,
     };
     // where each stage of the output gradients lies: in place, or (deferred) kept in slots
     // (deferredLayout) until the weight gradients at the end read them
@@ -506,10 +513,25 @@ export class Trainer {
     this.splitK = this.buffer("split-K partials", 4 * scratch.floats, S);
     this.summedOff = scratch.summedOff;
     // grouped: a block's split-K weight gradients lie side by side in the scratch, summed by one
-    // dispatch at the block's end (splitKPlan); deferred: the head's, summed at the last block's end,
-    // and the deferred ones', at block 0's
+    // dispatch at the block's end (splitKPlan); deferred: the head's, summed at the last block's end
+    // (or, in the group, by the embedding's backward: headSums), and the deferred ones', at block 0's
     const sums = scratch.grouped || deferred ? new SplitSums() : null;
     let slabsUsed = 0;
+    // (deferred) where each kind's dY lies: [buffer, block 0's offset, the stride between blocks];
+    // and its X: {buffer, slot} (a kept activation's slots, or the head's ln_f output)
+    const dY = deferred && { res: [d.res, at.res(1), stages.res], h: [d.h, 0, stages.h], res2: [d.res, at.res2(0), stages.res],
+      q: [d.qkv.qkv, 0, d.qkv.stride], k: [d.qkv.qkv, L * d.qkv.stride, d.qkv.stride], v: [d.qkv.qkv, 2 * L * d.qkv.stride, d.qkv.stride],
+      logits: [d.logits, 0, 0] };
+    const keptX = (X) => (X === "lnf" ? { buffer: A.lnf, slot: 0 } : A.kept[X]);
+    // The head's weight gradient joins the deferred group where the device binds the group's buffers
+    // with the head's dY and X: its input gradient then starts the chain alone, with the cross-entropy
+    // as its prologue (which leaves the logits' gradient in d logits for the group), and its split-K
+    // slabs are summed by the embedding's backward, which adds the token gradients to them (headSums).
+    const headGroup = deferred && deferredPlans(this.cfg, rows, true).group;
+    const headDeferred = deferred && new Set(headGroup.map((k) => dY[k.dY][0])).size + new Set(headGroup.map((k) => keptX(k.X).buffer)).size
+      + 1 + (headGroup.some((k) => k.splits > 1) ? 1 : 0) <= ops.storageBufferLimit;
+    const headSums = headDeferred ? new SplitSums() : null;
+    this.headDeferred = headDeferred; // which of the two plans a deferred step took (the tests check)
     // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one
     // dispatch while the model is small enough for a step to be paid per dispatch (PAIRED_MAX_OUTPUTS)
     const paired = rows * 4 * C <= PAIRED_MAX_OUTPUTS;
@@ -562,10 +584,15 @@ export class Trainer {
 
     const plan = (this.trainPlan = new Plan(this.device, this.ops.pipelines, "train step"));
     this._recordForward(plan, A, { B, T, past: 0, logitRows: rows });
-    ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
-    // backward; A.logits now holds d(loss)/d(logits): (rows,V)
     const wte = o["token_embedding.weight"];
-    linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
+    if (headDeferred) {
+      ops.matmul(plan, "backward_input", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf,
+        ce: { targets: A.targets, losses: A.losses, out: d.logits, scale: 1 / rows } });
+    } else {
+      ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
+      // backward; A.logits now holds d(loss)/d(logits): (rows,V)
+      linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
+    }
     const lnf = { dout: d.lnf, x: A.res[L], stats: A.lnfs, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"] };
     ops.layernormBackwardInput(plan, { rows, C, ...lnf, params: P, dx: d.res, dxOut: at.res(L), accumulate: false });
     // a Linear's weight gradient, or (deferred) null: it runs before block 0's end, with the others
@@ -574,18 +601,16 @@ export class Trainer {
     // l's parameters one block's stride after block l-1's, recorded before block 0's end, which then
     // sums their split-K slabs along with its own work (once every operand is final: block 0's q, k
     // and v gradients are the last). They share a dispatch where the device binds its buffers (up to
-    // 9), K split only as far as they all together leave the GPU short of ~768 workgroups; else one
-    // dispatch each, split as its own tiles need.
+    // 9; 11 with the head's), K split only as far as they all together leave the GPU short of ~768
+    // workgroups; else one dispatch each, split as its own tiles need.
     const deferredWeightGradients = () => {
       const blockStride = L > 1 ? o["blocks.1.ln1.weight"] - o["blocks.0.ln1.weight"] : 0;
-      const dY = { res: [d.res, at.res(1), stages.res], h: [d.h, 0, stages.h], res2: [d.res, at.res2(0), stages.res],
-        q: [d.qkv.qkv, 0, d.qkv.stride], k: [d.qkv.qkv, L * d.qkv.stride, d.qkv.stride], v: [d.qkv.qkv, 2 * L * d.qkv.stride, d.qkv.stride] };
       // the args of matmul for each kind, their slabs from slabsUsed on
-      const products = (list) => list.map(({ param, M, N, dY: y, X, tile, splits }) => {
-        const [buffer, aOff, aStride] = dY[y], partialsOff = slabsUsed;
-        slabsUsed += splitKSlabFloats(M, N, L, rows, splits);
-        return { M, N, K: rows, A: buffer, aOff, B: A.kept[X].buffer, C: G, cOff: o[`blocks.0.${param}`], biasGrad: true, batches: L,
-          strides: { a: aStride, b: A.kept[X].slot, c: blockStride }, tile, splits, partials: this.splitK, partialsOff, sums };
+      const products = (list) => list.map(({ param, M, N, dY: y, X, batches, biasGrad, tile, splits }) => {
+        const [buffer, aOff, aStride] = dY[y], x = keptX(X), head = param === HEAD_PARAM, partialsOff = slabsUsed;
+        slabsUsed += splitKSlabFloats(M, N, batches, rows, splits);
+        return { M, N, K: rows, A: buffer, aOff, B: x.buffer, C: G, cOff: o[head ? param : `blocks.0.${param}`], biasGrad, batches,
+          strides: { a: aStride, b: x.slot, c: blockStride }, tile, splits, partials: this.splitK, partialsOff, sums: head ? headSums : sums };
       });
       // whether the kinds in `list` could share a dispatch, recorded if so
       const group = (list) => {
@@ -599,8 +624,9 @@ export class Trainer {
       // large 2.012 / 2.041, xl 2.639 / 2.683, huge 6.327 / 6.453, massive 8.149 / 8.303. Where the
       // device binds too few buffers for that group (its split-K scratch is a 9th), a group per own
       // tile (at medium unsplit: 8), else one dispatch each.
-      const ways = deferredPlans(this.cfg, rows);
+      const ways = deferredPlans(this.cfg, rows, headDeferred);
       if (!group(ways.group)) {
+        if (headDeferred) throw new Error("the deferred weight gradients with the head's: no group on this device");
         for (const list of ways.perTile) {
           if (!group(list)) for (const args of products(ways.apart.filter((k) => list.some((g) => g.param === k.param)))) ops.matmul(plan, "backward_weight", args);
         }
@@ -635,7 +661,7 @@ export class Trainer {
       if (!deferred) slabsUsed = 0;
     }
     const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte,
-      wpeOff: o["position_embedding.weight"], lnf, n: this.P, partials: this.partials });
+      wpeOff: o["position_embedding.weight"], lnf, n: this.P, partials: this.partials, headSlabs: headSums?.regions[0] ?? null });
     this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay,
       partials: this.partials, losses: A.losses, scal: this.scal, values: adamwValues(this.P, this.tr, 1, rows, parts) });
     this.adamStepValues = {}; // adamwStepValues' object, reused by every step

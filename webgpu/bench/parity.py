@@ -31,9 +31,10 @@ def reference_losses(preset: str, steps: int, device: str) -> list[float]:
     return [train_step(model, optimizer, x, y, cfg.gradClip) for x, y in preset_batches(preset, steps, device)]
 
 
-def wgsl_losses(preset: str, steps: int, node: str) -> dict:
-    """{"adapter", "losses"} of the WGSL trainer in Node."""
-    job = json.dumps({"preset": preset, "steps": steps})
+def wgsl_losses(preset: str, steps: int, node: str, defer: bool | None = None) -> dict:
+    """{"adapter", "losses", "headDeferred"} of the WGSL trainer in Node; defer: its deferWeightGrads
+    (None: the trainer's rule)."""
+    job = json.dumps({"preset": preset, "steps": steps, **({} if defer is None else {"deferWeightGrads": defer})})
     r = subprocess.run([node, str(ROOT / "webgpu/tools/train_node.mjs")], input=job, capture_output=True, text=True,
                        check=True)
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -46,12 +47,15 @@ def main() -> int:
     ap.add_argument("--bar", type=float, default=1e-3)
     ap.add_argument("--node", default="node")
     ap.add_argument("--out")
+    ap.add_argument("--defer", choices=["on", "off"],
+                    help="weight gradients deferred to the end of the backward or not (default: the trainer's rule)")
     args = ap.parse_args()
+    defer = {"on": True, "off": False}.get(args.defer)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     fp32_only()
     rows, ok = [], True
     for preset in args.presets.split(","):
-        wgsl = wgsl_losses(preset, args.steps, args.node)
+        wgsl = wgsl_losses(preset, args.steps, args.node, defer)
         ref = reference_losses(preset, args.steps, device)
         rel = [abs(a - b) / abs(b) for a, b in zip(wgsl["losses"], ref)]
         worst = max(range(len(rel)), key=rel.__getitem__)
@@ -59,7 +63,7 @@ def main() -> int:
         ok &= passed
         rows.append({"preset": preset, "steps": args.steps, "adapter": wgsl["adapter"], "reference": device,
                      "maxRelativeDifference": rel[worst], "atStep": worst + 1, "firstLoss": ref[0], "lastLoss": ref[-1],
-                     "passed": passed})
+                     "headDeferred": wgsl["headDeferred"], "passed": passed})
         print(f"{preset}: {args.steps} steps, WGSL on {wgsl['adapter']} vs python_ref on {device}: losses "
               f"{ref[0]:.4f} -> {ref[-1]:.4f}, max relative difference {rel[worst]:.3g} at step {worst + 1} "
               f"(bar {args.bar:g}){'' if passed else ' FAILED'}", flush=True)

@@ -6,6 +6,7 @@
 import { kernel, LINEAR_ID, range, workgroupSum } from "./kernel.js";
 import { NORM_THREADS } from "./adamw.js";
 import { columnSums } from "./layernorm.js";
+import { sumSlabs } from "./matmul.js";
 
 // tokens: (rows) -> out: (rows,C) = wte[token] + wpe[past + t], t = row mod T
 export const embeddingForward = kernel("embedding_forward",
@@ -39,10 +40,19 @@ export const TOKEN_CHANNELS = NORM_THREADS / TOKEN_LANES;
 // input lnf_x and stats (mean, rstd) per row: layernorm_backward_params' sums, the row lanes' sums added
 // as a fixed tree), likewise; the last parts: every other gradient, final by now, invocation g of them
 // summing g, g + parts·256, ... (wasm/src/adamw.cpp grad_global_norm's partials, mirrored by adamw_update).
-export const embeddingBackwardNorm = kernel("embedding_backward_norm",
+// withSlabs: the tied head's weight gradient is still split-K slabs (the trainer's deferred group), from
+// float head_src of `slabs`, head_len apart: the token sums start from their sum, in matmul_split_final's
+// order, instead of from grads[wte], so that sum needs no dispatch of its own.
+const embeddingBackwardNormKernel = (withSlabs) => kernel(`embedding_backward_norm${withSlabs ? "_slabs" : ""}`,
   [["V", "u32"], ["B", "u32"], ["T", "u32"], ["C", "u32"], ["wte_off", "u32"], ["wpe_off", "u32"], ["token_groups", "u32"],
-    ["position_groups", "u32"], ["lnf_w_off", "u32"], ["n", "u32"], ["parts", "u32"]],
-  [["order", "read", "u32"], ["dres", "read"], ["grads", "rw"], ["partials", "rw"], ["lnf_dout", "read"], ["lnf_x", "read"], ["lnf_stats", "read"]], /* wgsl */ `${LINEAR_ID}${workgroupSum(NORM_THREADS)}
+    ["position_groups", "u32"], ["lnf_w_off", "u32"], ["n", "u32"], ["parts", "u32"],
+    ...(withSlabs ? [["head_src", "u32"], ["head_len", "u32"], ["head_splits", "u32"]] : [])],
+  [["order", "read", "u32"], ["dres", "read"], ["grads", "rw"], ["partials", "rw"], ["lnf_dout", "read"], ["lnf_x", "read"], ["lnf_stats", "read"],
+    ...(withSlabs ? [["slabs", "read"]] : [])], /* wgsl */ `${LINEAR_ID}${workgroupSum(NORM_THREADS)}${withSlabs ? /* wgsl */ `
+fn head_weight_grad(i: u32) -> f32 {
+  ${sumSlabs("slabs", "p.head_src", "p.head_splits", "p.head_len", "i")}
+  return v;
+}` : ""}
 var<workgroup> token_part: array<f32, ${NORM_THREADS}>; // each lane's sum of its rows
 @compute @workgroup_size(${NORM_THREADS})
 fn embedding_backward_norm(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
@@ -69,7 +79,7 @@ fn embedding_backward_norm(@builtin(workgroup_id) wid: vec3u, @builtin(num_workg
       var t = 0.0;
       for (var l = 0u; l < ${TOKEN_LANES}u; l++) { t = t + token_part[l * ${TOKEN_CHANNELS}u + li]; }
       let i = v * p.C + c;
-      let g = grads[p.wte_off + i] + t;
+      let g = ${withSlabs ? "head_weight_grad(i)" : "grads[p.wte_off + i]"} + t;
       grads[p.wte_off + i] = g;
       squares = g * g;
     }
@@ -104,4 +114,6 @@ fn embedding_backward_norm(@builtin(workgroup_id) wid: vec3u, @builtin(num_workg
   let total = wg_sum(squares, li);
   if (li == 0u) { partials[w] = total; }
 }
-`);
+`, "embedding_backward_norm");
+export const embeddingBackwardNorm = embeddingBackwardNormKernel(false);
+export const embeddingBackwardNormSlabs = embeddingBackwardNormKernel(true);

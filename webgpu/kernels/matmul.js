@@ -115,6 +115,19 @@ const LN_BUFFERS = [["LN", "rw"], ["LNS", "rw"]];
 const LN_UNROLLED = 16;
 
 /**
+ * The softmax cross-entropy prologue of the tied head's input gradient (matmulKernel's `ce`): A holds
+ * the logits, and the product multiplies d(mean loss)/d(logits) = (softmax − onehot(target))·ce_scale
+ * (cross_entropy_backward's), so the cross-entropy needs no dispatch of its own. Each workgroup first
+ * computes its rows' log-sum-exp (a max pass, then a Σexp pass over the row, as cross_entropy_backward);
+ * the workgroups of the first column tile also write what the step reads later: the gradient into DL
+ * (at A's offsets; the deferred head weight gradient's dY) and each row's loss into losses. Compiled
+ * for the row's length V (ce = K), as the LayerNorm prologue is. A's rows start at 0: targets[m] and
+ * losses[m] are row m's.
+ */
+const CE_UNIFORMS = [["ce_scale", "f32"]];
+const CE_BUFFERS = [["targets", "read", "u32"], ["losses", "rw"], ["DL", "rw"]];
+
+/**
  * A product's slab geometry: vA/vB, whether an invocation owns its rows (columns) in runs of 4 and
  * reads them from workgroup memory as vec4s (rows 4·ty + 4·WY·g + c; otherwise rows ty + WY·i,
  * interleaved, read one by one): for an 8×8 tile, 4 reads per 64 FMAs instead of 16. AS/BS: the
@@ -149,10 +162,13 @@ const declareSlab = ({ name, type, rows, cols, groups }) => (groups > 1
   : `var<workgroup> ${name}: array<array<${type}, ${cols}>, ${rows}>;`);
 const slabFloats = ({ type, rows, cols }) => rows * cols * (type === "f32" ? 1 : 4);
 
-/** Bytes of workgroup memory a product's kernel declares (ln: with the LayerNorm prologue's). */
-export function workgroupBytes(form, tile, ln = false) {
+/**
+ * Bytes of workgroup memory a product's kernel declares (prologue: with the LayerNorm or
+ * cross-entropy prologue's, a float per invocation and two per row of the tile either way).
+ */
+export function workgroupBytes(form, tile, prologue = false) {
   const { threads, BM } = tileShape(tile);
-  return 4 * (slabArrays(form, tile).reduce((n, x) => n + slabFloats(x), 0) + (ln ? threads + 2 * BM : 0));
+  return 4 * (slabArrays(form, tile).reduce((n, x) => n + slabFloats(x), 0) + (prologue ? threads + 2 * BM : 0));
 }
 
 /**
@@ -199,10 +215,11 @@ ${range(last - first).flatMap((z) => sums.map((v, q) => `    ${v} = ${v} + ${at(
  * ln: K, A's row length, where A is normalised as it is loaded (LN_UNIFORMS). slabOff (split): a
  * WGSL expression, where in C's binding the slabs start (by default where the binding does).
  */
-function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null, ln = false, slabOff = null) {
+function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null, ln = false, slabOff = null, ce = false) {
   const { WX, WY, BM, BN, BK, TM, TN, KG, threads } = tileShape(tile);
   const KB = BK / KG; // slab rows per group
   if (ln && (form !== "forward" || split || kcat)) throw new Error("a LayerNorm prologue belongs to an unsplit forward product");
+  if (ce && (form !== "backward_input" || split || kcat)) throw new Error("a cross-entropy prologue belongs to an unsplit input-gradient product");
   const { aT, bT } = formOf(form);
   const { vA, vB } = slabGeometry(form, tile);
   const vOut = outputsAsVec4(tile, vec);
@@ -292,57 +309,102 @@ fn load_a(base: u32, m: u32, k: u32) -> ${T} {
   let i = base + m * p.K + k;
   let stats = ln_stats[m % BM];
   let y = (A[${at("i")}] - stats.x) * stats.y * B[${at("p.ln_w_off + k")}] + B[${at("p.ln_b_off + k")}];
-  if (ln_writer) { LN[${at("i")}] = y; }
+  if (prologue_writer) { LN[${at("i")}] = y; }
   return y;
 }`;
-  // the prologue: LN_LANES invocations per row of the tile, each summing a strided part of the row
-  // (c ascending, as a loop would), unrolled over the row's ln = K columns up to LN_UNROLLED steps
-  // (medium's take 8; a decode step's row of 1280 would take 80, as many loads in registers)
-  const stride = (threads / BM) * W, steps = Math.ceil(ln / stride);
+  // cross-entropy's gradient of A (m, k) from its row's log-sum-exp and target; the first column tile
+  // also stores it for the deferred weight gradient
+  const onehot = vec ? "vec4f(select(0.0, 1.0, k == t), select(0.0, 1.0, k + 1u == t), select(0.0, 1.0, k + 2u == t), select(0.0, 1.0, k + 3u == t))"
+    : "select(0.0, 1.0, k == t)";
+  const loadGradient = /* wgsl */ `
+fn load_a(base: u32, m: u32, k: u32) -> ${T} {
+  if (m >= p.M || k >= p.K) { return ${zero}; }
+  let i = base + m * p.K + k;
+  let t = ce_target[m % BM];
+  let y = (exp(A[${at("i")}] - ce_lse[m % BM]) - ${onehot}) * p.ce_scale;
+  if (prologue_writer) { DL[${at("i")}] = y; }
+  return y;
+}`;
+  // the prologues: LANES invocations per row of the tile, each taking a strided part of the row
+  // (c ascending, as a loop would), unrolled over the row's K = ln (or ce) columns up to
+  // LN_UNROLLED steps (medium's take 8; a decode step's row of 1280 would take 80, as many loads in
+  // registers)
+  const rowLength = ln || ce, stride = (threads / BM) * W, steps = Math.ceil(rowLength / stride);
   const rowSum = (term) => (steps > LN_UNROLLED
-    ? /* wgsl */ `for (var c = lane * ${W}u; c < ${ln}u; c += ${stride}u) { ${term} }`
+    ? /* wgsl */ `for (var c = lane * ${W}u; c < ${rowLength}u; c += ${stride}u) { ${term} }`
     : range(steps).map((j) => {
-      const c = `lane * ${W}u + ${j * stride}u`, partial = (j + 1) * stride > ln;
-      return `{ let c = ${c}; ${partial ? `if (c < ${ln}u) ` : ""}{ ${term} } }`;
+      const c = `lane * ${W}u + ${j * stride}u`, partial = (j + 1) * stride > rowLength;
+      return `{ let c = ${c}; ${partial ? `if (c < ${rowLength}u) ` : ""}{ ${term} } }`;
     }).join("\n    "));
   const lnPrologue = /* wgsl */ `
-  ln_writer = wid.x == 0u && wid.z == 0u;
+  prologue_writer = wid.x == 0u && wid.z == 0u;
   {
-    let r = li / LN_LANES;
-    let lane = li % LN_LANES;
+    let r = li / LANES;
+    let lane = li % LANES;
     let row = a_base + min(m0 + r, p.M - 1u) * p.K; // rows past M: a stand-in, never stored
     var s = 0.0;
     ${rowSum(vec ? "let x = A[(row + c) / 4u]; s = s + (x.x + x.y) + (x.z + x.w);" : "s = s + A[row + c];")}
-    ln_part[li] = s;
+    row_part[li] = s;
     workgroupBarrier();
     var total = 0.0;
-    for (var l = 0u; l < LN_LANES; l++) { total = total + ln_part[r * LN_LANES + l]; }
+    for (var l = 0u; l < LANES; l++) { total = total + row_part[r * LANES + l]; }
     let mean = total / f32(p.K);
     var q = 0.0;
     ${rowSum(vec ? "let d = A[(row + c) / 4u] - mean; q = q + (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);" : "let d = A[row + c] - mean; q = q + d * d;")}
     workgroupBarrier();
-    ln_part[li] = q;
+    row_part[li] = q;
     workgroupBarrier();
     var squares = 0.0;
-    for (var l = 0u; l < LN_LANES; l++) { squares = squares + ln_part[r * LN_LANES + l]; }
+    for (var l = 0u; l < LANES; l++) { squares = squares + row_part[r * LANES + l]; }
     let rstd = 1.0 / sqrt(squares / f32(p.K) + p.ln_eps);
     if (lane == 0u) {
       ln_stats[r] = vec2f(mean, rstd);
-      if (ln_writer && m0 + r < p.M) {
+      if (prologue_writer && m0 + r < p.M) {
         LNS[p.ln_stats_off + 2u * (m0 + r)] = mean;
         LNS[p.ln_stats_off + 2u * (m0 + r) + 1u] = rstd;
       }
     }
     workgroupBarrier();
   }`;
+  const max4 = "max(max(x.x, x.y), max(x.z, x.w))";
+  const cePrologue = /* wgsl */ `
+  prologue_writer = wid.x == 0u;
+  {
+    let r = li / LANES;
+    let lane = li % LANES;
+    let row = a_base + min(m0 + r, p.M - 1u) * p.K; // rows past M: a stand-in, never stored
+    var mx = -3.0e38;
+    ${rowSum(vec ? `let x = A[(row + c) / 4u]; mx = max(mx, ${max4});` : "mx = max(mx, A[row + c]);")}
+    row_part[li] = mx;
+    workgroupBarrier();
+    var m = -3.0e38;
+    for (var l = 0u; l < LANES; l++) { m = max(m, row_part[r * LANES + l]); }
+    var e = 0.0;
+    ${rowSum(vec ? "let x = exp(A[(row + c) / 4u] - m); e = e + (x.x + x.y) + (x.z + x.w);" : "e = e + exp(A[row + c] - m);")}
+    workgroupBarrier();
+    row_part[li] = e;
+    workgroupBarrier();
+    var total = 0.0;
+    for (var l = 0u; l < LANES; l++) { total = total + row_part[r * LANES + l]; }
+    let lse = m + log(total);
+    if (lane == 0u) {
+      let t = targets[min(m0 + r, p.M - 1u)];
+      ce_lse[r] = lse;
+      ce_target[r] = t;
+      if (prologue_writer && m0 + r < p.M) { losses[m0 + r] = lse - A[${vec ? "(row + t) / 4u][(row + t) % 4u" : "row + t"}]; }
+    }
+    workgroupBarrier();
+  }`;
   const body = /* wgsl */ `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
 ${shared ? "" : slabArrays(form, tile).map(declareSlab).join("\n")}
-${ln ? /* wgsl */ `const LN_LANES = ${threads / BM}u;
-var<workgroup> ln_part: array<f32, ${threads}>;
-var<workgroup> ln_stats: array<vec2f, ${BM}>; // (mean, rstd) of the tile's rows
-var<private> ln_writer: bool;
-${loadNormalised}` : load("A", aT ? "kr * p.M + m" : "m * p.K + kr")}
+${ln || ce ? /* wgsl */ `const LANES = ${threads / BM}u;
+var<workgroup> row_part: array<f32, ${threads}>;
+var<private> prologue_writer: bool;` : ""}
+${ln ? /* wgsl */ `var<workgroup> ln_stats: array<vec2f, ${BM}>; // (mean, rstd) of the tile's rows
+${loadNormalised}` : ce ? /* wgsl */ `var<workgroup> ce_lse: array<f32, ${BM}>; // log-sum-exp of the tile's rows
+var<workgroup> ce_target: array<u32, ${BM}>;
+${loadGradient}` : load("A", aT ? "kr * p.M + m" : "m * p.K + kr")}
 ${load("B", bT ? "n * p.K + kr" : "kr * p.N + n")}
 
 // slab: this workgroup's output base (its batch's C, or its split's partial slab); with vOut, n is
@@ -358,7 +420,7 @@ fn product(wid: vec3u, lid: vec3u, li: u32) {
   let n0 = wid.x * BN;
   let batch = wid.z / p.splits;
   let a_base = p.a_off + ${kcat ? "0u" : "batch * p.a_zs"};
-  let b_base = p.b_off + ${kcat ? "0u" : "batch * p.b_zs"};${ln ? lnPrologue : ""}
+  let b_base = p.b_off + ${kcat ? "0u" : "batch * p.b_zs"};${ln ? lnPrologue : ce ? cePrologue : ""}
   // the TM×TN accumulators and the prefetch registers are unrolled into scalars so that every
   // backend keeps them in registers
 ${each(TM, TN, (i, j) => /* wgsl */ `  var c${i}_${j} = 0.0;`)}
@@ -395,7 +457,7 @@ ${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { ${cAt(`slab
     .replace(/\bp\.(\w+)/g, (_, f) => `p.${f}${s}`)
     .replace(shared ? /\b(BM|BN|BK|load_a|load_b|store|product)\b/g
       : /\b(BM|BN|BK|As|Bs|load_a|load_b|store|product)\b/g, (name) => `${name}${s}`)
-    .replace(/\b(A|B|bias|R|C|G|LN|LNS)\[/g, (_, b) => `${buffers[b]}[`);
+    .replace(/\b(A|B|bias|R|C|G|LN|LNS|DL|targets|losses)\[/g, (_, b) => `${buffers[b]}[`);
 }
 
 /**
@@ -414,20 +476,31 @@ export function vecAligned(form, tile, { M, N, K, aOff = 0, bOff = 0, cOff = 0, 
 export const storesVec4 = (tile) => slabGeometry("forward", tile).vB;
 const outputsAsVec4 = (tile, vec) => vec && storesVec4(tile);
 
-const ALL_BUFFERS = Object.fromEntries([...MATMUL_BUFFERS, ...LN_BUFFERS].map(([b]) => [b, b]));
+const ALL_BUFFERS = Object.fromEntries([...MATMUL_BUFFERS, ...LN_BUFFERS, ...CE_BUFFERS].map(([b]) => [b, b]));
+// the cross-entropy prologue's product binds no bias, residual or GELU output: with its three
+// buffers, six in all, within WebGPU's default eight
+const CE_PRODUCT_BUFFERS = MATMUL_BUFFERS.filter(([b]) => ["A", "B", "C"].includes(b));
 
 // A and B bound as array<vec4f> in the vec variants
-const vecBuffers = (buffers, vec, read4) => buffers.map(([n, mode]) => (vec && read4.includes(n) ? [n, mode, "vec4f"] : [n, mode]));
+const vecBuffers = (buffers, vec, read4) => buffers.map(([n, mode, type]) => (vec && read4.includes(n) ? [n, mode, "vec4f"] : [n, mode, type]));
 
-/** ln: K, with the LayerNorm prologue over rows of K (forward only; LN_UNIFORMS), or false. */
-export function matmulKernel(form, tile, split = false, kcat = false, vec = false, ln = false) {
-  if (ln !== false && !(Number.isInteger(ln) && ln > 0)) throw new Error(`matmulKernel ln: a row length K, or false (got ${ln})`);
+/**
+ * ln: K, with the LayerNorm prologue over rows of K (forward only; LN_UNIFORMS), or false.
+ * ce: K, with the cross-entropy prologue over rows of K logits (backward_input only; CE_UNIFORMS), or false.
+ */
+export function matmulKernel(form, tile, split = false, kcat = false, vec = false, ln = false, ce = false) {
+  for (const [name, K] of [["ln", ln], ["ce", ce]]) {
+    if (K !== false && !(Number.isInteger(K) && K > 0)) throw new Error(`matmulKernel ${name}: a row length K, or false (got ${K})`);
+  }
+  if (ln && ce) throw new Error("matmulKernel: one prologue, ln or ce");
   const { WX, WY, KG } = tileShape(tile);
   const entryPoint = `matmul_${form}`;
-  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}${ln ? `_ln${ln}` : ""}`,
-    [...MATMUL_UNIFORMS.map((f) => [f, "u32"]), ...(ln ? LN_UNIFORMS : [])],
-    vecBuffers([...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])], vec, ["A", "B", "LN", ...(outputsAsVec4(tile, vec) ? ["C", "R", "G"] : [])]),
-    /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", ALL_BUFFERS, vec, null, ln)}
+  const buffers = ce ? [...CE_PRODUCT_BUFFERS, ...CE_BUFFERS] : [...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])];
+  const names = ce ? { ...ALL_BUFFERS, bias: null, R: null, G: null } : ALL_BUFFERS;
+  return kernel(`${entryPoint}_${tile}${split ? "_split" : ""}${kcat ? "_kcat" : ""}${vec ? "_vec4" : ""}${ln ? `_ln${ln}` : ""}${ce ? `_ce${ce}` : ""}`,
+    [...MATMUL_UNIFORMS.map((f) => [f, "u32"]), ...(ln ? LN_UNIFORMS : []), ...(ce ? CE_UNIFORMS : [])],
+    vecBuffers(buffers, vec, ["A", "B", "LN", "DL", ...(outputsAsVec4(tile, vec) ? ["C", "R", "G"] : [])]),
+    /* wgsl */ `${GELU_FNS}${productBody(form, tile, split, kcat, "", names, vec, null, ln, null, ce)}
 @compute @workgroup_size(${WX}, ${WY}, ${KG})
 fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
         @builtin(local_invocation_index) li: u32) {

@@ -82,7 +82,7 @@ export async function trainJob(job) {
   const corpus = job.corpus ? await loadCorpus(job.corpus) : null;
   const trainer = new Trainer(device, config, { corpus, seed: job.seed ?? config.training.seed, state: job.state ? fromBase64(job.state) : null,
     matmulTiles: job.matmulTiles, subgroupWidth: job.subgroupWidth, deferWeightGrads: job.deferWeightGrads });
-  const result = { P: trainer.P, losses: [], subgroupWidth: trainer.ops.subgroupWidth };
+  const result = { P: trainer.P, losses: [], subgroupWidth: trainer.ops.subgroupWidth, headDeferred: trainer.headDeferred };
   try {
     if (job.initialWeights) result.initialWeights = f32b64(await trainer.weights());
     const fixed = job.fixedBatch ? { x: Uint32Array.from(job.fixedBatch.x), y: Uint32Array.from(job.fixedBatch.y) } : null;

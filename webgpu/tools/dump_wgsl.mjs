@@ -6,7 +6,9 @@
 // specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
 // (for any M, N, K) × vec4 reads or not × split-K or not (where the trainer splits that form on
 // that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue (over rows of 128) or
-// not (unsplit forward products); each LayerNorm lane count, and the block-end kernels; the LayerNorm and attention kernels without subgroups
+// not (unsplit forward products) × a cross-entropy prologue (over rows of 256) or not (unsplit input
+// gradients); each LayerNorm lane count, the block-end kernels and the embedding's backward that sums
+// the head's slabs; the LayerNorm and attention kernels without subgroups
 // and at the subgroup widths of SUBGROUP_DUMP_WIDTHS. These are a GPU's tiles: a software adapter's twins
 // (matmul.js softwareTile) are compiled by every test that trains on SwiftShader.
 // A source identical to one already written is not written again; the first file's header lists its
@@ -17,6 +19,7 @@ import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
 import { MATMUL_FORMS, chooseTile, chooseSummedSplits, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
 import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernel } from "../kernels/layernorm.js";
+import { embeddingBackwardNormSlabs } from "../kernels/embedding.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -65,12 +68,21 @@ for (const form of Object.keys(MATMUL_FORMS)) {
             const k = matmulKernel(form, tile, split, kcat, vec, ln);
             add(k.name, k.code);
           }
+          // the tied head's input gradient may take cross-entropy as its prologue, over rows of the
+          // byte vocabulary's 256 logits (where the head's weight gradient joins the deferred group)
+          if (form === "backward_input" && !split && !kcat) {
+            const k = matmulKernel(form, tile, split, kcat, vec, false, 256);
+            add(k.name, k.code);
+          }
         }
       }
     }
   }
 }
 add(matmulSplitFinal.name, matmulSplitFinal.code);
+// the embedding's backward that sums the head's split-K slabs, which the plans above take only where
+// the deferred group with the head's weight gradient splits K and binds 11 storage buffers
+add(embeddingBackwardNormSlabs.name, embeddingBackwardNormSlabs.code);
 for (const lanes of LAYERNORM_LANES) {
   for (const subgroupWidth of SUBGROUP_DUMP_WIDTHS) {
     const { forward, backwardInput } = layernormRowKernels(lanes, subgroupWidth);

@@ -47,13 +47,15 @@ export async function runKernelCases(device, cases, inputs) {
       // a LayerNorm prologue: its output at A's offsets, (mean, rstd) of rows 0 .. aOff / K + M
       const lnLen = c.aOff + c.M * c.K, statsLen = 2 * (c.aOff / c.K + c.M);
       const ln = c.ln ? { ...c.ln, out: empty(lnLen), stats: empty(statsLen) } : null;
-      ops.matmul(plan, c.form, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, ln, B: input(`${c.id}_B`), bOff: c.bOff,
+      // a cross-entropy prologue: the logits' gradient at A's offsets, each row's loss
+      const ce = c.ce ? { ...c.ce, targets: input(`${c.id}_targets`), losses: empty(c.M), out: empty(c.M * c.K) } : null;
+      ops.matmul(plan, c.form, { M: c.M, N: c.N, K: c.K, A: input(`${c.id}_A`), aOff: c.aOff, ln, ce, B: input(`${c.id}_B`), bOff: c.bOff,
         C, bias: c.bias ? input(`${c.id}_bias`) : null, biasOff: c.biasOff ?? 0, R: c.residual ? input(`${c.id}_R`) : null,
         accumulate: c.accumulate, biasGrad: c.biasGrad, gelu: G, geluGradOf: c.geluGrad ? input(`${c.id}_H`) : null,
         tile: c.tile, splits: c.splits ?? 1, partials: c.splits ? empty(batches * c.splits * len) : null,
         batches, kcat: c.kcat ?? 1, strides: c.strides ?? {}, vec: c.vec });
       return { C: [C, cLen], ...(G ? { G: [G, cLen] } : {}),
-        ...(ln ? { LN: [ln.out, lnLen], LNS: [ln.stats, statsLen] } : {}) };
+        ...(ln ? { LN: [ln.out, lnLen], LNS: [ln.stats, statsLen] } : {}), ...(ce ? { DL: [ce.out, c.M * c.K], losses: [ce.losses, c.M] } : {}) };
     },
     // several split-K backward_weight products into one C, their sums in one dispatch
     matmul_split_sums(c, plan) {
@@ -153,8 +155,16 @@ export async function runKernelCases(device, cases, inputs) {
         embed: { T, past: c.past, tokens, wteOff: c.wteOff, wpeOff: c.wpeOff } });
       const partials = empty(normPartialCount(V, T, C));
       const lnf = { dout: input(`${c.id}_lnf_dout`), x: input(`${c.id}_lnf_x`), stats: input(`${c.id}_lnf_stats`), wOff: c.lnfOff, bOff: c.lnfOff + C };
+      // the tied head's weight gradient left as split-K slabs (the trainer's deferred group), which the token sums start from
+      let headSlabs = null;
+      if (c.headSplits) {
+        const sums = new SplitSums();
+        ops.matmul(plan, "backward_weight", { M: V, N: C, K: rows, A: input(`${c.id}_head_dy`), B: input(`${c.id}_head_x`), C: grads, cOff: c.wteOff,
+          tile: "64x64w", splits: c.headSplits, partials: empty(c.headSplits * V * C), sums });
+        headSlabs = sums.regions[0];
+      }
       const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: input(`${c.id}_order`), dres: input(`${c.id}_dres`), grads,
-        wteOff: c.wteOff, wpeOff: c.wpeOff, lnf, n: c.nParams, partials });
+        wteOff: c.wteOff, wpeOff: c.wpeOff, lnf, n: c.nParams, partials, headSlabs });
       return { out: [out, rows * C], grads: [grads, c.nParams], partials: [partials, parts], embedded: [embedded, rows * C],
         normed: [normed, rows * C], stats: [stats, 2 * rows] };
     },
