@@ -495,7 +495,8 @@ export class Trainer {
       ln2: this.buffer("d ln2", 4 * rows * C, S), lnf: this.buffer("d lnf", 4 * rows * C, S),
       h: this.buffer("d h", 4 * (deferred ? L * stages.h : rows * 4 * C), S),
       att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C, deferred ? 3 * L : 3),
-      // (deferred) the logits' gradient, kept for the head's weight gradient in the group (headDeferred)
+      // (deferred) the logits' gradient, kept for the head's weight gradient in the group (headDeferred;
+      // made whenever deferred, as the buffer list, trainerBuffers, does not depend on the device)
       logits: deferred ? this.buffer("d logits", 4 * rows * V, S) : null,
     };
     // where each stage of the output gradients lies: in place, or (deferred) kept in slots

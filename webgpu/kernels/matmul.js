@@ -214,6 +214,7 @@ ${range(last - first).flatMap((z) => sums.map((v, q) => `    ${v} = ${v} + ${at(
  * shared: the workgroup arrays are declared by the caller (slabArrays), as As and Bs, unsuffixed.
  * ln: K, A's row length, where A is normalised as it is loaded (LN_UNIFORMS). slabOff (split): a
  * WGSL expression, where in C's binding the slabs start (by default where the binding does).
+ * ce: K, A's row length, where A (logits) becomes cross-entropy's gradient as it is loaded (CE_UNIFORMS).
  */
 function productBody(form, tile, split, kcat, s, buffers, vec = false, shared = null, ln = false, slabOff = null, ce = false) {
   const { WX, WY, BM, BN, BK, TM, TN, KG, threads } = tileShape(tile);
