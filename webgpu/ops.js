@@ -155,7 +155,7 @@ export class Ops {
     const unique = (list) => [...new Set(list)];
     const As = unique(products.map((a) => a.A)), Bs = unique(products.map((a) => a.B));
     const partials = unique(products.filter((a, i) => d[i].split).map((a) => a.partials));
-    if (partials.length > 1 || As.length + Bs.length + 1 + partials.length > this.storageBufferLimit) return null;
+    if (partials.length > 1 || !this.bindsGroup(As, Bs, partials.length > 0)) return null;
     const vec = d.every((x) => x.vec);
     const specs = d.map((x, i) => ({ form, split: x.split, values: x.uniforms, grid: x.grid, slabOff: products[i].partialsOff,
       buffers: { A: `A${As.indexOf(products[i].A)}`, B: `B${Bs.indexOf(products[i].B)}`, C: x.split ? "partials" : "C" } }));
@@ -166,6 +166,14 @@ export class Ops {
     const index = plan.add(groupKernels.get(key), { workgroups }, [...As, ...Bs, products[0].C, ...partials], grid1d(workgroups));
     d.forEach((x, i) => x.region && this._splitFinal(plan, x.region, products[i].sums));
     return index;
+  }
+
+  /**
+   * Whether the device binds a weight-gradient group (matmulGroup) that reads dY from the buffers in
+   * As and X from those in Bs (each counted once), writes one C, and, split, one scratch of slabs.
+   */
+  bindsGroup(As, Bs, split) {
+    return new Set(As).size + new Set(Bs).size + 1 + (split ? 1 : 0) <= this.storageBufferLimit;
   }
 
   /** One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region (see matmul). */
@@ -197,15 +205,13 @@ export class Ops {
       k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };
     const split = splits > 1;
     if (!split) {
-      const buffers = [A, B, bias ?? this.dummy, R ?? geluGradOf ?? this.dummy, C, gelu ?? this.dummyOut];
+      // the cross-entropy prologue's kernel binds no bias, residual or GELU output (matmulKernel)
+      const buffers = ce ? [A, B, C, ce.targets, ce.losses, ce.out] : [A, B, bias ?? this.dummy, R ?? geluGradOf ?? this.dummy, C, gelu ?? this.dummyOut];
       if (ln) {
         Object.assign(uniforms, { ln_w_off: ln.wOff, ln_b_off: ln.bOff, ln_stats_off: 2 * (aOff / K), ln_eps: ln.eps });
         buffers.push(ln.out, ln.stats);
       }
-      if (ce) {
-        uniforms.ce_scale = ce.scale;
-        buffers.splice(2, 4, C, ce.targets, ce.losses, ce.out); // no bias, residual or GELU output
-      }
+      if (ce) uniforms.ce_scale = ce.scale;
       return { tile, split, kcat: kcat > 1, vec, ln: ln ? K : false, ce: ce ? K : false, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
     }
     const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };

@@ -90,18 +90,19 @@ const DEFERRED_MAX_KEPT_FLOATS = 2 ** 25;
 export const defersWeightGradients = ({ nLayer: L, dModel: C }, rows) =>
   rows * 4 * C > PAIRED_MAX_OUTPUTS && L * rows * 4 * C <= DEFERRED_MAX_KEPT_FLOATS;
 
+// the tied head's weight: the token embedding's
+const HEAD_PARAM = "token_embedding.weight";
 /**
  * The deferred weight gradients, each kind batched over the L blocks: the parameter, [M, N]
- * of dW = dYᵀ·X, and which slots hold dY and X (deferredLayout). With `head`, also the tied head's
- * (no bias, one batch), where the device binds the group's buffers with the head's two (headDeferred);
- * otherwise the head's stays paired with its input gradient at the chain's start.
+ * of dW = dYᵀ·X, and which slots hold dY and X (deferredLayout). Given the vocabulary V, also the
+ * tied head's (no bias, one batch), where the device binds the group's buffers with the head's two
+ * (headDeferred); otherwise the head's stays paired with its input gradient at the chain's start.
  */
 const deferredProducts = (C, L, V = 0) => [
   { param: "mlp.fc_out.weight", M: C, N: 4 * C, dY: "res", X: "g" }, { param: "mlp.fc_in.weight", M: 4 * C, N: C, dY: "h", X: "ln2" },
   { param: "attn.o_proj.weight", M: C, N: C, dY: "res2", X: "att" }, { param: "attn.q_proj.weight", M: C, N: C, dY: "q", X: "ln1" },
   { param: "attn.k_proj.weight", M: C, N: C, dY: "k", X: "ln1" }, { param: "attn.v_proj.weight", M: C, N: C, dY: "v", X: "ln1" },
 ].map((k) => ({ ...k, batches: L, biasGrad: true })).concat(V ? [{ param: HEAD_PARAM, M: V, N: C, dY: "logits", X: "lnf", batches: 1, biasGrad: false }] : []);
-const HEAD_PARAM = "token_embedding.weight";
 // The 64×64w group's K-splits aim at ~768 workgroups, not chooseSplits' 512: medium 4 splits (768
 // workgroups) rather than 3 (576), large 2 (1296) rather than none (648). H100, ms/step, 3 trainers a
 // side: 768 / 512: medium 0.919 / 0.928, large 2.015 / 2.033; 1024 (medium 6) / 512: 0.924 / 0.930;
@@ -529,8 +530,8 @@ export class Trainer {
     // as its prologue (which leaves the logits' gradient in d logits for the group), and its split-K
     // slabs are summed by the embedding's backward, which adds the token gradients to them (headSums).
     const headGroup = deferred && deferredPlans(this.cfg, rows, true).group;
-    const headDeferred = deferred && new Set(headGroup.map((k) => dY[k.dY][0])).size + new Set(headGroup.map((k) => keptX(k.X).buffer)).size
-      + 1 + (headGroup.some((k) => k.splits > 1) ? 1 : 0) <= ops.storageBufferLimit;
+    const headDeferred = deferred && ops.bindsGroup(headGroup.map((k) => dY[k.dY][0]), headGroup.map((k) => keptX(k.X).buffer),
+      headGroup.some((k) => k.splits > 1));
     const headSums = headDeferred ? new SplitSums() : null;
     this.headDeferred = headDeferred; // which of the two plans a deferred step took (the tests check)
     // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one

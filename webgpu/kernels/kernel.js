@@ -4,6 +4,9 @@
 // WGSL is generated here (tiles specialised, loops unrolled); every WGSL template literal is tagged
 // /* wgsl */ for editors, and `node webgpu/tools/dump_wgsl.mjs` writes each variant to a .wgsl file.
 
+/** Bytes of a dispatch's uniforms: each lives in one slot of this size of a plan's uniform buffer (plan.js). */
+export const UNIFORM_SLOT_BYTES = 256;
+
 /**
  * @param {string} name  the variant: entry point + specialisation (e.g. matmul_forward_32x64), unique
  * @param {Array<[string, "u32"|"f32"]>} uniforms  fields of `p`, binding 0
@@ -11,9 +14,6 @@
  * @param {string} body  WGSL using `p` and the buffer names, declaring `fn <entryPoint>(`
  * @param {string} entryPoint  the compute entry point, named as the C++ function it mirrors (wasm/src)
  */
-/** Bytes of a dispatch's uniforms: each lives in one slot of this size of a plan's uniform buffer (plan.js). */
-export const UNIFORM_SLOT_BYTES = 256;
-
 export function kernel(name, uniforms, buffers, body, entryPoint = name) {
   if (!body.includes(`fn ${entryPoint}(`)) throw new Error(`kernel ${name}: no entry point fn ${entryPoint}(`);
   if (4 * uniforms.length > UNIFORM_SLOT_BYTES) {

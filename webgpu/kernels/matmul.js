@@ -337,26 +337,31 @@ fn load_a(base: u32, m: u32, k: u32) -> ${T} {
       const c = `lane * ${W}u + ${j * stride}u`, partial = (j + 1) * stride > rowLength;
       return `{ let c = ${c}; ${partial ? `if (c < ${rowLength}u) ` : ""}{ ${term} } }`;
     }).join("\n    "));
-  const lnPrologue = /* wgsl */ `
+  // every lane of row r combines the row's LANES partials, in lane order, into `total` (after a
+  // barrier that lets the lanes finish reading the previous partials, where there were some)
+  const acrossLanes = (partial, total, init, combine, after = true) => /* wgsl */ `${after ? `workgroupBarrier();
+    ` : ""}row_part[li] = ${partial};
+    workgroupBarrier();
+    var ${total} = ${init};
+    for (var l = 0u; l < LANES; l++) { ${total} = ${combine(total, "row_part[r * LANES + l]")}; }`;
+  const add = (a, b) => `${a} + ${b}`, max = (a, b) => `max(${a}, ${b})`;
+  // a prologue's frame: lane `lane` of row r of the tile, its row's start in A; the first column tile writes
+  const prologue = (statistics) => /* wgsl */ `
   prologue_writer = wid.x == 0u && wid.z == 0u;
   {
     let r = li / LANES;
     let lane = li % LANES;
     let row = a_base + min(m0 + r, p.M - 1u) * p.K; // rows past M: a stand-in, never stored
-    var s = 0.0;
-    ${rowSum(vec ? "let x = A[(row + c) / 4u]; s = s + (x.x + x.y) + (x.z + x.w);" : "s = s + A[row + c];")}
-    row_part[li] = s;
+    ${statistics}
     workgroupBarrier();
-    var total = 0.0;
-    for (var l = 0u; l < LANES; l++) { total = total + row_part[r * LANES + l]; }
+  }`;
+  const lnPrologue = prologue(/* wgsl */ `var s = 0.0;
+    ${rowSum(vec ? "let x = A[(row + c) / 4u]; s = s + (x.x + x.y) + (x.z + x.w);" : "s = s + A[row + c];")}
+    ${acrossLanes("s", "total", "0.0", add, false)}
     let mean = total / f32(p.K);
     var q = 0.0;
     ${rowSum(vec ? "let d = A[(row + c) / 4u] - mean; q = q + (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w);" : "let d = A[row + c] - mean; q = q + d * d;")}
-    workgroupBarrier();
-    row_part[li] = q;
-    workgroupBarrier();
-    var squares = 0.0;
-    for (var l = 0u; l < LANES; l++) { squares = squares + row_part[r * LANES + l]; }
+    ${acrossLanes("q", "squares", "0.0", add)}
     let rstd = 1.0 / sqrt(squares / f32(p.K) + p.ln_eps);
     if (lane == 0u) {
       ln_stats[r] = vec2f(mean, rstd);
@@ -364,38 +369,20 @@ fn load_a(base: u32, m: u32, k: u32) -> ${T} {
         LNS[p.ln_stats_off + 2u * (m0 + r)] = mean;
         LNS[p.ln_stats_off + 2u * (m0 + r) + 1u] = rstd;
       }
-    }
-    workgroupBarrier();
-  }`;
-  const max4 = "max(max(x.x, x.y), max(x.z, x.w))";
-  const cePrologue = /* wgsl */ `
-  prologue_writer = wid.x == 0u;
-  {
-    let r = li / LANES;
-    let lane = li % LANES;
-    let row = a_base + min(m0 + r, p.M - 1u) * p.K; // rows past M: a stand-in, never stored
-    var mx = -3.0e38;
-    ${rowSum(vec ? `let x = A[(row + c) / 4u]; mx = max(mx, ${max4});` : "mx = max(mx, A[row + c]);")}
-    row_part[li] = mx;
-    workgroupBarrier();
-    var m = -3.0e38;
-    for (var l = 0u; l < LANES; l++) { m = max(m, row_part[r * LANES + l]); }
+    }`);
+  const cePrologue = prologue(/* wgsl */ `var mx = -3.0e38;
+    ${rowSum(vec ? "let x = A[(row + c) / 4u]; mx = max(mx, max(max(x.x, x.y), max(x.z, x.w)));" : "mx = max(mx, A[row + c]);")}
+    ${acrossLanes("mx", "m", "-3.0e38", max, false)}
     var e = 0.0;
     ${rowSum(vec ? "let x = exp(A[(row + c) / 4u] - m); e = e + (x.x + x.y) + (x.z + x.w);" : "e = e + exp(A[row + c] - m);")}
-    workgroupBarrier();
-    row_part[li] = e;
-    workgroupBarrier();
-    var total = 0.0;
-    for (var l = 0u; l < LANES; l++) { total = total + row_part[r * LANES + l]; }
+    ${acrossLanes("e", "total", "0.0", add)}
     let lse = m + log(total);
     if (lane == 0u) {
       let t = targets[min(m0 + r, p.M - 1u)];
       ce_lse[r] = lse;
       ce_target[r] = t;
       if (prologue_writer && m0 + r < p.M) { losses[m0 + r] = lse - A[${vec ? "(row + t) / 4u][(row + t) % 4u" : "row + t"}]; }
-    }
-    workgroupBarrier();
-  }`;
+    }`);
   const body = /* wgsl */ `
 const BM = ${BM}u; const BN = ${BN}u; const BK = ${BK}u;
 ${shared ? "" : slabArrays(form, tile).map(declareSlab).join("\n")}
