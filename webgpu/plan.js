@@ -131,6 +131,23 @@ export class Plan {
     this.device.queue.writeBuffer(this.uniformBuffer, 0, this.data, 0, this.entries.length * SLOT);
   }
 
+  /** The recorded uniforms and workgroup counts of a frozen plan, for restore() to put back. */
+  snapshot() {
+    if (!this.frozen) throw new Error(`plan ${this.label} is not frozen yet`);
+    return { data: this.data.slice(0, this.entries.length * SLOT), grids: this.entries.map((e) => [...e.grid]) };
+  }
+
+  /**
+   * Puts back what snapshot() took and uploads the uniforms: what re-recording the same values
+   * would do, without running the recording code again.
+   */
+  restore({ data, grids }) {
+    if (!this.frozen || grids.length !== this.entries.length) throw new Error(`plan ${this.label}: a snapshot of ${grids.length} dispatches for ${this.entries.length}`);
+    new Uint8Array(this.data).set(new Uint8Array(data));
+    for (let i = 0; i < grids.length; i++) this.entries[i].grid = grids[i];
+    this.device.queue.writeBuffer(this.uniformBuffer, 0, data);
+  }
+
   /** Records dispatches [first, end) into the pass, each `times` times (profiling replays >1). */
   encode(pass, { first = 0, end = this.entries.length, times = 1 } = {}) {
     for (let i = first; i < end; i++) { // an index loop: a step records without allocating

@@ -820,6 +820,7 @@ export class Trainer {
     this.genPlan = new Plan(this.device, this.ops.pipelines, "decode");
     this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
     this.genPlan.freeze();
+    this.genPositions = new Array(ctx); // _placeDecodePlan's records, by position
     // prefill: one forward of a whole window (padded to ctx) whose k and v land in the decode's KV
     // cache at positions 0..: a prompt, or the window after a restart, costs one forward, not one per
     // token (causal attention keeps the padding out of the window's rows; decoding overwrites its k, v)
@@ -853,12 +854,25 @@ export class Trainer {
     return logits;
   }
 
-  /** Feeds one token at position `pos` through the KV cache; with read, returns its logits. */
-  async _decode(token, pos, read) {
-    if (!this.genPlan) this._buildGeneration();
+  /**
+   * Sets the decode plan's uniforms and workgroup counts for position `pos`, the one thing that differs
+   * between tokens. Recording the plan took the host 0.2–1.5 ms a token (tiny to massive), more than
+   * the GPU's work for it (docs/performance.md §35), so each position's record is kept after its first
+   * use and put back from then on: generation revisits positions ctx/2..ctx-1 after every restart.
+   */
+  _placeDecodePlan(pos) {
+    const kept = this.genPositions[pos];
+    if (kept) return this.genPlan.restore(kept);
     this.genPlan.rerecord();
     this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: pos, logitRows: 1 });
     this.genPlan.freeze();
+    this.genPositions[pos] = this.genPlan.snapshot();
+  }
+
+  /** Feeds one token at position `pos` through the KV cache; with read, returns its logits. */
+  async _decode(token, pos, read) {
+    if (!this.genPlan) this._buildGeneration();
+    this._placeDecodePlan(pos);
     this.genToken[0] = token;
     this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
     const enc = this.device.createCommandEncoder({ label: "decode" });
