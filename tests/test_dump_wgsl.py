@@ -30,7 +30,8 @@ def test_every_variant_is_dumped_and_the_node_compiler_checks_files(tmp_path):
         assert code.startswith(f"// {f[:-5]}:"), f
         assert len(re.findall(r"@compute", code)) == 1, f
     families = {"matmul_forward", "matmul_backward_input", "matmul_backward_weight", "matmul_pair", "matmul_group",
-                "matmul_split_final", "layernorm_forward", "layernorm_backward_input", "layernorm_backward_params",
+                "matmul_split_final", "matvec_forward", "layernorm_forward", "layernorm_backward_input",
+                "layernorm_backward_params",
                 "layernorm_backward",
                 "embedding_forward", "embedding_backward_norm",
                 "cross_entropy_forward", "cross_entropy_backward", "attention_forward",

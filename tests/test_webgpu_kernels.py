@@ -73,7 +73,8 @@ def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=Fals
         ref = ref + c0.ravel()
     if bias_grad:  # the Linear's bias gradient Σ_k A[k, m], stored right after the M·N weight gradients
         ref = np.concatenate([ref, a.sum(0)])
-    name = (f"matmul {form} {M}x{N}x{K} tile {tile}{' +bias' if bias else ''}{' +residual' if residual else ''}"
+    name = (f"matmul {form} {M}x{N}x{K} {f'tile {tile}' if tile else 'as dot products'}{' +bias' if bias else ''}"
+            f"{' +residual' if residual else ''}"
             f"{' +=' if accumulate else ''}{' +bias-grad' if bias_grad else ''}"
             f"{f' split-K {splits}' if splits else ''}{' vec4' if vec else ''}")
     tol = 2e-6 * K * math.sqrt(K)
@@ -124,6 +125,10 @@ matmul_case("backward_weight", 45, 37, 130, "32x32-s4", bias_grad=True)
 matmul_case("backward_weight", 68, 132, 300, "32x32-s4", bias_grad=True, splits=3, vec=True)
 matmul_case("backward_weight", 45, 37, 301, "32x32-s4", bias_grad=True, splits=4)
 matmul_case("forward", 150, 140, 37, "128x128-k16", bias=True, residual=True)  # past 16 KiB of workgroup memory
+# one row and no tile asked for: a dot product per output (matvec.js), as a decoded token's products
+matmul_case("forward", 1, 70, 37, None, bias=True, residual=True)  # scalar: odd offsets, N past 8 columns a workgroup
+matmul_case("forward", 1, 256, 48, None, bias=True, accumulate=True, vec=True)
+matmul_case("forward", 1, 132, 1540, None, residual=True, vec=True)  # K of 12 strides of a lane, and a part
 
 
 def batched_matmul_case(form, M, N, K, n, tile, bias=False, splits=None, bias_grad=False, kcat=False, vec=None):
@@ -420,7 +425,8 @@ def layernorm_matmul_case(M, N, K, tile, vec, batches=1, first=0, bias=False, ge
         inputs["bias"] = f32(bv)
         ref = ref + bv.reshape(1, -1)
     ref = np.concatenate([ref[:, i * N:(i + 1) * N].ravel() for i in range(batches)])
-    name = (f"matmul forward {M}x{N}x{K} tile {tile} LayerNorm prologue{' vec4' if vec else ''}"
+    name = (f"matmul forward {M}x{N}x{K} {f'tile {tile}' if tile else 'as dot products'} LayerNorm prologue"
+            f"{' vec4' if vec else ''}"
             f"{f' batches {batches}' if batches > 1 else ''}{f' rows from {first}' if first else ''}"
             f"{' +bias' if bias else ''}{' gelu' if gelu else ''}")
     tol = 2e-6 * K * math.sqrt(K) * 4
@@ -449,6 +455,11 @@ layernorm_matmul_case(68, 20, 48, "32x64-k32", vec=True, batches=3, bias=True)  
 layernorm_matmul_case(66, 132, 24, "32x64-k32", vec=True, bias=True, gelu=True)  # small's and medium's fc_in
 layernorm_matmul_case(1, 70, 48, "32x32w-k32", vec=True, first=5)  # a decode step's logits from ln_f
 layernorm_matmul_case(9, 33, 200, "32x32", vec=False, first=3)
+# a decoded token's products as dot products (matvec.js): ln_f -> logits, ln1 -> q, k, v, ln2 -> fc_in
+layernorm_matmul_case(1, 70, 48, None, vec=True, first=5)
+layernorm_matmul_case(1, 33, 600, None, vec=False, first=3)  # a row past the 256 invocations' first stride
+layernorm_matmul_case(1, 20, 48, None, vec=True, batches=3, bias=True)
+layernorm_matmul_case(1, 132, 24, None, vec=True, bias=True, gelu=True)
 
 
 # --- GELU (tanh form), fused into the products around it: fc_in's forward writes h and gelu(h), fc_out's
@@ -498,6 +509,7 @@ gelu_matmul_case("backward_input", 70, 37, 41, "32x32")
 gelu_matmul_case("forward", 68, 132, 44, "64x64w")  # aligned: vec4 reads
 gelu_matmul_case("backward_input", 68, 36, 44, "32x64")
 gelu_matmul_case("forward", 68, 132, 44, "32x32-s4")
+gelu_matmul_case("forward", 1, 130, 29, None)  # as dot products (matvec.js)
 gelu_matmul_case("backward_input", 68, 36, 72, "32x32-s2")
 
 

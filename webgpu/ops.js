@@ -3,6 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
+import { matvecKernel, matvecGrid } from "./kernels/matvec.js";
 import { matmulKernel, matmulPairKernel, matmulGroupKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, REGION_FIELDS, splitRegionFields } from "./kernels/matmul.js";
 import {
   layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels,
@@ -19,6 +20,12 @@ function matmulFor(form, tile, split, kcat, vec, ln, ce) {
   const key = `${form}_${tile}_${split}_${kcat}_${vec}_${ln}_${ce}`;
   if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat, vec, ln, ce));
   return matmulKernels.get(key);
+}
+const matvecKernels = new Map();
+function matvecFor(vec, ln) {
+  const key = `${vec}_${ln}`;
+  if (!matvecKernels.has(key)) matvecKernels.set(key, matvecKernel(vec, ln));
+  return matvecKernels.get(key);
 }
 const groupKernels = new Map();
 const pairKernels = new Map();
@@ -108,6 +115,13 @@ export class Ops {
    */
   matmul(plan, form, args) {
     const d = this._matmulDispatch(form, args);
+    // one row (a decoded token) and no tile asked for: a dot product per output (matvec.js)
+    if (form === "forward" && args.M === 1 && !args.tile && !d.split && !d.kcat) {
+      const { K, aOff = 0, bOff = 0, strides = {}, ln = null } = args;
+      const aligned = [K, aOff, bOff, strides.a ?? 0, strides.b ?? 0, ...(ln ? [ln.wOff, ln.bOff] : [])].every((x) => x % 4 === 0);
+      if (args.vec && !aligned) throw new Error(`matmul forward 1x${args.N}x${K}: operands not aligned for vec4 reads`);
+      return plan.add(matvecFor(args.vec ?? aligned, !!ln), d.uniforms, d.buffers, matvecGrid(args.N, args.batches ?? 1));
+    }
     const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat, d.vec, d.ln, d.ce), d.uniforms, d.buffers, d.grid);
     return d.region ? this._splitFinal(plan, d.region, args.sums) : index;
   }

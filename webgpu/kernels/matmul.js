@@ -94,9 +94,9 @@ export const tileShape = (name) => {
  * kcat: instead, the kcat products A_i·B_i (K each, strides a_zs and b_zs) are summed into one C, as
  * one product over K·kcat: the input gradient dq·Wq + dk·Wk + dv·Wv in one dispatch.
  */
-const MATMUL_UNIFORMS = ["M", "N", "K", "a_off", "b_off", "c_off", "bias_off", "r_off", "flags", "k_chunk", "len",
+export const MATMUL_UNIFORMS = ["M", "N", "K", "a_off", "b_off", "c_off", "bias_off", "r_off", "flags", "k_chunk", "len",
   "splits", "kcat", "a_zs", "b_zs", "c_zs", "bias_zs"];
-const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"], ["G", "rw"]];
+export const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "read"], ["C", "rw"], ["G", "rw"]];
 
 /**
  * The LayerNorm prologue of a forward product (matmulKernel's `ln`): A holds x, and the product
@@ -109,8 +109,8 @@ const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], ["R", "r
  * unrolled and its loads can all be in flight at once; as a loop to the uniform K, every such product
  * at medium (8 iterations a pass) took 1.1 µs longer in a step on an H100 (docs/performance.md §33).
  */
-const LN_UNIFORMS = [["ln_w_off", "u32"], ["ln_b_off", "u32"], ["ln_stats_off", "u32"], ["ln_eps", "f32"]];
-const LN_BUFFERS = [["LN", "rw"], ["LNS", "rw"]];
+export const LN_UNIFORMS = [["ln_w_off", "u32"], ["ln_b_off", "u32"], ["ln_stats_off", "u32"], ["ln_eps", "f32"]];
+export const LN_BUFFERS = [["LN", "rw"], ["LNS", "rw"]];
 // the most steps a lane's statistics pass over a row is unrolled to (past that, a loop)
 const LN_UNROLLED = 16;
 

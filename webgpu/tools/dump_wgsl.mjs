@@ -7,7 +7,7 @@
 // (for any M, N, K) × vec4 reads or not × split-K or not (where the trainer splits that form on
 // that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue (over rows of 128) or
 // not (unsplit forward products) × a cross-entropy prologue (over rows of 256) or not (unsplit input
-// gradients); each LayerNorm lane count, the block-end kernels and the embedding's backward that sums
+// gradients); a decoded token's one-row products as dot products (matvec.js); each LayerNorm lane count, the block-end kernels and the embedding's backward that sums
 // the head's slabs; the LayerNorm and attention kernels without subgroups
 // and at the subgroup widths of SUBGROUP_DUMP_WIDTHS. These are a GPU's tiles: a software adapter's twins
 // (matmul.js softwareTile) are compiled by every test that trains on SwiftShader.
@@ -18,6 +18,7 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
 import { MATMUL_FORMS, chooseTile, chooseSummedSplits, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
+import { matvecKernel } from "../kernels/matvec.js";
 import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernel } from "../kernels/layernorm.js";
 import { embeddingBackwardNormSlabs } from "../kernels/embedding.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
@@ -77,6 +78,13 @@ for (const form of Object.keys(MATMUL_FORMS)) {
         }
       }
     }
+  }
+}
+// a decoded token's products, as dot products (the plans above take the vec4 ones only)
+for (const vec of [false, true]) {
+  for (const ln of [false, true]) {
+    const k = matvecKernel(vec, ln);
+    add(k.name, k.code);
   }
 }
 add(matmulSplitFinal.name, matmulSplitFinal.code);

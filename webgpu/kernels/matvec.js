@@ -1,0 +1,99 @@
+// One row times a weight matrix: the forward product C (1,N) = A(1,K)·B(N,K)ᵀ of a decoded token, with
+// matmul.js's forward epilogues (bias, accumulate, residual, GELU) and its LayerNorm prologue, on the
+// same uniforms and bindings, so Ops.matmul takes it for any unsplit forward product of one row.
+// A tile of matmul.js spends all but one of its BM rows on nothing here, and puts only N/BN workgroups
+// to work (12 at massive's C = 384), each running its K-loop alone. Here each output is one dot
+// product of K: LANES invocations take a strided share of it each, reading B's row n (PyTorch's
+// [out, in] weight: contiguous along K) in runs, and their partial sums meet in a fixed tree, so the
+// result does not depend on timing. COLS outputs a workgroup: N/COLS workgroups at work.
+import { kernel } from "./kernel.js";
+import { GELU_FNS } from "./gelu.js";
+import { MATMUL_UNIFORMS, MATMUL_BUFFERS, LN_UNIFORMS, LN_BUFFERS } from "./matmul.js";
+
+const LANES = 32; // invocations per output: a warp of most GPUs, so a column's loads are contiguous
+const COLS = 8; // outputs per workgroup (256 invocations)
+
+/** Workgroups [x, y, batches] for a product of N outputs. */
+export const matvecGrid = (N, batches = 1) => [Math.ceil(N / COLS), 1, batches];
+
+/**
+ * vec: A, B (and LN) read as vec4s: K, the offsets and the strides multiples of 4 floats.
+ * ln: with matmul.js's LayerNorm prologue over the row (A holds x; LN_UNIFORMS).
+ */
+export function matvecKernel(vec = false, ln = false) {
+  const W = vec ? 4 : 1, T = vec ? "vec4f" : "f32", zero = vec ? "vec4f(0.0)" : "0.0";
+  const at = (i) => (vec ? `(${i}) / 4u` : i); // an element index as an index into A, B or LN
+  const sum = vec ? (x) => `((${x}).x + (${x}).y) + ((${x}).z + (${x}).w)` : (x) => x;
+  // the row's LayerNorm statistics: every invocation sums a strided share of the row, the shares meet
+  // in wg_sum's tree; two passes (the mean, then the squares about it), as layernorm_forward
+  const prologue = /* wgsl */ `
+  var s = 0.0;
+  for (var k = li * ${W}u; k < p.K; k += ${256 * W}u) { let x = A[${at("a_base + k")}]; s = s + ${sum("x")}; }
+  let mean = wg_sum(s, li) / f32(p.K);
+  var q = 0.0;
+  for (var k = li * ${W}u; k < p.K; k += ${256 * W}u) { let d = A[${at("a_base + k")}] - mean; q = q + ${sum("d * d")}; }
+  let rstd = 1.0 / sqrt(wg_sum(q, li) / f32(p.K) + p.ln_eps);
+  if (li == 0u) { row_stats = vec2f(mean, rstd); }
+  workgroupBarrier();
+  // the first workgroup stores what layernorm_forward would: LayerNorm(x) and (mean, rstd)
+  if (wid.x == 0u && wid.z == 0u) {
+    for (var k = li * ${W}u; k < p.K; k += ${256 * W}u) { LN[${at("a_base + k")}] = load_a(a_base, k); }
+    if (li == 0u) { LNS[p.ln_stats_off] = mean; LNS[p.ln_stats_off + 1u] = rstd; }
+  }`;
+  const loadA = ln ? /* wgsl */ `
+var<workgroup> row_stats: vec2f; // (mean, rstd) of the row
+fn load_a(base: u32, k: u32) -> ${T} {
+  return (A[${at("base + k")}] - row_stats.x) * row_stats.y * B[${at("p.ln_w_off + k")}] + B[${at("p.ln_b_off + k")}];
+}` : /* wgsl */ `
+fn load_a(base: u32, k: u32) -> ${T} { return A[${at("base + k")}]; }`;
+  const entryPoint = "matvec_forward";
+  const name = `${entryPoint}${vec ? "_vec4" : ""}${ln ? "_ln" : ""}`;
+  return kernel(name, [...MATMUL_UNIFORMS.map((f) => [f, "u32"]), ...(ln ? LN_UNIFORMS : [])],
+    [...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])].map(([n, mode]) => (vec && ["A", "B", "LN"].includes(n) ? [n, mode, "vec4f"] : [n, mode])),
+    /* wgsl */ `${GELU_FNS}
+const LANES = ${LANES}u;
+var<workgroup> red: array<f32, 256>;
+// the sum of every invocation's v, as a fixed tree, returned to all (from uniform control flow)
+fn wg_sum(v: f32, li: u32) -> f32 {
+  red[li] = v;
+  workgroupBarrier();
+  for (var s = 128u; s > 0u; s = s >> 1u) {
+    if (li < s) { red[li] = red[li] + red[li + s]; }
+    workgroupBarrier();
+  }
+  let total = red[0];
+  workgroupBarrier();
+  return total;
+}
+${loadA}
+
+// lid.x: the lane, lid.y: the workgroup's output column; workgroup z: the batch
+@compute @workgroup_size(${LANES}, ${COLS}, 1)
+fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id) lid: vec3u,
+        @builtin(local_invocation_index) li: u32) {
+  let batch = wid.z;
+  let a_base = p.a_off + batch * p.a_zs;
+  let n = wid.x * ${COLS}u + lid.y;${ln ? prologue : ""}
+  var acc = ${zero};
+  if (n < p.N) {
+    let b_row = p.b_off + batch * p.b_zs + n * p.K;
+    for (var k = lid.x * ${W}u; k < p.K; k += ${LANES * W}u) { acc = acc + load_a(a_base, k) * B[${at("b_row + k")}]; }
+  }
+  // the column's LANES partial sums, halved in a fixed tree within its run of red
+  red[li] = ${sum("acc")};
+  workgroupBarrier();
+  for (var s = LANES / 2u; s > 0u; s = s >> 1u) {
+    if (lid.x < s) { red[li] = red[li] + red[li + s]; }
+    workgroupBarrier();
+  }
+  if (lid.x != 0u || n >= p.N) { return; }
+  var v = red[li];
+  let idx = p.c_off + batch * p.c_zs + n;
+  if ((p.flags & 1u) != 0u) { v = v + bias[p.bias_off + batch * p.bias_zs + n]; }
+  if ((p.flags & 2u) != 0u) { v = v + C[idx]; }
+  if ((p.flags & 4u) != 0u) { v = v + R[p.r_off + n]; }
+  C[idx] = v;
+  if ((p.flags & 16u) != 0u) { G[idx] = gelu(v); }
+}
+`, entryPoint);
+}
