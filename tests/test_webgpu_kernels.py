@@ -762,10 +762,11 @@ attention_case(1, 40, 1, 64, subgroups=True, wide=True)  # the forward's 8 invoc
 
 
 # --- attention forward against a KV cache: queries at past..past+T-1, keys 0..kvT-1 of which the first past+T
-# are filled
+# are filled; query i's q at row past + i of q's buffer, as the KV cache's k and v (other rows: noise)
 def attention_cached_case(T, past, kvT, H, D):
     C = H * D
-    q, k, v = rng.standard_normal((T, C)), rng.standard_normal((kvT, C)), rng.standard_normal((kvT, C))
+    q_rows, k, v = rng.standard_normal((kvT, C)), rng.standard_normal((kvT, C)), rng.standard_normal((kvT, C))
+    q = q_rows[past:past + T]
     out, lse = np.zeros((T, C)), np.zeros((H, T))
     for h in range(H):
         hs = slice(h * D, h * D + D)
@@ -779,8 +780,8 @@ def attention_cached_case(T, past, kvT, H, D):
         report(f"{name} out", o["out"], out.ravel(), 2e-6)
         report(f"{name} lse", o["lse"], lse.ravel(), 2e-5)
 
-    add_case(dict(op="attention_cached", T=T, past=past, kvT=kvT, H=H, C=C), {"q": f32(q), "k": f32(k), "v": f32(v)},
-             check)
+    add_case(dict(op="attention_cached", T=T, past=past, kvT=kvT, H=H, C=C),
+             {"q": f32(q_rows), "k": f32(k), "v": f32(v)}, check)
 
 
 attention_cached_case(1, 45, 64, 2, 32)  # a decode step

@@ -19,9 +19,9 @@ function activationFloats({ dModel: C, nHead: H, vocabSize: V }, B, T, kvT) {
   const rows = B * T;
   return {
     layer: { ln1: rows * C, ln1s: 2 * rows, att: rows * C, lse: B * H * T, res2: rows * C, ln2: rows * C, ln2s: 2 * rows, h: 4 * rows * C, g: 4 * rows * C },
-    // with T = kvT (training, eval) q, k, v are three views of one buffer, which one batched
-    // product fills; generation's KV cache (kvT > T) keeps them apart
-    qkv: T === kvT ? null : { q: rows * C, k: B * kvT * C, v: B * kvT * C },
+    // q, k, v: three views of one buffer, which one batched product fills, each of this many floats;
+    // generation's (kvT > T) are the KV cache, and a token's q lands at its position too
+    qkv: B * kvT * C,
     res: rows * C, // L + 1 residual streams
     top: { lnf: rows * C, lnfs: 2 * rows, logits: rows * V, losses: rows },
     ids: rows, // tokens, targets: u32
@@ -29,6 +29,9 @@ function activationFloats({ dModel: C, nHead: H, vocabSize: V }, B, T, kvT) {
 }
 const ACTIVATION_LABELS = { ln1s: "ln1 stats", ln2s: "ln2 stats", lnfs: "lnf stats" };
 const activationLabel = (key) => ACTIVATION_LABELS[key] ?? key;
+
+/** An activation set's layer's q, k and v views and the buffer they share (Trainer._qkvViews). */
+const sameQkv = ({ qkv, stride, q, k, v }) => ({ qkv, stride, q, k, v });
 
 /** Floats a slot of n floats takes in a buffer of several (q, k and v's views): bind-group offsets are multiples of 256 bytes. */
 const slotFloats = (n) => Math.ceil(n / 64) * 64;
@@ -212,12 +215,12 @@ function trainerBuffers(config, deferWeightGrads) {
   add("decay mask", 4 * Math.ceil(P / 32));
   add("unused binding", 16); // Ops' stand-ins for an unused optional input and output
   add("unused output", 16);
-  const activations = (label, B, T, kvT, kept = []) => {
+  const activations = (label, B, T, kvT, kept = [], ownQkv = true) => {
     const s = activationFloats(m, B, T, kvT);
     for (const k of kept) add(`${label} ${activationLabel(k)}`, 4 * L * slotFloats(s.layer[k]));
     for (let l = 0; l < L; l++) {
-      for (const [k, n] of Object.entries({ ...s.layer, ...s.qkv })) if (!kept.includes(k)) add(`${label} ${activationLabel(k)}`, 4 * n);
-      if (!s.qkv) add(`${label} qkv`, 4 * 3 * slotFloats(B * T * C));
+      for (const [k, n] of Object.entries(s.layer)) if (!kept.includes(k)) add(`${label} ${activationLabel(k)}`, 4 * n);
+      if (ownQkv) add(`${label} qkv`, 4 * 3 * slotFloats(s.qkv));
     }
     for (let l = 0; l <= L; l++) add(`${label} res${l}`, 4 * s.res);
     for (const [k, n] of Object.entries(s.top)) add(`${label} ${activationLabel(k)}`, 4 * n);
@@ -233,7 +236,7 @@ function trainerBuffers(config, deferWeightGrads) {
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
   activations("generate", 1, 1, T);
-  activations("prefill", 1, T, T);
+  activations("prefill", 1, T, T, [], false); // its q, k and v are generation's
   add("logits readback", 4 * V, false);
   add("state readback", 4 * P, false); // exportState() and weights(): one at a time
   return list;
@@ -402,9 +405,10 @@ export class Trainer {
   /**
    * One activation set: what the forward saves for the backward, for B rows of T positions. kept:
    * layer activations held as one buffer of L slots each (in `kept`, by name), each layer's a view.
+   * qkvOf: another set whose layers' q, k and v views these layers use (as large: kvT·B·C floats each).
    */
-  _activations(label, B, T, kvT, keptNames = []) {
-    const { nLayer: L, dModel: C } = this.cfg, rows = B * T, S = U().STORAGE | U().COPY_SRC;
+  _activations(label, B, T, kvT, keptNames = [], qkvOf = null) {
+    const { nLayer: L } = this.cfg, S = U().STORAGE | U().COPY_SRC;
     const sizes = activationFloats(this.cfg, B, T, kvT);
     const make = (table) => Object.fromEntries(Object.entries(table).filter(([k]) => !keptNames.includes(k))
       .map(([k, n]) => [k, this.buffer(`${label} ${activationLabel(k)}`, 4 * n, S)]));
@@ -416,7 +420,7 @@ export class Trainer {
     const layers = [];
     for (let l = 0; l < L; l++) {
       layers.push({ ...make(sizes.layer), ...Object.fromEntries(keptNames.map((k) => [k, view(k, l)])),
-        ...(sizes.qkv ? make(sizes.qkv) : this._qkvViews(`${label} qkv`, rows * C)) });
+        ...(qkvOf ? sameQkv(qkvOf.layers[l]) : this._qkvViews(`${label} qkv`, sizes.qkv)) });
     }
     const ids = (name) => this.buffer(`${label} ${name}`, 4 * sizes.ids, U().STORAGE | U().COPY_DST);
     return {
@@ -458,14 +462,9 @@ export class Trainer {
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
       const ln1 = normalised(n + "ln1", A.res[l], a.ln1, a.ln1s);
-      if (a.qkv) {
-        ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, bias: P, biasOff: o[n + "attn.q_proj.bias"],
-          batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
-      } else {
-        for (const [proj, out, cOff] of [["q_proj", a.q, 0], ["k_proj", a.k, past * C], ["v_proj", a.v, past * C]]) {
-          ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + `attn.${proj}.weight`], C: out, cOff, bias: P, biasOff: o[n + `attn.${proj}.bias`] });
-        }
-      }
+      // q, k and v of row r at row past + r of their views (the KV cache's position, when decoding)
+      ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, cOff: past * C, bias: P,
+        biasOff: o[n + "attn.q_proj.bias"], batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
       ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
       const ln2 = normalised(n + "ln2", a.res2, a.ln2, a.ln2s);
@@ -821,11 +820,11 @@ export class Trainer {
     this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
     this.genPlan.freeze();
     this.genPositions = new Array(ctx); // _placeDecodePlan's records, by position
-    // prefill: one forward of a whole window (padded to ctx) whose k and v land in the decode's KV
-    // cache at positions 0..: a prompt, or the window after a restart, costs one forward, not one per
-    // token (causal attention keeps the padding out of the window's rows; decoding overwrites its k, v)
-    const pre = this._activations("prefill", 1, ctx, ctx);
-    pre.layers = pre.layers.map((a, l) => ({ ...a, qkv: null, k: this.gen.layers[l].k, v: this.gen.layers[l].v }));
+    // prefill: one forward of a whole window (padded to ctx) whose q, k and v land in the decode's
+    // views, k and v as the KV cache at positions 0..: a prompt, or the window after a restart, costs
+    // one forward, not one per token (causal attention keeps the padding out of the window's rows;
+    // decoding overwrites its k, v)
+    const pre = this._activations("prefill", 1, ctx, ctx, [], this.gen);
     this.prefill = pre;
     this.prefillPlan = new Plan(this.device, this.ops.pipelines, "prefill");
     this._recordForward(this.prefillPlan, pre, { B: 1, T: ctx, past: 0, logitRows: ctx });

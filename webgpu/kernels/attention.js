@@ -192,7 +192,9 @@ const QUERY_BLOCK = (block) => /* wgsl */ `
   let valid = qi < p.T;`;
 const vec4s = (names, mode) => names.map((n) => [n, mode, "vec4f"]);
 
-// q: (B,T,C) queries at absolute positions past..past+T-1; k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
+// q: queries at absolute positions past..past+T-1, query row r at row past + r of q's binding (a decoded
+// token's q lies at its position, as its k and v do in theirs: one batched product writes all three);
+// k, v: (B,kvT,C) keys 0..; out: (B,T,C); lse: (B,H,T)
 // G: the subgroup width (1: none). Each invocation takes `queries` rows of its workgroup (R below),
 // rows/queries apart, so that every key vec4 it reads from workgroup memory serves R rows' FMAs.
 export function attentionForward(D, layout = attentionLayout(D, ATTENTION_LAYOUTS.forward), G = 1) {
@@ -211,7 +213,7 @@ ${rowsOf((k) => /* wgsl */ `  let qi${k} = q0 + li / SPLIT + ${k * (layout.rows 
   var qr${k}: array<vec4f, D4>;
   var acc${k}: array<vec4f, D4>;
   if (valid${k}) {
-    for (var c = 0u; c < D4; c++) { qr${k}[c] = q[(b * p.T + qi${k}) * C4 + h * D4 + c] * p.scale; }
+    for (var c = 0u; c < D4; c++) { qr${k}[c] = q[(p.past + b * p.T + qi${k}) * C4 + h * D4 + c] * p.scale; }
   }
   var mx${k} = -1.0e30;
   var l${k} = 0.0;`)}
