@@ -16,7 +16,8 @@ Engines:
              (webgpu/bench/decode_bench.mjs), on a hardware adapter only: a software one
              (SwiftShader, llvmpipe) runs the WGSL correctly but gives no speed figure. Its recompute
              runs one ctx-long forward, the window padded (recompute_decoder.js says why and what it costs)
-Each mode is timed once, after an untimed warm-up of both; a rate is new_tokens over the time of
+Each mode is timed once, after an untimed warm-up of both (wgsl-node: the median of 3 rounds, the modes
+in turn, as its host's speed moves between rounds); a rate is new_tokens over the time of
 the whole generate call (the prompt, one byte by default, included).
 
     python -m python_ref.decode_bench --engines pytorch-cpu,native,wasm-node --presets tiny,small \\

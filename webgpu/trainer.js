@@ -868,20 +868,34 @@ export class Trainer {
     this.genPositions[pos] = this.genPlan.snapshot();
   }
 
-  /** Feeds one token at position `pos` through the KV cache; with read, returns its logits. */
-  async _decode(token, pos, read) {
-    if (!this.genPlan) this._buildGeneration();
+  /** The decode plan's commands at position `pos`, its logits copied to genLogits after them. */
+  _decodeCommands(pos) {
     this._placeDecodePlan(pos);
-    this.genToken[0] = token;
-    this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
     const enc = this.device.createCommandEncoder({ label: "decode" });
     const pass = enc.beginComputePass();
     this.genPlan.encode(pass);
     pass.end();
-    if (read) enc.copyBufferToBuffer(this.gen.logits, 0, this.genLogits, 0, 4 * this.cfg.vocabSize);
-    this.device.queue.submit([enc.finish()]);
-    if (!read) return null;
-    await mapForReading(this.genLogits, "logits");
+    enc.copyBufferToBuffer(this.gen.logits, 0, this.genLogits, 0, 4 * this.cfg.vocabSize);
+    return { pos, commands: enc.finish() };
+  }
+
+  /**
+   * Feeds one token at position `pos` through the KV cache and returns its logits. The commands of
+   * the token at pos + 1 depend on its position only (the token itself is uploaded), so they are
+   * recorded while the GPU runs this one: the host's recording, ~5 µs a dispatch in Node, no longer
+   * waits for the logits (docs/performance.md §35). Where the next call asks for another position (a
+   * window restart), they are dropped unsubmitted.
+   */
+  async _decode(token, pos) {
+    if (!this.genPlan) this._buildGeneration();
+    const ready = this.nextDecode?.pos === pos ? this.nextDecode : this._decodeCommands(pos);
+    this.nextDecode = null;
+    this.genToken[0] = token;
+    this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
+    this.device.queue.submit([ready.commands]);
+    const read = mapForReading(this.genLogits, "logits");
+    if (pos + 1 < this.cfg.ctx) this.nextDecode = this._decodeCommands(pos + 1);
+    await read;
     const logits = new Float32Array(this.genLogits.getMappedRange()).slice();
     this.genLogits.unmap();
     return logits;
@@ -891,7 +905,7 @@ export class Trainer {
   async decodeLogits(tokens) {
     if (tokens.length > this.cfg.ctx) throw new Error(`${tokens.length} tokens exceed the context of ${this.cfg.ctx}`);
     const out = [];
-    for (let i = 0; i < tokens.length; i++) out.push(await this._decode(tokens[i], i, true));
+    for (let i = 0; i < tokens.length; i++) out.push(await this._decode(tokens[i], i));
     return out;
   }
 
@@ -913,7 +927,7 @@ export class Trainer {
       window.push(token);
     };
     for (const t of prompt) advance(t);
-    const rebuild = () => (window.length === 1 ? this._decode(window[0], 0, true) : this._prefill(window));
+    const rebuild = () => (window.length === 1 ? this._decode(window[0], 0) : this._prefill(window));
     let logits = await rebuild();
     const out = [];
     for (let n = 0; n < maxNewTokens && !aborted(); n++) {
@@ -922,7 +936,7 @@ export class Trainer {
       if (onToken) onToken(token, logits);
       if (n === maxNewTokens - 1) break;
       advance(token);
-      logits = restarted ? await rebuild() : await this._decode(token, window.length - 1, true);
+      logits = restarted ? await rebuild() : await this._decode(token, window.length - 1);
     }
     return Uint8Array.from(out);
   }
