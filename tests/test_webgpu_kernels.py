@@ -48,6 +48,11 @@ def report(name, got, ref, tol):
     return err
 
 
+def kernel_label(tile):
+    """How a product runs: on a matmul tile, or (no tile asked for, one row) as dot products (matvec.js)."""
+    return f"tile {tile}" if tile else "as dot products"
+
+
 # --- matmul: the three forms, every tile, bias / residual / accumulate / fused bias gradient, operand offsets
 def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=False, splits=None, bias_grad=False,
                 vec=None):
@@ -73,7 +78,7 @@ def matmul_case(form, M, N, K, tile, bias=False, residual=False, accumulate=Fals
         ref = ref + c0.ravel()
     if bias_grad:  # the Linear's bias gradient Σ_k A[k, m], stored right after the M·N weight gradients
         ref = np.concatenate([ref, a.sum(0)])
-    name = (f"matmul {form} {M}x{N}x{K} {f'tile {tile}' if tile else 'as dot products'}{' +bias' if bias else ''}"
+    name = (f"matmul {form} {M}x{N}x{K} {kernel_label(tile)}{' +bias' if bias else ''}"
             f"{' +residual' if residual else ''}"
             f"{' +=' if accumulate else ''}{' +bias-grad' if bias_grad else ''}"
             f"{f' split-K {splits}' if splits else ''}{' vec4' if vec else ''}")
@@ -425,7 +430,7 @@ def layernorm_matmul_case(M, N, K, tile, vec, batches=1, first=0, bias=False, ge
         inputs["bias"] = f32(bv)
         ref = ref + bv.reshape(1, -1)
     ref = np.concatenate([ref[:, i * N:(i + 1) * N].ravel() for i in range(batches)])
-    name = (f"matmul forward {M}x{N}x{K} {f'tile {tile}' if tile else 'as dot products'} LayerNorm prologue"
+    name = (f"matmul forward {M}x{N}x{K} {kernel_label(tile)} LayerNorm prologue"
             f"{' vec4' if vec else ''}"
             f"{f' batches {batches}' if batches > 1 else ''}{f' rows from {first}' if first else ''}"
             f"{' +bias' if bias else ''}{' gelu' if gelu else ''}")
@@ -484,7 +489,7 @@ def gelu_matmul_case(form, M, N, K, tile):
         bias = rng.standard_normal(N) * 4
         inputs["bias"] = f32(bias)
         h = prod + np.tile(bias, M)
-        name = f"matmul forward {M}x{N}x{K} tile {tile} +bias, gelu epilogue"
+        name = f"matmul forward {M}x{N}x{K} {kernel_label(tile)} +bias, gelu epilogue"
         case = dict(bias=True, gelu=True)
 
         def check(o):

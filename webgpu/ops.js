@@ -115,14 +115,8 @@ export class Ops {
    */
   matmul(plan, form, args) {
     const d = this._matmulDispatch(form, args);
-    // one row (a decoded token) and no tile asked for: a dot product per output (matvec.js)
-    if (form === "forward" && args.M === 1 && !args.tile && !d.split && !d.kcat) {
-      const { K, aOff = 0, bOff = 0, strides = {}, ln = null } = args;
-      const aligned = [K, aOff, bOff, strides.a ?? 0, strides.b ?? 0, ...(ln ? [ln.wOff, ln.bOff] : [])].every((x) => x % 4 === 0);
-      if (args.vec && !aligned) throw new Error(`matmul forward 1x${args.N}x${K}: operands not aligned for vec4 reads`);
-      return plan.add(matvecFor(args.vec ?? aligned, !!ln), d.uniforms, d.buffers, matvecGrid(args.N, args.batches ?? 1));
-    }
-    const index = plan.add(matmulFor(form, d.tile, d.split, d.kcat, d.vec, d.ln, d.ce), d.uniforms, d.buffers, d.grid);
+    const k = d.matvec ? matvecFor(d.vec, !!d.ln) : matmulFor(form, d.tile, d.split, d.kcat, d.vec, d.ln, d.ce);
+    const index = plan.add(k, d.uniforms, d.buffers, d.grid);
     return d.region ? this._splitFinal(plan, d.region, args.sums) : index;
   }
 
@@ -190,14 +184,21 @@ export class Ops {
     return new Set(As).size + new Set(Bs).size + 1 + (split ? 1 : 0) <= this.storageBufferLimit;
   }
 
-  /** One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region (see matmul). */
+  /**
+   * One product's kernel choice, uniforms, buffers, grid and, when it splits K, its final sum's region
+   * (see matmul). matvec: one row (a decoded token) and no tile asked for, so a dot product per output
+   * (matvec.js) on no tile.
+   */
   _matmulDispatch(form, { M, N, K, A, aOff = 0, B, bOff = 0, C, cOff = 0, bias = null, biasOff = 0, R = null, rOff = 0,
     accumulate = false, biasGrad = false, gelu = null, geluGradOf = null, tile = null, splits = 1,
     partials = null, partialsOff = 0, batches = 1, kcat = 1, strides = {}, vec = undefined, ln = null, ce = null }) {
-    tile ??= chooseTile(form, M, N, K * kcat, this.workgroupLimit);
-    if (this.softwareTiles) tile = softwareTile(tile);
-    const bytes = workgroupBytes(form, tile, !!(ln || ce));
-    if (bytes > this.workgroupLimit) throw new Error(`matmul tile ${tile} needs ${bytes} bytes of workgroup memory; this device offers ${this.workgroupLimit}`);
+    const matvec = form === "forward" && M === 1 && !tile && splits === 1 && kcat === 1;
+    if (!matvec) {
+      tile ??= chooseTile(form, M, N, K * kcat, this.workgroupLimit);
+      if (this.softwareTiles) tile = softwareTile(tile);
+      const bytes = workgroupBytes(form, tile, !!(ln || ce));
+      if (bytes > this.workgroupLimit) throw new Error(`matmul tile ${tile} needs ${bytes} bytes of workgroup memory; this device offers ${this.workgroupLimit}`);
+    }
     if (ln && (form !== "forward" || splits > 1 || kcat > 1 || aOff % K !== 0)) throw new Error("a LayerNorm prologue: an unsplit forward product of whole rows");
     if (ce && (form !== "backward_input" || splits > 1 || kcat > 1 || batches > 1 || aOff !== 0 || bias || R || gelu || geluGradOf || accumulate)) {
       throw new Error("a cross-entropy prologue: one plain unsplit input-gradient product of the logits from row 0");
@@ -213,7 +214,7 @@ export class Ops {
     if (partialsOff % 64 !== 0) throw new Error(`partialsOff ${partialsOff} is not a multiple of 64 floats (256-byte binding offsets)`);
     const flags = (bias ? MATMUL_FLAGS.bias : 0) | (accumulate ? MATMUL_FLAGS.accumulate : 0) | (R ? MATMUL_FLAGS.residual : 0)
       | (biasGrad ? MATMUL_FLAGS.biasGrad : 0) | (gelu ? MATMUL_FLAGS.gelu : 0) | (geluGradOf ? MATMUL_FLAGS.geluGrad : 0);
-    const grid = matmulGrid(M, N, tile);
+    const grid = matvec ? matvecGrid(N) : matmulGrid(M, N, tile);
     const { a: a_zs = 0, b: b_zs = 0, c: c_zs = 0, bias: bias_zs = 0 } = strides;
     const uniforms = { M, N, K, a_off: aOff, b_off: bOff, c_off: cOff, bias_off: biasOff, r_off: rOff, flags,
       k_chunk: K * kcat, len, splits: 1, kcat, a_zs, b_zs, c_zs, bias_zs };
@@ -226,7 +227,7 @@ export class Ops {
         buffers.push(ln.out, ln.stats);
       }
       if (ce) uniforms.ce_scale = ce.scale;
-      return { tile, split, kcat: kcat > 1, vec, ln: ln ? K : false, ce: ce ? K : false, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
+      return { tile, matvec, split, kcat: kcat > 1, vec, ln: ln ? K : false, ce: ce ? K : false, uniforms, grid: [grid[0], grid[1], batches], region: null, buffers };
     }
     const slabs = { buffer: partials, offset: 4 * partialsOff, size: 4 * batches * splits * len };
     if (partials.size !== undefined && slabs.offset + slabs.size > partials.size) {

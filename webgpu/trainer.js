@@ -170,10 +170,9 @@ function summedSlabFloats({ dModel: C }, rows) {
  * side until one dispatch at the block's end sums them all; otherwise each product's slabs are summed
  * right after it, at the scratch's start. floats: the scratch's size.
  */
-function splitKPlan({ nLayer: L, dModel: C, vocabSize: V }, rows, deferred) {
-  const head = splitKSlabFloats(V, C, 1, rows);
+function splitKPlan(m, rows, deferred) {
+  const { dModel: C, vocabSize: V } = m, head = splitKSlabFloats(V, C, 1, rows);
   // deferred: the head's slabs first, then the group's, or (headDeferred) the group's with the head's
-  const m = { nLayer: L, dModel: C, vocabSize: V };
   if (deferred) return { grouped: false, floats: Math.max(16, head + deferredPlans(m, rows).floats, deferredPlans(m, rows, true).floats) };
   const block = [[C, 4 * C, 1], [4 * C, C, 1], [C, C, 1], [C, C, 3]]; // [M, N, batches]: fc_out, fc_in, o_proj, q/k/v
   const slabs = block.map(([M, N, n]) => splitKSlabFloats(M, N, n, rows));
@@ -528,9 +527,9 @@ export class Trainer {
     // with the head's dY and X: its input gradient then starts the chain alone, with the cross-entropy
     // as its prologue (which leaves the logits' gradient in d logits for the group), and its split-K
     // slabs are summed by the embedding's backward, which adds the token gradients to them (headSums).
-    const headGroup = deferred && deferredPlans(this.cfg, rows, true).group;
-    const headDeferred = deferred && ops.bindsGroup(headGroup.map((k) => dY[k.dY][0]), headGroup.map((k) => keptX(k.X).buffer),
-      headGroup.some((k) => k.splits > 1));
+    const withHead = deferred && deferredPlans(this.cfg, rows, true);
+    const headDeferred = deferred && ops.bindsGroup(withHead.group.map((k) => dY[k.dY][0]), withHead.group.map((k) => keptX(k.X).buffer),
+      withHead.group.some((k) => k.splits > 1));
     const headSums = headDeferred ? new SplitSums() : null;
     this.headDeferred = headDeferred; // which of the two plans a deferred step took (the tests check)
     // a Linear's backward: its input gradient dX = dY·W and weight gradient dW = dYᵀ·X, in one
@@ -625,7 +624,7 @@ export class Trainer {
       // large 2.012 / 2.041, xl 2.639 / 2.683, huge 6.327 / 6.453, massive 8.149 / 8.303. Where the
       // device binds too few buffers for that group (its split-K scratch is a 9th), a group per own
       // tile (at medium unsplit: 8), else one dispatch each.
-      const ways = deferredPlans(this.cfg, rows, headDeferred);
+      const ways = headDeferred ? withHead : deferredPlans(this.cfg, rows);
       if (!group(ways.group)) {
         if (headDeferred) throw new Error("the deferred weight gradients with the head's: no group on this device");
         for (const list of ways.perTile) {

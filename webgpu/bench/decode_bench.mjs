@@ -12,6 +12,7 @@ import { nodeDevice } from "../node_gpu.js";
 import { Trainer } from "../trainer.js";
 import { RecomputeDecoder } from "../recompute_decoder.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
+import { median } from "./replay.mjs";
 
 // The page's rule (site/static/js/engines/webgpu_engine.js, isSoftware), which Node cannot import
 // from there without the server's URL layout and a built site/static/wasm.
@@ -50,7 +51,7 @@ async function run(job) {
   const summary = (runs) => {
     if (runs.some((x) => x.tokens.join() !== runs[0].tokens.join())) throw new Error("a decoder gave different tokens in two rounds");
     const ms = runs.map((x) => x.ms);
-    return { ms: [...ms].sort((a, b) => a - b)[ms.length >> 1], roundsMs: ms, tokens: runs[0].tokens };
+    return { ms: median(ms), roundsMs: ms, tokens: runs[0].tokens };
   };
   const result = { adapter, software, kv: summary(rounds.kv), recompute: summary(rounds.recompute) };
   recompute.destroy();

@@ -452,11 +452,11 @@ ${range(TM).map((i) => /* wgsl */ `    if (m0 + ${rowOf(i)} < p.M) { ${cAt(`slab
  * Whether a product may read A and B as vec4s: every run of 4 along their contiguous axes lies
  * inside one row and starts at a multiple of 4 floats (offsets and strides in floats); on a tile
  * that stores 4 outputs at a time (storesVec4), C (or its split slabs, len floats apart) and R must
- * take runs of 4 outputs of a row too.
+ * take runs of 4 outputs of a row too. tile null: a kernel that stores its outputs one by one (matvec.js).
  */
 export function vecAligned(form, tile, { M, N, K, aOff = 0, bOff = 0, cOff = 0, rOff = 0, len = 0, strides = {} }) {
   const { aT, bT } = formOf(form);
-  const outputs = storesVec4(tile) ? [N, cOff, rOff, len, strides.c ?? 0] : [];
+  const outputs = tile && storesVec4(tile) ? [N, cOff, rOff, len, strides.c ?? 0] : [];
   return [aT ? M : K, bT ? K : N, aOff, bOff, strides.a ?? 0, strides.b ?? 0, ...outputs].every((x) => x % 4 === 0);
 }
 
@@ -470,7 +470,7 @@ const ALL_BUFFERS = Object.fromEntries([...MATMUL_BUFFERS, ...LN_BUFFERS, ...CE_
 const CE_PRODUCT_BUFFERS = MATMUL_BUFFERS.filter(([b]) => ["A", "B", "C"].includes(b));
 
 // A and B bound as array<vec4f> in the vec variants
-const vecBuffers = (buffers, vec, read4) => buffers.map(([n, mode, type]) => (vec && read4.includes(n) ? [n, mode, "vec4f"] : [n, mode, type]));
+export const vecBuffers = (buffers, vec, read4) => buffers.map(([n, mode, type]) => (vec && read4.includes(n) ? [n, mode, "vec4f"] : [n, mode, type]));
 
 /**
  * ln: K, with the LayerNorm prologue over rows of K (forward only; LN_UNIFORMS), or false.

@@ -6,15 +6,16 @@
 // product of K: LANES invocations take a strided share of it each, reading B's row n (PyTorch's
 // [out, in] weight: contiguous along K) in runs, and their partial sums meet in a fixed tree, so the
 // result does not depend on timing. COLS outputs a workgroup: N/COLS workgroups at work.
-import { kernel } from "./kernel.js";
+import { kernel, workgroupSum } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
-import { MATMUL_UNIFORMS, MATMUL_BUFFERS, LN_UNIFORMS, LN_BUFFERS } from "./matmul.js";
+import { MATMUL_UNIFORMS, MATMUL_BUFFERS, LN_UNIFORMS, LN_BUFFERS, vecBuffers } from "./matmul.js";
 
 const LANES = 32; // invocations per output: a warp of most GPUs, so a column's loads are contiguous
-const COLS = 8; // outputs per workgroup (256 invocations)
+const COLS = 8; // outputs per workgroup
+const THREADS = LANES * COLS;
 
-/** Workgroups [x, y, batches] for a product of N outputs. */
-export const matvecGrid = (N, batches = 1) => [Math.ceil(N / COLS), 1, batches];
+/** Workgroups [x, y] for a product of N outputs (z: its batches). */
+export const matvecGrid = (N) => [Math.ceil(N / COLS), 1];
 
 /**
  * vec: A, B (and LN) read as vec4s: K, the offsets and the strides multiples of 4 floats.
@@ -28,16 +29,16 @@ export function matvecKernel(vec = false, ln = false) {
   // in wg_sum's tree; two passes (the mean, then the squares about it), as layernorm_forward
   const prologue = /* wgsl */ `
   var s = 0.0;
-  for (var k = li * ${W}u; k < p.K; k += ${256 * W}u) { let x = A[${at("a_base + k")}]; s = s + ${sum("x")}; }
+  for (var k = li * ${W}u; k < p.K; k += ${THREADS * W}u) { let x = A[${at("a_base + k")}]; s = s + ${sum("x")}; }
   let mean = wg_sum(s, li) / f32(p.K);
   var q = 0.0;
-  for (var k = li * ${W}u; k < p.K; k += ${256 * W}u) { let d = A[${at("a_base + k")}] - mean; q = q + ${sum("d * d")}; }
+  for (var k = li * ${W}u; k < p.K; k += ${THREADS * W}u) { let d = A[${at("a_base + k")}] - mean; q = q + ${sum("d * d")}; }
   let rstd = 1.0 / sqrt(wg_sum(q, li) / f32(p.K) + p.ln_eps);
   if (li == 0u) { row_stats = vec2f(mean, rstd); }
   workgroupBarrier();
   // the first workgroup stores what layernorm_forward would: LayerNorm(x) and (mean, rstd)
   if (wid.x == 0u && wid.z == 0u) {
-    for (var k = li * ${W}u; k < p.K; k += ${256 * W}u) { LN[${at("a_base + k")}] = load_a(a_base, k); }
+    for (var k = li * ${W}u; k < p.K; k += ${THREADS * W}u) { LN[${at("a_base + k")}] = load_a(a_base, k); }
     if (li == 0u) { LNS[p.ln_stats_off] = mean; LNS[p.ln_stats_off + 1u] = rstd; }
   }`;
   const loadA = ln ? /* wgsl */ `
@@ -49,22 +50,10 @@ fn load_a(base: u32, k: u32) -> ${T} { return A[${at("base + k")}]; }`;
   const entryPoint = "matvec_forward";
   const name = `${entryPoint}${vec ? "_vec4" : ""}${ln ? "_ln" : ""}`;
   return kernel(name, [...MATMUL_UNIFORMS.map((f) => [f, "u32"]), ...(ln ? LN_UNIFORMS : [])],
-    [...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])].map(([n, mode]) => (vec && ["A", "B", "LN"].includes(n) ? [n, mode, "vec4f"] : [n, mode])),
+    vecBuffers([...MATMUL_BUFFERS, ...(ln ? LN_BUFFERS : [])], vec, ["A", "B", "LN"]),
     /* wgsl */ `${GELU_FNS}
 const LANES = ${LANES}u;
-var<workgroup> red: array<f32, 256>;
-// the sum of every invocation's v, as a fixed tree, returned to all (from uniform control flow)
-fn wg_sum(v: f32, li: u32) -> f32 {
-  red[li] = v;
-  workgroupBarrier();
-  for (var s = 128u; s > 0u; s = s >> 1u) {
-    if (li < s) { red[li] = red[li] + red[li + s]; }
-    workgroupBarrier();
-  }
-  let total = red[0];
-  workgroupBarrier();
-  return total;
-}
+${workgroupSum(THREADS)}
 ${loadA}
 
 // lid.x: the lane, lid.y: the workgroup's output column; workgroup z: the batch
@@ -79,7 +68,7 @@ fn ${entryPoint}(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_id
     let b_row = p.b_off + batch * p.b_zs + n * p.K;
     for (var k = lid.x * ${W}u; k < p.K; k += ${LANES * W}u) { acc = acc + load_a(a_base, k) * B[${at("b_row + k")}]; }
   }
-  // the column's LANES partial sums, halved in a fixed tree within its run of red
+  // the column's LANES partial sums, halved in a fixed tree within its run of wg_sum's red
   red[li] = ${sum("acc")};
   workgroupBarrier();
   for (var s = LANES / 2u; s > 0u; s = s >> 1u) {
