@@ -23,3 +23,19 @@ def test_every_dispatch_of_a_step_is_timed_in_place(tmp_path):
     assert {"matmul_forward", "attention_forward", "attention_backward", "adamw_update"} <= families
     # the dispatches run one after another: the last ends after all of them have run
     assert tiny["spanUs"] >= 0.5 * tiny["busyUs"]
+
+
+def test_every_dispatch_of_a_decoded_token_is_timed_in_place(tmp_path):
+    out = tmp_path / "timeline.json"
+    subprocess.run(["node", str(ROOT / "webgpu/bench/dispatch_timeline.mjs"), "tiny", str(out), "1", "1", "--decode"],
+                   env=swiftshader_env(), check=True, capture_output=True, timeout=600)
+    tiny = json.loads(out.read_text())["tiny"]
+    print(f"{tiny['dispatches']} dispatches, span {tiny['spanUs'] / 1e3:.1f} ms, "
+          f"families {[(f['family'], f['count']) for f in tiny['families']]}")
+    presets = json.loads((ROOT / "site/static/presets.json").read_text())["presets"]
+    assert tiny["dispatches"] == len(tiny["each"]) == 2 + 4 * presets["tiny"]["nLayer"]
+    assert all(d["us"] > 0 for d in tiny["each"])
+    families = {f["family"] for f in tiny["families"]}
+    assert any(f.startswith("attention_decode") for f in families)
+    assert any(f.startswith("matvec_forward") for f in families)
+    assert tiny["spanUs"] >= 0.5 * tiny["busyUs"]

@@ -767,8 +767,10 @@ attention_case(1, 40, 1, 64, subgroups=True, wide=True)  # the forward's 8 invoc
 
 
 # --- attention forward against a KV cache: queries at past..past+T-1, keys 0..kvT-1 of which the first past+T
-# are filled; query i's q at row past + i of q's buffer, as the KV cache's k and v (other rows: noise)
-def attention_cached_case(T, past, kvT, H, D):
+# are filled; query i's q at row past + i of q's buffer, as the KV cache's k and v (other rows: noise). One
+# query (a decoded token) runs on attention_decode.js, or with tiled=True on attention.js's tiles, which
+# take it where the decode kernel does not fit (a head of D/4 not dividing its 128 invocations)
+def attention_cached_case(T, past, kvT, H, D, tiled=False):
     C = H * D
     q_rows, k, v = rng.standard_normal((kvT, C)), rng.standard_normal((kvT, C)), rng.standard_normal((kvT, C))
     q = q_rows[past:past + T]
@@ -779,19 +781,81 @@ def attention_cached_case(T, past, kvT, H, D):
             s = k[:past + i + 1, hs] @ q[i, hs] / math.sqrt(D)
             lse[h, i] = np.log(np.sum(np.exp(s - s.max()))) + s.max()
             out[i, hs] = np.exp(s - lse[h, i]) @ v[:past + i + 1, hs]
-    name = f"attention cached T={T} past={past} kvT={kvT} H={H} D={D}"
+    kind = "attention_decode" if T == 1 and not tiled else "tiles"
+    name = f"attention cached T={T} past={past} kvT={kvT} H={H} D={D} on {kind}"
 
     def check(o):
         report(f"{name} out", o["out"], out.ravel(), 2e-6)
         report(f"{name} lse", o["lse"], lse.ravel(), 2e-5)
 
-    add_case(dict(op="attention_cached", T=T, past=past, kvT=kvT, H=H, C=C),
+    add_case(dict(op="attention_cached", T=T, past=past, kvT=kvT, H=H, C=C, tiled=tiled),
              {"q": f32(q_rows), "k": f32(k), "v": f32(v)}, check)
 
 
 attention_cached_case(1, 45, 64, 2, 32)  # a decode step
+attention_cached_case(1, 45, 64, 2, 32, tiled=True)
 attention_cached_case(1, 100, 128, 1, 64)
+attention_cached_case(1, 0, 32, 3, 16)  # the first token: one key, most invocations with none
+attention_cached_case(1, 511, 512, 2, 64)  # a full window of 512 keys: 4 a score invocation, 64 a value lane
+attention_cached_case(1, 300, 400, 4, 8)  # 64 key groups of 2 lanes; the window part full
 attention_cached_case(5, 7, 16, 2, 16)
+
+
+# --- a decoded token's ln1, q/k/v product and attention in one dispatch (attention_decode_qkv.js): the row x at
+# x_off, the weights in the parameters wStride floats apart with their biases, the KV cache's q/k/v views qkvStride
+# floats apart (rows other than past hold earlier keys and values, or noise past the window); against float64
+def attention_decode_qkv_case(past, kvT, H, D, x_off=8, eps=1e-5):
+    C = H * D
+    # each projection's weight and bias together (as the model's layout), padded: wStride apart
+    w_off, w_stride = 12, C * C + C + 4
+    bias_off = w_off + C * C
+    ln_w = w_off + 3 * w_stride + 4
+    ln_b = ln_w + C + 4
+    P = rng.standard_normal(ln_b + C + 4) * 0.3
+    P[ln_w:ln_w + C] += 1.0
+    x = np.concatenate([np.zeros(x_off), rng.standard_normal(C) * 2 + 0.5])
+    qkv_stride = ((kvT * C + 63) // 64) * 64
+    cache = rng.standard_normal(3 * qkv_stride)
+    xf = f32(x).astype(np.float64)[x_off:]
+    Pf = f32(P).astype(np.float64)
+    mean = xf.mean()
+    rstd = 1 / math.sqrt(((xf - mean) ** 2).mean() + eps)
+    ln = (xf - mean) * rstd * Pf[ln_w:ln_w + C] + Pf[ln_b:ln_b + C]
+    new = [Pf[w_off + i * w_stride:w_off + i * w_stride + C * C].reshape(C, C) @ ln
+           + Pf[bias_off + i * w_stride:bias_off + i * w_stride + C] for i in range(3)]
+    cache64 = f32(cache).astype(np.float64)
+    views = [cache64[i * qkv_stride:i * qkv_stride + kvT * C].reshape(kvT, C).copy() for i in range(3)]
+    for i in range(3):
+        views[i][past] = new[i]
+    out, lse = np.zeros(C), np.zeros(H)
+    for h in range(H):
+        hs = slice(h * D, h * D + D)
+        s = views[1][:past + 1, hs] @ new[0][hs] / math.sqrt(D)
+        lse[h] = np.log(np.sum(np.exp(s - s.max()))) + s.max()
+        out[hs] = np.exp(s - lse[h]) @ views[2][:past + 1, hs]
+    name = f"attention_decode_qkv past={past} kvT={kvT} H={H} D={D}"
+
+    def check(o):
+        report(f"{name} out", o["out"], out, 2e-5)
+        report(f"{name} lse", o["lse"], lse, 2e-5)
+        got = o["qkv"].astype(np.float64)
+        for i, which in enumerate("qkv"):
+            at = i * qkv_stride + past * C
+            report(f"{name} {which} at row past", got[at:at + C], new[i], 2e-5)
+        this_row = np.s_[past * C:(past + 1) * C]
+        report(f"{name} the cache's other rows", np.delete(got[qkv_stride:].reshape(2, -1), this_row, axis=1),
+               np.delete(f32(cache)[qkv_stride:].reshape(2, -1), this_row, axis=1), 0)
+        report(f"{name} LayerNorm output", o["ln"][x_off:], ln, 1e-5)
+        report(f"{name} mean/rstd", o["stats"], [mean, rstd], 1e-5)
+
+    add_case(dict(op="attention_decode_qkv", C=C, H=H, kvT=kvT, past=past, xOff=x_off, wOff=w_off, wStride=w_stride,
+                  biasOff=bias_off, lnW=ln_w, lnB=ln_b, qkvStride=qkv_stride, eps=eps),
+             {"x": f32(x), "P": f32(P), "qkv": f32(cache)}, check)
+
+
+attention_decode_qkv_case(45, 64, 2, 32)  # 96 outputs in 3 passes of 32
+attention_decode_qkv_case(0, 32, 3, 16)  # the first token: its own key only; 48 outputs, the second pass part full
+attention_decode_qkv_case(300, 320, 2, 64, x_off=4)  # 192 outputs in 6 passes; 301 keys in 3 value rounds of 128
 
 
 # --- clip to the global norm (from the norm's partials), AdamW (decay on the masked parameters only)

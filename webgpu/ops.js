@@ -3,7 +3,7 @@
 // turning shapes and buffers into a kernel's uniforms and workgroup counts. The trainer and the
 // kernel tests both record through these.
 import { grid1d } from "./kernels/kernel.js";
-import { matvecKernel, matvecGrid } from "./kernels/matvec.js";
+import { matvecKernel, matvecGrid, matvecUnroll } from "./kernels/matvec.js";
 import { matmulKernel, matmulPairKernel, matmulGroupKernel, pairSlabs, matmulGrid, chooseTile, softwareTile, tileShape, workgroupBytes, splitChunk, matmulSplitFinal, vecAligned, MATMUL_FLAGS, MAX_SPLITS, SPLIT_REGIONS, REGION_FIELDS, splitRegionFields } from "./kernels/matmul.js";
 import {
   layernormKernels, layernormParamsKernels, layernormBackwardParamsWorkgroups, LAYERNORM_PARAM_JOBS, layernormBlockEndKernels,
@@ -11,6 +11,8 @@ import {
 import { embeddingForward, embeddingBackwardNorm, embeddingBackwardNormSlabs, TOKEN_CHANNELS } from "./kernels/embedding.js";
 import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } from "./kernels/cross_entropy.js";
 import { attentionForward, attentionBackward, attentionLayout, attentionLayoutFor, attentionGrid } from "./kernels/attention.js";
+import { attentionDecode, attentionDecodeFits, attentionDecodeGrid } from "./kernels/attention_decode.js";
+import { attentionDecodeQkv, attentionDecodeQkvFits } from "./kernels/attention_decode_qkv.js";
 import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
@@ -22,10 +24,22 @@ function matmulFor(form, tile, split, kcat, vec, ln, ce) {
   return matmulKernels.get(key);
 }
 const matvecKernels = new Map();
-function matvecFor(vec, ln) {
-  const key = `${vec}_${ln}`;
-  if (!matvecKernels.has(key)) matvecKernels.set(key, matvecKernel(vec, ln));
+function matvecFor(vec, ln, unroll) {
+  const key = `${vec}_${ln}_${unroll}`;
+  if (!matvecKernels.has(key)) matvecKernels.set(key, matvecKernel(vec, ln, unroll));
   return matvecKernels.get(key);
+}
+const decodeAttentionKernels = new Map();
+function attentionDecodeFor(D, kvT) {
+  const key = `${D}_${kvT}`;
+  if (!decodeAttentionKernels.has(key)) decodeAttentionKernels.set(key, attentionDecode(D, kvT));
+  return decodeAttentionKernels.get(key);
+}
+const decodeQkvKernels = new Map();
+function attentionDecodeQkvFor(C, D, kvT) {
+  const key = `${C}_${D}_${kvT}`;
+  if (!decodeQkvKernels.has(key)) decodeQkvKernels.set(key, attentionDecodeQkv(C, D, kvT));
+  return decodeQkvKernels.get(key);
 }
 const groupKernels = new Map();
 const pairKernels = new Map();
@@ -115,7 +129,7 @@ export class Ops {
    */
   matmul(plan, form, args) {
     const d = this._matmulDispatch(form, args);
-    const k = d.matvec ? matvecFor(d.vec, !!d.ln) : matmulFor(form, d.tile, d.split, d.kcat, d.vec, d.ln, d.ce);
+    const k = d.matvec ? matvecFor(d.vec, !!d.ln, matvecUnroll(args.K, d.vec)) : matmulFor(form, d.tile, d.split, d.kcat, d.vec, d.ln, d.ce);
     const index = plan.add(k, d.uniforms, d.buffers, d.grid);
     return d.region ? this._splitFinal(plan, d.region, args.sums) : index;
   }
@@ -423,9 +437,39 @@ export class Ops {
     plan.add(crossEntropyBackward, { rows, V, scale: 1 / rows }, [logits, targets, losses], grid1d(crossEntropyWorkgroups(rows)));
   }
 
+  /** One query row per head (a decoded token) takes attention_decode where no layout is asked for. */
   attentionForward(plan, { B, T, kvT, past, H, C, q, k, v, out, lse, layout }) {
-    const D = C / H, A = attentionFor("forward", D, B * H * T, layout, this.subgroupWidth);
-    return plan.add(A.fwd, { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) }, [q, k, v, out, lse], attentionGrid(T, B * H, A.layout));
+    const D = C / H, values = { T, kvT, past, H, C, scale: 1 / Math.sqrt(D) };
+    if (T === 1 && !layout && attentionDecodeFits(D, kvT, this.workgroupLimit)) {
+      return plan.add(attentionDecodeFor(D, kvT), values, [q, k, v, out, lse], attentionDecodeGrid(B * H));
+    }
+    const A = attentionFor("forward", D, B * H * T, layout, this.subgroupWidth);
+    return plan.add(A.fwd, values, [q, k, v, out, lse], attentionGrid(T, B * H, A.layout));
+  }
+
+  /**
+   * Whether attentionDecodeQkv serves a decoded token of this shape: its workgroup memory fits the
+   * device, and every offset and stride it reads as vec4s is a multiple of 4 floats.
+   */
+  attentionDecodeQkvServes({ C, H, kvT, offsets }) {
+    return attentionDecodeQkvFits(C, H, kvT, this.workgroupLimit) && offsets.every((x) => x % 4 === 0);
+  }
+
+  /**
+   * A decoded token's ln1, q/k/v product and attention (one row, B = T = 1) in one dispatch, a
+   * workgroup per head: what layernormForward (or the product's LayerNorm prologue), the q/k/v product
+   * (batches: 3, weights and biases wStride floats apart, into qkv's views at row past) and
+   * attentionForward leave, in one dependent launch instead of two. x: the row at xOff; ln: {wOff, bOff,
+   * out, stats, eps}, out written at xOff, stats at 0; qkv: {buffer, stride}.
+   */
+  attentionDecodeQkv(plan, { C, H, kvT, past, x, xOff = 0, params, wOff, wStride, biasOff, qkv, out, lse, ln }) {
+    const D = C / H;
+    if (!this.attentionDecodeQkvServes({ C, H, kvT, offsets: [xOff, wOff, wStride, biasOff, qkv.stride, ln.wOff, ln.bOff] })) {
+      throw new Error(`attentionDecodeQkv: C = ${C}, ${H} heads, ${kvT} keys: no fused kernel on this device, or offsets not multiples of 4`);
+    }
+    return plan.add(attentionDecodeQkvFor(C, D, kvT), { C, H, kvT, past, x_off: xOff, w_off: wOff, w_stride: wStride, bias_off: biasOff,
+      qkv_stride: qkv.stride, ln_w_off: ln.wOff, ln_b_off: ln.bOff, ln_stats_off: 0, scale: 1 / Math.sqrt(D), ln_eps: ln.eps },
+    [x, params, qkv.buffer, out, lse, ln.out, ln.stats], attentionDecodeGrid(H));
   }
 
   /**

@@ -461,10 +461,18 @@ export class Trainer {
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
       const ln1 = normalised(n + "ln1", A.res[l], a.ln1, a.ln1s);
-      // q, k and v of row r at row past + r of their views (the KV cache's position, when decoding)
-      ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, cOff: past * C, bias: P,
-        biasOff: o[n + "attn.q_proj.bias"], batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
-      ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
+      const qkvProduct = { wOff: o[n + "attn.q_proj.weight"], biasOff: o[n + "attn.q_proj.bias"] };
+      if (rows === 1 && ln1.ln && ops.attentionDecodeQkvServes({ C, H, kvT: A.kvT,
+        offsets: [qkvProduct.wOff, qkvProduct.biasOff, this.projStride, a.stride, ln1.ln.wOff, ln1.ln.bOff] })) {
+        // a decoded token: ln1, the product and attention in one dispatch, a workgroup per head
+        ops.attentionDecodeQkv(plan, { C, H, kvT: A.kvT, past, x: A.res[l], params: P, ...qkvProduct, wStride: this.projStride,
+          qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, ln: ln1.ln });
+      } else {
+        // q, k and v of row r at row past + r of their views (the KV cache's position, when decoding)
+        ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: qkvProduct.wOff, C: a.qkv, cOff: past * C, bias: P,
+          biasOff: qkvProduct.biasOff, batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
+        ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
+      }
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
       const ln2 = normalised(n + "ln2", a.res2, a.ln2, a.ln2s);
       ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, ...ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });

@@ -5,7 +5,9 @@
 // dispatch alone (Trainer.profileStep). Per preset: the median over R steps of each dispatch, summed
 // by kernel family; the step's span from the first dispatch's start to the last one's end; and the
 // time between dispatches (Dawn's barrier and the next launch).
-//   node webgpu/bench/dispatch_timeline.mjs large,huge [out.json] [R=20] [WARMUP=20]
+// --decode: a decoded token's dispatches instead (the KV cache's plan at the window's last position,
+// ctx − 1 keys cached by a prefill), each timed token queued behind an untimed one, as in generation.
+//   node webgpu/bench/dispatch_timeline.mjs large,huge [out.json] [R=20] [WARMUP=20] [--decode]
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
@@ -16,10 +18,12 @@ import { median, raiseClocks, runSteps } from "./replay.mjs";
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
-const R = Number(process.argv[4] ?? 20), WARMUP = Number(process.argv[5] ?? 20);
+const decode = process.argv.includes("--decode");
+const [names, outPath, rounds, warmup] = process.argv.slice(2).filter((a) => a !== "--decode");
+const R = Number(rounds ?? 20), WARMUP = Number(warmup ?? 20);
 const { device } = await nodeDevice({ features: ["timestamp-query"], exactTimestamps: true });
 // a kernel's family: its name up to the tile or lane count (matmul_pair_backward_input_64x64w_... -> matmul_pair)
-const family = (name) => name.replace(/_(\d+x\d+|lanes|d\d+).*$/, "").replace(/^matmul_pair.*/, "matmul_pair");
+const family = (name) => name.replace(/_(\d+x\d+|lanes|c\d+|d\d+).*$/, "").replace(/^matmul_pair.*/, "matmul_pair");
 
 /**
  * While `timed` is set, a step's compute pass is split into one pass per dispatch, each with its
@@ -51,27 +55,56 @@ function splitPasses(querySet) {
   return { state, restore: () => { device.createCommandEncoder = createEncoder; } };
 }
 
+/** The trainer's plan to time, and `round()`: queues one timed run of it behind an untimed one. */
+async function trainingRounds(trainer) {
+  await runSteps(trainer, WARMUP);
+  return {
+    plan: trainer.trainPlan,
+    async round(split) {
+      // the step before keeps the GPU busy, as in training: time the second of two steps in flight
+      const before = (await trainer.step()).loss;
+      split.state.timed = true;
+      const loss = (await trainer.step()).loss;
+      split.state.timed = false;
+      await Promise.all([before, loss]);
+    },
+  };
+}
+
+async function decodeRounds(trainer) {
+  const pos = trainer.cfg.ctx - 1, prompt = Array.from({ length: pos }, (_, i) => 32 + (i % 90));
+  await trainer._prefill(prompt);
+  for (let i = 0; i < WARMUP; i++) await trainer._decode(66, pos);
+  trainer.nextDecode = null;
+  return {
+    plan: trainer.genPlan,
+    async round(split) {
+      const before = trainer._decodeCommands(pos);
+      split.state.timed = true;
+      const timed = trainer._decodeCommands(pos);
+      split.state.timed = false;
+      trainer.device.queue.submit([before.commands, timed.commands]);
+      await trainer.device.queue.onSubmittedWorkDone();
+    },
+  };
+}
+
 const out = {};
-for (const name of process.argv[2].split(",")) {
+for (const name of names.split(",")) {
   const trainer = new Trainer(device, configFromPresets(presets, name), { corpus });
-  const entries = trainer.trainPlan.entries, n = entries.length;
+  const { plan, round } = await (decode ? decodeRounds : trainingRounds)(trainer);
+  const entries = plan.entries, n = entries.length;
   const querySet = device.createQuerySet({ type: "timestamp", count: 2 * n });
   const resolved = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
   const readback = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
-  await runSteps(trainer, WARMUP);
   // compiling and the first steps left the GPU idle, so its clocks may still be low: medium timed
   // first in a process read a 5.6 ms step span, against 1.48 when it followed small (H100)
   await raiseClocks(device, trainer.ops);
   const split = splitPasses(querySet);
-  const runs = []; // per step: [start, end] of each dispatch in µs from the step's first start
+  const runs = []; // per round: [start, end] of each dispatch in µs from the first one's start
   for (let r = 0; r < R; r++) {
-    // the step before keeps the GPU busy, as in training: time the second of two steps in flight
-    const before = (await trainer.step()).loss;
-    split.state.timed = true;
     split.state.count = 0;
-    const loss = (await trainer.step()).loss;
-    split.state.timed = false;
-    await Promise.all([before, loss]);
+    await round(split);
     const enc = device.createCommandEncoder();
     enc.resolveQuerySet(querySet, 0, 2 * n, resolved, 0);
     enc.copyBufferToBuffer(resolved, 0, readback, 0, 16 * n);
@@ -93,7 +126,7 @@ for (const name of process.argv[2].split(",")) {
   const spanUs = median(runs.map((run) => run[n - 1][1]));
   const busyUs = dispatches.reduce((s, d) => s + d.us, 0), gapUs = dispatches.reduce((s, d) => s + d.gapUs, 0);
   out[name] = { dispatches: n, spanUs, busyUs, gapUs, families: Object.values(families).sort((a, b) => b.us - a.us), each: dispatches };
-  console.log(`${name}: ${n} dispatches, step span ${(spanUs / 1e3).toFixed(3)} ms = ${(busyUs / 1e3).toFixed(3)} ms in dispatches + ` +
+  console.log(`${name}: ${n} dispatches, ${decode ? "token" : "step"} span ${(spanUs / 1e3).toFixed(3)} ms = ${(busyUs / 1e3).toFixed(3)} ms in dispatches + ` +
     `${(gapUs / 1e3).toFixed(3)} ms between them (median ${median(dispatches.slice(1).map((d) => d.gapUs)).toFixed(1)} µs)`);
   for (const f of out[name].families) {
     console.log(`  ${f.family.padEnd(34)} ${String(f.count).padStart(4)} × ${(f.us / f.count).toFixed(1).padStart(7)} µs = ${(f.us / 1e3).toFixed(3)} ms (${(100 * f.us / busyUs).toFixed(0)}%)`);
@@ -101,5 +134,5 @@ for (const name of process.argv[2].split(",")) {
   trainer.destroy();
   for (const x of [querySet, resolved, readback]) x.destroy();
 }
-if (process.argv[3]) writeFileSync(process.argv[3], JSON.stringify(out, null, 1) + "\n");
+if (outPath) writeFileSync(outPath, JSON.stringify(out, null, 1) + "\n");
 device.destroy();

@@ -7,7 +7,8 @@
 // (for any M, N, K) × vec4 reads or not × split-K or not (where the trainer splits that form on
 // that tile) × K-concatenation or not (input gradients) × a LayerNorm prologue (over rows of 128) or
 // not (unsplit forward products) × a cross-entropy prologue (over rows of 256) or not (unsplit input
-// gradients); a decoded token's one-row products as dot products (matvec.js); each LayerNorm lane count, the block-end kernels and the embedding's backward that sums
+// gradients); a decoded token's one-row products as dot products (matvec.js) and its attention apart
+// from q/k/v (attention_decode.js); each LayerNorm lane count, the block-end kernels and the embedding's backward that sums
 // the head's slabs; the LayerNorm and attention kernels without subgroups
 // and at the subgroup widths of SUBGROUP_DUMP_WIDTHS. These are a GPU's tiles: a software adapter's twins
 // (matmul.js softwareTile) are compiled by every test that trains on SwiftShader.
@@ -18,7 +19,8 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
 import { MATMUL_FORMS, chooseTile, chooseSummedSplits, matmulKernel, matmulSplitFinal } from "../kernels/matmul.js";
-import { matvecKernel } from "../kernels/matvec.js";
+import { matvecKernel, MAX_UNROLL as MATVEC_MAX_UNROLL } from "../kernels/matvec.js";
+import { attentionDecode, attentionDecodeFits } from "../kernels/attention_decode.js";
 import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernel } from "../kernels/layernorm.js";
 import { embeddingBackwardNormSlabs } from "../kernels/embedding.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
@@ -80,11 +82,23 @@ for (const form of Object.keys(MATMUL_FORMS)) {
     }
   }
 }
-// a decoded token's products, as dot products (the plans above take the vec4 ones only)
+// a decoded token's attention apart from its q/k/v product (attention_decode.js), which a plan takes
+// where the fused kernel (attention_decode_qkv.js) does not fit: each preset's head size and window
+for (const preset of Object.keys(presets.presets)) {
+  const { dModel: C, nHead: H, ctx } = presets.presets[preset];
+  if (attentionDecodeFits(C / H, ctx)) {
+    const k = attentionDecode(C / H, ctx);
+    add(k.name, k.code);
+  }
+}
+// a decoded token's products, as dot products, each number of steps a round (the plans above take
+// the vec4 ones only, and those their K asks for)
 for (const vec of [false, true]) {
   for (const ln of [false, true]) {
-    const k = matvecKernel(vec, ln);
-    add(k.name, k.code);
+    for (let unroll = 1; unroll <= MATVEC_MAX_UNROLL; unroll++) {
+      const k = matvecKernel(vec, ln, unroll);
+      add(k.name, k.code);
+    }
   }
 }
 add(matmulSplitFinal.name, matmulSplitFinal.code);

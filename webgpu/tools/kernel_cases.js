@@ -3,7 +3,7 @@
 // comes back as a Float32Array. The Python side computes the references and compares.
 import { Ops, SplitSums, adamwValues, normPartialCount } from "../ops.js";
 import { Plan } from "../plan.js";
-import { ATTENTION_LAYOUTS } from "../kernels/attention.js";
+import { ATTENTION_LAYOUTS, attentionLayoutFor } from "../kernels/attention.js";
 
 /**
  * cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array}. A case
@@ -190,8 +190,17 @@ export async function runKernelCases(device, cases, inputs) {
     },
     attention_cached(c, plan) {
       const { T, past, kvT, H, C } = c, out = empty(T * C), lse = empty(H * T);
-      ops.attentionForward(plan, { B: 1, T, kvT, past, H, C, q: input(`${c.id}_q`), k: input(`${c.id}_k`), v: input(`${c.id}_v`), out, lse });
+      // tiled: attention.js's kernel for one query too (a layout asked for)
+      const layout = c.tiled ? attentionLayoutFor("forward", C / H, H * T) : undefined;
+      ops.attentionForward(plan, { B: 1, T, kvT, past, H, C, q: input(`${c.id}_q`), k: input(`${c.id}_k`), v: input(`${c.id}_v`), out, lse, layout });
       return { out: [out, T * C], lse: [lse, H * T] };
+    },
+    attention_decode_qkv(c, plan) {
+      const { C, H, kvT, past, xOff, wOff, wStride, biasOff, lnW, lnB, qkvStride } = c, qkv = input(`${c.id}_qkv`);
+      const out = empty(C), lse = empty(H), ln = empty(xOff + C), stats = empty(2);
+      ops.attentionDecodeQkv(plan, { C, H, kvT, past, x: input(`${c.id}_x`), xOff, params: input(`${c.id}_P`), wOff, wStride, biasOff,
+        qkv: { buffer: qkv, stride: qkvStride }, out, lse, ln: { wOff: lnW, bOff: lnB, out: ln, stats, eps: c.eps } });
+      return { out: [out, C], lse: [lse, H], qkv: [qkv, 3 * qkvStride], ln: [ln, xOff + C], stats: [stats, 2] };
     },
     adamw(c, plan) {
       const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
