@@ -50,6 +50,9 @@ wgsl_bench . webgpu_bench ${PROFILE:+--profile 1} 2> >(tee "$OUT/webgpu_bench.lo
 # DISPATCHES=1: each dispatch's GPU time in place, inside running steps (dispatch_timeline.mjs)
 [ -z "${DISPATCHES:-}" ] || /tmp/wg/bin/node webgpu/bench/dispatch_timeline.mjs "${DISPATCH_PRESETS-$PRESETS}" "$OUT/dispatch_timeline.json" 20 20 \
   2> >(without_warnings >&2) || echo "dispatch timeline failed: exit $?"
+# DECODE_DISPATCHES=1: the same for a decoded token's dispatches, at the window's last position
+[ -z "${DECODE_DISPATCHES:-}" ] || /tmp/wg/bin/node webgpu/bench/dispatch_timeline.mjs "${DISPATCH_PRESETS-$PRESETS}" "$OUT/decode_timeline.json" 20 20 \
+  --decode 2> >(without_warnings >&2) || echo "decode timeline failed: exit $?"
 # BASELINE=DIR (a carried copy of an earlier commit's webgpu/ and site/static/, e.g. from `git archive`):
 # the same WGSL bench on that code, then this code again, in the same call (A/B/A against drift)
 if [ -n "${BASELINE:-}" ]; then

@@ -216,6 +216,9 @@ export async function runKernelCases(device, cases, inputs) {
   for (const c of cases) {
     ops = c.subgroups ? withSubgroups : plain;
     if (c.subgroups) results[`${c.id}_width`] = Float32Array.of(ops.subgroupWidth);
+    // a shader that does not compile, or a dispatch the device refuses, fails the case with the device's
+    // message, not as outputs left at zero
+    device.pushErrorScope("validation");
     const plan = new Plan(device, ops.pipelines, c.id);
     const outputs = run[c.op](c, plan);
     plan.freeze();
@@ -224,6 +227,8 @@ export async function runKernelCases(device, cases, inputs) {
     plan.encode(pass);
     pass.end();
     device.queue.submit([enc.finish()]);
+    const refused = await device.popErrorScope();
+    if (refused) throw new Error(`kernel case ${c.id} (${c.op}): ${refused.message}`);
     for (const [name, [buf, count, offset]] of Object.entries(outputs)) results[`${c.id}_${name}`] = await read(buf, count, offset);
     plan.destroy();
   }
