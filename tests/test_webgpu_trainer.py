@@ -140,11 +140,18 @@ def test_overfit_gate(host):
     assert losses[-1] < 0.05
 
 
-def test_worker_kv_cache_matches_full_forward(host):
+# the tiny preset decodes through attention_decode_qkv.js (ln1, q/k/v and attention in one dispatch); heads of 12
+# (D/4 = 3 divides no workgroup of either decode kernel) through the one-row product and attention.js's tiles
+KV_CACHE_MODELS = {"fused": {}, "unfused": {"model": {"nHead": 3, "dModel": 36}}}
+
+
+@pytest.mark.parametrize("kind", KV_CACHE_MODELS)
+def test_worker_kv_cache_matches_full_forward(host, kind):
     """In a module Web Worker: KV-cache decoding gives python_ref's logits at every position; generation streams."""
-    cfg, tc = configs({})
+    overrides = KV_CACHE_MODELS[kind]
+    cfg, tc = configs(overrides)
     prompt = list(b"ROMEO: what light through yonder")[: cfg.ctx]
-    job = {"preset": "tiny", "steps": 0, "decode": prompt,
+    job = {"preset": "tiny", "overrides": overrides, "steps": 0, "decode": prompt,
            "generate": {"prompt": list(b"ROMEO:"), "maxNewTokens": 30, "temperature": 0.8, "topK": 40, "seed": 3}}
     run = host.page.evaluate(
         "async (job) => (await import('/webgpu/tools/browser_entry.js')).trainJobInWorker(job)", job)
@@ -153,8 +160,9 @@ def test_worker_kv_cache_matches_full_forward(host):
         ref = model(torch.tensor([prompt]))[0][0].numpy()
     got = np.stack([from_b64(s) for s in run["decodeLogits"]])
     err = float(np.abs(got - ref).max())
-    print(f"KV-cache decode of {len(prompt)} tokens vs full forward: "
+    print(f"KV-cache decode ({kind}: {run['decodeKernels']}) of {len(prompt)} tokens vs full forward: "
           f"max abs logit difference {err:.3g} (tolerance 1e-4)")
+    assert ("attention_decode_qkv" in " ".join(run["decodeKernels"])) == (kind == "fused")
     assert err < 1e-4
     # 30 tokens after a 6-token prompt cross the ctx=32 window: the cache is rebuilt once on the way
     assert len(run["generated"]) == 30 and run["streamed"] == run["generated"]

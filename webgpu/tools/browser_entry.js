@@ -101,7 +101,10 @@ export async function trainJob(job) {
     if (job.lossBatch) result.batchLoss = await trainer.lossOn(Uint32Array.from(job.lossBatch.x), Uint32Array.from(job.lossBatch.y));
     if (job.evaluate) result.valLoss = await trainer.evaluate();
     if (job.exportState) result.state = toBase64(await trainer.exportState());
-    if (job.decode) result.decodeLogits = (await trainer.decodeLogits(job.decode)).map(f32b64);
+    if (job.decode) {
+      result.decodeLogits = (await trainer.decodeLogits(job.decode)).map(f32b64);
+      result.decodeKernels = [...new Set(trainer.genPlan.entries.map((e) => e.kernel.name))];
+    }
     if (job.generate) {
       const streamed = [];
       const out = await trainer.generate(Uint8Array.from(job.generate.prompt), { ...job.generate, onToken: (t) => streamed.push(t) });
