@@ -796,8 +796,8 @@ attention_cached_case(1, 45, 64, 2, 32)  # a decode step
 attention_cached_case(1, 45, 64, 2, 32, tiled=True)
 attention_cached_case(1, 100, 128, 1, 64)
 attention_cached_case(1, 0, 32, 3, 16)  # the first token: one key, most invocations with none
-attention_cached_case(1, 511, 512, 2, 64)  # a full window of 512 keys: 4 a score invocation, 64 a value lane
-attention_cached_case(1, 300, 400, 4, 8)  # 64 key groups of 2 lanes; the window part full
+attention_cached_case(1, 511, 512, 2, 64)  # a full 512-key window: 2 a score invocation, 32 a value lane in 4 rounds
+attention_cached_case(1, 300, 400, 4, 8)  # 128 key groups of 2 lanes; the window part full
 attention_cached_case(5, 7, 16, 2, 16)
 
 
