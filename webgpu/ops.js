@@ -17,37 +17,22 @@ import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernel
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
 
-const matmulKernels = new Map();
-function matmulFor(form, tile, split, kcat, vec, ln, ce) {
-  const key = `${form}_${tile}_${split}_${kcat}_${vec}_${ln}_${ce}`;
-  if (!matmulKernels.has(key)) matmulKernels.set(key, matmulKernel(form, tile, split, kcat, vec, ln, ce));
-  return matmulKernels.get(key);
-}
-const matvecKernels = new Map();
-function matvecFor(vec, ln, unroll) {
-  const key = `${vec}_${ln}_${unroll}`;
-  if (!matvecKernels.has(key)) matvecKernels.set(key, matvecKernel(vec, ln, unroll));
-  return matvecKernels.get(key);
-}
-const decodeAttentionKernels = new Map();
-function attentionDecodeFor(D, kvT) {
-  const key = `${D}_${kvT}`;
-  if (!decodeAttentionKernels.has(key)) decodeAttentionKernels.set(key, attentionDecode(D, kvT));
-  return decodeAttentionKernels.get(key);
-}
-const decodeQkvKernels = new Map();
-function attentionDecodeQkvFor(C, D, kvT) {
-  const key = `${C}_${D}_${kvT}`;
-  if (!decodeQkvKernels.has(key)) decodeQkvKernels.set(key, attentionDecodeQkv(C, D, kvT));
-  return decodeQkvKernels.get(key);
-}
-const groupKernels = new Map();
-const pairKernels = new Map();
-function matmulPairFor(first, second, vec) {
-  const key = JSON.stringify([first, second, vec]);
-  if (!pairKernels.has(key)) pairKernels.set(key, matmulPairKernel(first, second, vec));
-  return pairKernels.get(key);
-}
+// Each kernel variant is generated once per process (pipelines are cached by its name): `make` memoised
+// on its arguments.
+const memoised = (make) => {
+  const made = new Map();
+  return (...args) => {
+    const key = JSON.stringify(args);
+    if (!made.has(key)) made.set(key, make(...args));
+    return made.get(key);
+  };
+};
+const matmulFor = memoised(matmulKernel);
+const matvecFor = memoised(matvecKernel);
+const attentionDecodeFor = memoised(attentionDecode);
+const attentionDecodeQkvFor = memoised(attentionDecodeQkv);
+const matmulGroupFor = memoised(matmulGroupKernel);
+const matmulPairFor = memoised(matmulPairKernel);
 // A pair's tiles must have as many invocations: where no tile is given, a tile other than an unsliced
 // one of 16×16 invocations becomes the 256-invocation 32×32 (2×2 each, the input gradients' choice
 // at tiny).
@@ -61,19 +46,13 @@ export function tilesPair(inputGrad, weightGrad, workgroupLimit = 16384) {
   return tileShape(inputGrad.tile).threads === tileShape(weightGrad.tile).threads
     && pairSlabs({ form: "backward_input", ...inputGrad }, { form: "backward_weight", ...weightGrad }).bytes <= workgroupLimit;
 }
-const attentionKernels = new Map();
+const attentionKernelsFor = memoised((kind, D, options, G) => {
+  const layout = attentionLayout(D, options);
+  return kind === "forward" ? { layout, fwd: attentionForward(D, layout, G) } : { layout, backward: attentionBackward(D, layout, G) };
+});
 // kind: "forward" or "backward"; options: attentionLayout's (attentionLayoutFor's for `rows`, the
 // query rows over all heads, where absent; the layout bench tries others); G: the subgroup width
-function attentionFor(kind, D, rows, options, G) {
-  options ??= attentionLayoutFor(kind, D, rows);
-  const key = JSON.stringify([kind, D, options, G]);
-  if (!attentionKernels.has(key)) {
-    const layout = attentionLayout(D, options);
-    attentionKernels.set(key, kind === "forward" ? { layout, fwd: attentionForward(D, layout, G) }
-      : { layout, backward: attentionBackward(D, layout, G) });
-  }
-  return attentionKernels.get(key);
-}
+const attentionFor = (kind, D, rows, options, G) => attentionKernelsFor(kind, D, options ?? attentionLayoutFor(kind, D, rows), G);
 
 const cachesByDevice = new WeakMap(); // pipelines are shared by every trainer of a device
 /** The pipelines made on a device so far, by kernel name (every Ops of the device shares them). */
@@ -182,10 +161,8 @@ export class Ops {
     const specs = d.map((x, i) => ({ form, split: x.split, values: x.uniforms, grid: x.grid, slabOff: products[i].partialsOff,
       buffers: { A: `A${As.indexOf(products[i].A)}`, B: `B${Bs.indexOf(products[i].B)}`, C: x.split ? "partials" : "C" } }));
     const bindings = [...As.map((_, i) => [`A${i}`, "read"]), ...Bs.map((_, i) => [`B${i}`, "read"]), ["C", "rw"], ...partials.map(() => ["partials", "rw"])];
-    const key = JSON.stringify([d[0].tile, specs, bindings, vec]);
-    if (!groupKernels.has(key)) groupKernels.set(key, matmulGroupKernel(d[0].tile, specs, bindings, vec));
     const workgroups = d.reduce((n, x) => n + x.grid[0] * x.grid[1] * x.grid[2], 0);
-    const index = plan.add(groupKernels.get(key), { workgroups }, [...As, ...Bs, products[0].C, ...partials], grid1d(workgroups));
+    const index = plan.add(matmulGroupFor(d[0].tile, specs, bindings, vec), { workgroups }, [...As, ...Bs, products[0].C, ...partials], grid1d(workgroups));
     d.forEach((x, i) => x.region && this._splitFinal(plan, x.region, products[i].sums));
     return index;
   }
@@ -448,11 +425,12 @@ export class Ops {
   }
 
   /**
-   * Whether attentionDecodeQkv serves a decoded token of this shape: its workgroup memory fits the
-   * device, and every offset and stride it reads as vec4s is a multiple of 4 floats.
+   * Whether attentionDecodeQkv serves these arguments: its workgroup memory fits the device, and every
+   * offset and stride it reads as vec4s is a multiple of 4 floats.
    */
-  attentionDecodeQkvServes({ C, H, kvT, offsets }) {
-    return attentionDecodeQkvFits(C, H, kvT, this.workgroupLimit) && offsets.every((x) => x % 4 === 0);
+  attentionDecodeQkvServes({ C, H, kvT, xOff = 0, wOff, wStride, biasOff, qkv, ln }) {
+    return attentionDecodeQkvFits(C, H, kvT, this.workgroupLimit)
+      && [xOff, wOff, wStride, biasOff, qkv.stride, ln.wOff, ln.bOff].every((x) => x % 4 === 0);
   }
 
   /**
@@ -462,9 +440,9 @@ export class Ops {
    * attentionForward leave, in one dependent launch instead of two. x: the row at xOff; ln: {wOff, bOff,
    * out, stats, eps}, out written at xOff, stats at 0; qkv: {buffer, stride}.
    */
-  attentionDecodeQkv(plan, { C, H, kvT, past, x, xOff = 0, params, wOff, wStride, biasOff, qkv, out, lse, ln }) {
-    const D = C / H;
-    if (!this.attentionDecodeQkvServes({ C, H, kvT, offsets: [xOff, wOff, wStride, biasOff, qkv.stride, ln.wOff, ln.bOff] })) {
+  attentionDecodeQkv(plan, args) {
+    const { C, H, kvT, past, x, xOff = 0, params, wOff, wStride, biasOff, qkv, out, lse, ln } = args, D = C / H;
+    if (!this.attentionDecodeQkvServes(args)) {
       throw new Error(`attentionDecodeQkv: C = ${C}, ${H} heads, ${kvT} keys: no fused kernel on this device, or offsets not multiples of 4`);
     }
     return plan.add(attentionDecodeQkvFor(C, D, kvT), { C, H, kvT, past, x_off: xOff, w_off: wOff, w_stride: wStride, bias_off: biasOff,

@@ -461,16 +461,15 @@ export class Trainer {
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
       const ln1 = normalised(n + "ln1", A.res[l], a.ln1, a.ln1s);
-      const qkvProduct = { wOff: o[n + "attn.q_proj.weight"], biasOff: o[n + "attn.q_proj.bias"] };
-      if (rows === 1 && ln1.ln && ops.attentionDecodeQkvServes({ C, H, kvT: A.kvT,
-        offsets: [qkvProduct.wOff, qkvProduct.biasOff, this.projStride, a.stride, ln1.ln.wOff, ln1.ln.bOff] })) {
-        // a decoded token: ln1, the product and attention in one dispatch, a workgroup per head
-        ops.attentionDecodeQkv(plan, { C, H, kvT: A.kvT, past, x: A.res[l], params: P, ...qkvProduct, wStride: this.projStride,
-          qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, ln: ln1.ln });
+      // a decoded token: ln1, the q/k/v product and attention in one dispatch, a workgroup per head
+      const fused = { C, H, kvT: A.kvT, past, x: A.res[l], params: P, wOff: o[n + "attn.q_proj.weight"], wStride: this.projStride,
+        biasOff: o[n + "attn.q_proj.bias"], qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, ln: ln1.ln };
+      if (rows === 1 && ln1.ln && ops.attentionDecodeQkvServes(fused)) {
+        ops.attentionDecodeQkv(plan, fused);
       } else {
         // q, k and v of row r at row past + r of their views (the KV cache's position, when decoding)
-        ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: qkvProduct.wOff, C: a.qkv, cOff: past * C, bias: P,
-          biasOff: qkvProduct.biasOff, batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
+        ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: fused.wOff, C: a.qkv, cOff: past * C, bias: P,
+          biasOff: fused.biasOff, batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
         ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
       }
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });

@@ -6,6 +6,7 @@
 // what layernorm_forward would, as the prologue does. The new key and value go to the KV cache (the
 // q/k/v views of one buffer, row past) and are read back by the same workgroup after a storage barrier.
 import { kernel, range, workgroupSum } from "./kernel.js";
+import { rowStatistics } from "./matvec.js";
 import { attendBytes, attendOne } from "./attention_decode.js";
 
 const THREADS = 256; // whatever the window: the product's passes, not the attention's tree, are the longer part
@@ -66,13 +67,7 @@ fn attention_decode_qkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
   let h = wid.x;
   let keys = p.past + 1u;
   let KOFF = p.qkv_stride / 4u;
-  // ln1 of the row, in two passes (the mean, then the squares about it), as layernorm_forward
-  var row_sum = 0.0;
-  for (var k = li; k < C4; k += THREADS) { let x = X[p.x_off / 4u + k]; row_sum += (x.x + x.y) + (x.z + x.w); }
-  let mean = wg_sum(row_sum, li) / f32(C);
-  var sq = 0.0;
-  for (var k = li; k < C4; k += THREADS) { let d = X[p.x_off / 4u + k] - mean; sq += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w); }
-  let rstd = 1.0 / sqrt(wg_sum(sq, li) / f32(C) + p.ln_eps);
+  // ln1 of the row${rowStatistics({ at: (k) => `X[(p.x_off + ${k}) / 4u]`, count: "C", W: 4, threads: THREADS })}
   for (var k = li; k < C4; k += THREADS) {
     let y = (X[p.x_off / 4u + k] - mean) * rstd * P[p.ln_w_off / 4u + k] + P[p.ln_b_off / 4u + k];
     xn[k] = y;

@@ -24,6 +24,26 @@ export const matvecUnroll = (K, vec) => Math.min(MAX_UNROLL, Math.ceil(K / (LANE
 /** Workgroups [x, y] for a product of N outputs (z: its batches). */
 export const matvecGrid = (N) => [Math.ceil(N / COLS), 1];
 
+// the WGSL of the sum of a W-wide value's components, in a fixed order
+const componentSum = (W) => (W === 4 ? (x) => `((${x}).x + (${x}).y) + ((${x}).z + (${x}).w)` : (x) => x);
+
+/**
+ * WGSL declaring `mean` and `rstd` of a row of `count` floats for a LayerNorm, as layernorm_forward:
+ * two passes (the mean, then the squares about it), every invocation of `threads` summing a strided
+ * share of W-wide elements (at(k): the WGSL of the row's value at element k), the shares meeting in
+ * kernel.js's wg_sum tree (declared by the caller). Call from uniform control flow.
+ */
+export function rowStatistics({ at, count, W, threads }) {
+  const sum = componentSum(W);
+  return /* wgsl */ `
+  var row_sum = 0.0;
+  for (var k = li * ${W}u; k < ${count}; k += ${threads * W}u) { let x = ${at("k")}; row_sum = row_sum + ${sum("x")}; }
+  let mean = wg_sum(row_sum, li) / f32(${count});
+  var row_sq = 0.0;
+  for (var k = li * ${W}u; k < ${count}; k += ${threads * W}u) { let d = ${at("k")} - mean; row_sq = row_sq + ${sum("d * d")}; }
+  let rstd = 1.0 / sqrt(wg_sum(row_sq, li) / f32(${count}) + p.ln_eps);`;
+}
+
 /**
  * vec: A, B (and LN) read as vec4s: K, the offsets and the strides multiples of 4 floats.
  * ln: with matmul.js's LayerNorm prologue over the row (A holds x; LN_UNIFORMS).
@@ -32,16 +52,8 @@ export const matvecGrid = (N) => [Math.ceil(N / COLS), 1];
 export function matvecKernel(vec = false, ln = false, unroll = MAX_UNROLL) {
   const W = vec ? 4 : 1, T = vec ? "vec4f" : "f32", zero = vec ? "vec4f(0.0)" : "0.0";
   const at = (i) => (vec ? `(${i}) / 4u` : i); // an element index as an index into A, B or LN
-  const sum = vec ? (x) => `((${x}).x + (${x}).y) + ((${x}).z + (${x}).w)` : (x) => x;
-  // the row's LayerNorm statistics: every invocation sums a strided share of the row, the shares meet
-  // in wg_sum's tree; two passes (the mean, then the squares about it), as layernorm_forward
-  const prologue = /* wgsl */ `
-  var s = 0.0;
-  for (var k = li * ${W}u; k < p.K; k += ${THREADS * W}u) { let x = A[${at("a_base + k")}]; s = s + ${sum("x")}; }
-  let mean = wg_sum(s, li) / f32(p.K);
-  var q = 0.0;
-  for (var k = li * ${W}u; k < p.K; k += ${THREADS * W}u) { let d = A[${at("a_base + k")}] - mean; q = q + ${sum("d * d")}; }
-  let rstd = 1.0 / sqrt(wg_sum(q, li) / f32(p.K) + p.ln_eps);
+  const sum = componentSum(W);
+  const prologue = /* wgsl */ `${rowStatistics({ at: (k) => `A[${at(`a_base + ${k}`)}]`, count: "p.K", W, threads: THREADS })}
   if (li == 0u) { row_stats = vec2f(mean, rstd); }
   workgroupBarrier();
   // the first workgroup stores what layernorm_forward would: LayerNorm(x) and (mean, rstd)
@@ -51,15 +63,17 @@ export function matvecKernel(vec = false, ln = false, unroll = MAX_UNROLL) {
   }`;
   const loadA = ln ? /* wgsl */ `
 var<workgroup> row_stats: vec2f; // (mean, rstd) of the row
+// x normalised, times the LayerNorm's weight w, plus its bias c
+fn ln_apply(x: ${T}, w: ${T}, c: ${T}) -> ${T} { return (x - row_stats.x) * row_stats.y * w + c; }
 fn load_a(base: u32, k: u32) -> ${T} {
-  return (A[${at("base + k")}] - row_stats.x) * row_stats.y * B[${at("p.ln_w_off + k")}] + B[${at("p.ln_b_off + k")}];
+  return ln_apply(A[${at("base + k")}], B[${at("p.ln_w_off + k")}], B[${at("p.ln_b_off + k")}]);
 }` : /* wgsl */ `
 fn load_a(base: u32, k: u32) -> ${T} { return A[${at("base + k")}]; }`;
   // A lane's steps, `unroll` a round, every load of a round issued before the first product waits on
   // one: a step at a time waited out a load's latency each time (massive's K = 1536: 12 in a row). A
   // step past K reads the row's last element and multiplies it by 0, which leaves the sum as it is.
   // The loads of the round from k (names suffixed s): B's element, and A's, or with the LayerNorm x
-  // and the norm's weight and bias, which the products combine as load_a does
+  // and the norm's weight and bias, which the products combine with ln_apply
   const stepLoads = (k, s) => range(unroll).map((u) => {
     const at_k = (base) => at(`${base} + min(k${s}${u}, p.K - ${W}u)`);
     return /* wgsl */ `    let k${s}${u} = ${k} + ${u * LANES * W}u;
@@ -69,7 +83,7 @@ ${ln ? `    let x${s}${u} = A[${at_k("a_base")}];
     let c${s}${u} = B[${at_k("p.ln_b_off")}];` : `    let a${s}${u} = A[${at_k("a_base")}];`}`;
   }).join("\n");
   const stepProducts = (s) => range(unroll).map((u) => (ln
-    ? `    acc = acc + ((x${s}${u} - row_stats.x) * row_stats.y * w${s}${u} + c${s}${u}) * b${s}${u};`
+    ? `    acc = acc + ln_apply(x${s}${u}, w${s}${u}, c${s}${u}) * b${s}${u};`
     : `    acc = acc + a${s}${u} * b${s}${u};`)).join("\n");
   const entryPoint = "matvec_forward";
   const name = `${entryPoint}${vec ? "_vec4" : ""}${ln ? "_ln" : ""}_u${unroll}`;
