@@ -801,43 +801,70 @@ attention_cached_case(1, 300, 400, 4, 8)  # 128 key groups of 2 lanes; the windo
 attention_cached_case(5, 7, 16, 2, 16)
 
 
-# --- a decoded token's ln1, q/k/v product and attention in one dispatch (attention_decode_qkv.js): the row x at
-# x_off, the weights in the parameters wStride floats apart with their biases, the KV cache's q/k/v views qkvStride
-# floats apart (rows other than past hold earlier keys and values, or noise past the window); against float64
-def attention_decode_qkv_case(past, kvT, H, D, x_off=8, eps=1e-5):
+# --- the decode chain (decode_row.js): each dispatch starts from a residual row `base` plus a bias plus n partial
+# rows of `parts` (none: the row as it is), stores that sum, and leaves its own partial rows in `parts`. A summed
+# row's float64 reference, and the inputs a case's row takes (base at base_off, bias in P at bias_off, the partial
+# rows at parts_off of a parts buffer with noise around them)
+def summed_row_inputs(C, nparts, P_len, parts_len, base_off=8, parts_off=None):
+    base = np.concatenate([np.zeros(base_off), rng.standard_normal(C) * 2 + 0.5])
+    parts_off = parts_len - nparts * C if parts_off is None else parts_off
+    parts = rng.standard_normal(parts_len) * 0.5
+    bias_off = P_len
+    P_extra = rng.standard_normal(C + 4) * 0.3
+    row = f32(base).astype(np.float64)[base_off:]
+    if nparts:
+        row = row + f32(P_extra).astype(np.float64)[:C] \
+            + f32(parts).astype(np.float64)[parts_off:parts_off + nparts * C].reshape(nparts, C).sum(0)
+    values = dict(baseOff=base_off, biasOff=bias_off, partsOff=parts_off, nparts=nparts)
+    return row, values, base, P_extra, parts
+
+
+def layernorm64(x, w, b, eps):
+    mean = x.mean()
+    return (x - mean) / math.sqrt(((x - mean) ** 2).mean() + eps) * w + b
+
+
+def check_summed_row(name, o, row):
+    report(f"{name} the summed row stored", o["store"][8:], row, 2e-5)
+
+
+# attention_decode_qkv.js: the row, ln1, q/k/v into the KV cache's views (qkvStride floats apart; rows other than
+# past hold earlier keys and values, or noise past the window), attention, and o_proj's partial row of each head
+def attention_decode_qkv_case(past, kvT, H, D, nparts, eps=1e-5):
     C = H * D
     # each projection's weight and bias together (as the model's layout), padded: wStride apart
     w_off, w_stride = 12, C * C + C + 4
     bias_off = w_off + C * C
     ln_w = w_off + 3 * w_stride + 4
     ln_b = ln_w + C + 4
-    P = rng.standard_normal(ln_b + C + 4) * 0.3
+    o_off = ln_b + C + 4
+    P_len = o_off + C * C + 4
+    parts_out = 4 * C  # the heads' partial rows after 4 rows of others
+    row, values, base, P_extra, parts = summed_row_inputs(C, nparts, P_len, parts_out + H * C + nparts * C + 8,
+                                                          parts_off=parts_out + H * C)
+    P = np.concatenate([rng.standard_normal(P_len) * (2 / math.sqrt(C)), P_extra])  # products of order 1 at every width
     P[ln_w:ln_w + C] += 1.0
-    x = np.concatenate([np.zeros(x_off), rng.standard_normal(C) * 2 + 0.5])
     qkv_stride = ((kvT * C + 63) // 64) * 64
     cache = rng.standard_normal(3 * qkv_stride)
-    xf = f32(x).astype(np.float64)[x_off:]
     Pf = f32(P).astype(np.float64)
-    mean = xf.mean()
-    rstd = 1 / math.sqrt(((xf - mean) ** 2).mean() + eps)
-    ln = (xf - mean) * rstd * Pf[ln_w:ln_w + C] + Pf[ln_b:ln_b + C]
+    ln = layernorm64(row, Pf[ln_w:ln_w + C], Pf[ln_b:ln_b + C], eps)
     new = [Pf[w_off + i * w_stride:w_off + i * w_stride + C * C].reshape(C, C) @ ln
            + Pf[bias_off + i * w_stride:bias_off + i * w_stride + C] for i in range(3)]
     cache64 = f32(cache).astype(np.float64)
     views = [cache64[i * qkv_stride:i * qkv_stride + kvT * C].reshape(kvT, C).copy() for i in range(3)]
     for i in range(3):
         views[i][past] = new[i]
-    out, lse = np.zeros(C), np.zeros(H)
+    W_o = Pf[o_off:o_off + C * C].reshape(C, C)
+    head_parts = np.zeros((H, C))
     for h in range(H):
         hs = slice(h * D, h * D + D)
         s = views[1][:past + 1, hs] @ new[0][hs] / math.sqrt(D)
-        lse[h] = np.log(np.sum(np.exp(s - s.max()))) + s.max()
-        out[hs] = np.exp(s - lse[h]) @ views[2][:past + 1, hs]
-    name = f"attention_decode_qkv past={past} kvT={kvT} H={H} D={D}"
+        att = np.exp(s - s.max()) / np.sum(np.exp(s - s.max())) @ views[2][:past + 1, hs]
+        head_parts[h] = W_o[:, hs] @ att
+    name = f"attention_decode_qkv past={past} kvT={kvT} H={H} D={D} parts={nparts}"
 
     def check(o):
-        report(f"{name} out", o["out"], out, 2e-5)
-        report(f"{name} lse", o["lse"], lse, 2e-5)
+        check_summed_row(name, o, row)
         got = o["qkv"].astype(np.float64)
         for i, which in enumerate("qkv"):
             at = i * qkv_stride + past * C
@@ -845,17 +872,90 @@ def attention_decode_qkv_case(past, kvT, H, D, x_off=8, eps=1e-5):
         this_row = np.s_[past * C:(past + 1) * C]
         report(f"{name} the cache's other rows", np.delete(got[qkv_stride:].reshape(2, -1), this_row, axis=1),
                np.delete(f32(cache)[qkv_stride:].reshape(2, -1), this_row, axis=1), 0)
-        report(f"{name} LayerNorm output", o["ln"][x_off:], ln, 1e-5)
-        report(f"{name} mean/rstd", o["stats"], [mean, rstd], 1e-5)
+        report(f"{name} o_proj's partial rows", o["parts"][parts_out:parts_out + H * C], head_parts.ravel(), 2e-5)
+        report(f"{name} the parts buffer elsewhere", np.delete(o["parts"], np.s_[parts_out:parts_out + H * C]),
+               np.delete(f32(parts), np.s_[parts_out:parts_out + H * C]), 0)
 
-    add_case(dict(op="attention_decode_qkv", C=C, H=H, kvT=kvT, past=past, xOff=x_off, wOff=w_off, wStride=w_stride,
-                  biasOff=bias_off, lnW=ln_w, lnB=ln_b, qkvStride=qkv_stride, eps=eps),
-             {"x": f32(x), "P": f32(P), "qkv": f32(cache)}, check)
+    add_case(dict(op="attention_decode_qkv", C=C, H=H, kvT=kvT, past=past, wOff=w_off, wStride=w_stride,
+                  biasOff=bias_off, lnW=ln_w, lnB=ln_b, oOff=o_off, qkvStride=qkv_stride, partsOut=parts_out, eps=eps,
+                  row=values),
+             {"x": f32(base), "P": f32(P), "qkv": f32(cache), "parts": f32(parts)}, check)
 
 
-attention_decode_qkv_case(45, 64, 2, 32)  # 96 outputs in 3 passes of 32
-attention_decode_qkv_case(0, 32, 3, 16)  # the first token: its own key only; 48 outputs, the second pass part full
-attention_decode_qkv_case(300, 320, 2, 64, x_off=4)  # 192 outputs in 6 passes; 301 keys in 3 value rounds of 128
+attention_decode_qkv_case(45, 64, 2, 32, 5)  # 96 outputs in 3 passes of 32; C4 = 16: 16 groups sum the partials
+attention_decode_qkv_case(0, 32, 3, 16, 0)  # the first token (its own key only) of block 0: the embedding as it is
+attention_decode_qkv_case(300, 320, 2, 64, 19, eps=1e-3)  # 192 outputs in 6 passes; 301 keys in 3 value rounds
+attention_decode_qkv_case(7, 16, 5, 64, 3)  # C = 320: C4 = 80, 3 groups; o_proj's 320 outputs in 2 rounds
+
+
+# mlp_decode.js: the row, ln2, fc_in + GELU over each slice of 32 hidden units (16 where 32 do not divide 4C), and
+# fc_out's partial row of each slice
+def mlp_decode_case(C, nparts, eps=1e-5):
+    S = 32 if (4 * C) % 32 == 0 else 16
+    in_off = 8
+    in_bias = in_off + 4 * C * C
+    out_off = in_bias + 4 * C + 4
+    ln_w = out_off + 4 * C * C
+    ln_b = ln_w + C
+    P_len = ln_b + C + 4
+    slices = 4 * C // S
+    parts_out = 2 * C
+    row, values, base, P_extra, parts = summed_row_inputs(C, nparts, P_len, parts_out + slices * C + nparts * C + 4,
+                                                          parts_off=parts_out + slices * C)
+    P = np.concatenate([rng.standard_normal(P_len) * (1.5 / math.sqrt(C)), P_extra])
+    P[ln_w:ln_w + C] += 1.0
+    Pf = f32(P).astype(np.float64)
+    ln = layernorm64(row, Pf[ln_w:ln_w + C], Pf[ln_b:ln_b + C], eps)
+    h = Pf[in_off:in_bias].reshape(4 * C, C) @ ln + Pf[in_bias:in_bias + 4 * C]
+    g = 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+    W_out = Pf[out_off:out_off + 4 * C * C].reshape(C, 4 * C)
+    slice_parts = np.stack([W_out[:, j * S:(j + 1) * S] @ g[j * S:(j + 1) * S] for j in range(slices)])
+    name = f"mlp_decode C={C} parts={nparts} ({slices} slices of {S})"
+
+    def check(o):
+        check_summed_row(name, o, row)
+        report(f"{name} fc_out's partial rows", o["parts"][parts_out:parts_out + slices * C], slice_parts.ravel(), 2e-5)
+        got = o["parts"][parts_out:parts_out + slices * C].reshape(slices, C).astype(np.float64)
+        report(f"{name} the partial rows sum to fc_out's product", got.sum(0), W_out @ g, 1e-5)
+        report(f"{name} the parts buffer elsewhere", np.delete(o["parts"], np.s_[parts_out:parts_out + slices * C]),
+               np.delete(f32(parts), np.s_[parts_out:parts_out + slices * C]), 0)
+
+    add_case(dict(op="mlp_decode", C=C, inOff=in_off, inBiasOff=in_bias, outOff=out_off, lnW=ln_w, lnB=ln_b,
+                  partsOut=parts_out,
+                  eps=eps, row=values), {"x": f32(base), "P": f32(P), "parts": f32(parts)}, check)
+
+
+mlp_decode_case(48, 3)  # tiny's width: 6 slices
+mlp_decode_case(36, 0)  # 4C = 144: slices of 16; the row as it is
+mlp_decode_case(320, 10)  # C4 = 80: 3 groups sum the partials; fc_out's 320 outputs in 2 rounds
+mlp_decode_case(520, 13)  # C4 = 130: one invocation sums a column; fc_out's 520 outputs in 3 rounds (two passes)
+
+
+# logits_decode.js: the row, ln_f and the tied head's logits, 32 a workgroup
+def logits_decode_case(C, V, nparts, logits_off=3, eps=1e-5):
+    w_off = 4
+    ln_w = w_off + V * C
+    ln_b = ln_w + C
+    P_len = ln_b + C + 4
+    row, values, base, P_extra, parts = summed_row_inputs(C, nparts, P_len, nparts * C + 12, parts_off=4)
+    P = np.concatenate([rng.standard_normal(P_len) * 0.3, P_extra])
+    P[ln_w:ln_w + C] += 1.0
+    Pf = f32(P).astype(np.float64)
+    logits = Pf[w_off:w_off + V * C].reshape(V, C) @ layernorm64(row, Pf[ln_w:ln_w + C], Pf[ln_b:ln_b + C], eps)
+    name = f"logits_decode C={C} V={V} parts={nparts}"
+
+    def check(o):
+        check_summed_row(name, o, row)
+        report(f"{name} logits", o["logits"][logits_off:], logits, 2e-5)
+        report(f"{name} before logits_off", o["logits"][:logits_off], np.zeros(logits_off), 0)
+
+    add_case(dict(op="logits_decode", C=C, V=V, wOff=w_off, lnW=ln_w, lnB=ln_b, logitsOff=logits_off, eps=eps,
+                  row=values),
+             {"x": f32(base), "P": f32(P), "parts": f32(parts)}, check)
+
+
+logits_decode_case(48, 256, 6)  # tiny's: 8 workgroups of 32 logits
+logits_decode_case(96, 70, 0)  # a last workgroup part full; the row as it is
 
 
 # --- clip to the global norm (from the norm's partials), AdamW (decay on the masked parameters only)

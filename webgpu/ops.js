@@ -13,6 +13,8 @@ import { crossEntropyForward, crossEntropyBackward, crossEntropyWorkgroups } fro
 import { attentionForward, attentionBackward, attentionLayout, attentionLayoutFor, attentionGrid } from "./kernels/attention.js";
 import { attentionDecode, attentionDecodeFits, attentionDecodeGrid } from "./kernels/attention_decode.js";
 import { attentionDecodeQkv, attentionDecodeQkvFits } from "./kernels/attention_decode_qkv.js";
+import { mlpDecode, mlpDecodeFits, mlpDecodeGrid } from "./kernels/mlp_decode.js";
+import { logitsDecode, logitsDecodeFits, logitsDecodeGrid } from "./kernels/logits_decode.js";
 import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
@@ -31,6 +33,11 @@ const matmulFor = memoised(matmulKernel);
 const matvecFor = memoised(matvecKernel);
 const attentionDecodeFor = memoised(attentionDecode);
 const attentionDecodeQkvFor = memoised(attentionDecodeQkv);
+const mlpDecodeFor = memoised(mlpDecode);
+const logitsDecodeFor = memoised(logitsDecode);
+// a decode chain kernel's summedRow uniforms (decode_row.js) for row {baseOff, biasOff, partsOff, nparts, storeOff}
+const summedRowValues = ({ baseOff = 0, biasOff = 0, partsOff = 0, nparts = 0, storeOff = 0 }) =>
+  ({ x_base_off: baseOff, x_bias_off: biasOff, x_parts_off: partsOff, x_nparts: nparts, x_store_off: storeOff });
 const matmulGroupFor = memoised(matmulGroupKernel);
 const matmulPairFor = memoised(matmulPairKernel);
 // A pair's tiles must have as many invocations: where no tile is given, a tile other than an unsliced
@@ -425,29 +432,55 @@ export class Ops {
   }
 
   /**
-   * Whether attentionDecodeQkv serves these arguments: its workgroup memory fits the device, and every
-   * offset and stride it reads as vec4s is a multiple of 4 floats.
+   * Whether the decode chain (decode_row.js: attentionDecodeQkv and mlpDecode a block, logitsDecode)
+   * serves a model of width C, H heads and a window of kvT on this device: its kernels' workgroup
+   * memory fits, and every offset it reads as vec4s (vec4Offsets: the parameters', the q/k/v views'
+   * stride) is a multiple of 4 floats.
    */
-  attentionDecodeQkvServes({ C, H, kvT, xOff = 0, wOff, wStride, biasOff, qkv, ln }) {
-    return attentionDecodeQkvFits(C, H, kvT, this.workgroupLimit)
-      && [xOff, wOff, wStride, biasOff, qkv.stride, ln.wOff, ln.bOff].every((x) => x % 4 === 0);
+  decodeChainServes({ C, H, kvT, vec4Offsets }) {
+    return attentionDecodeQkvFits(C, H, kvT, this.workgroupLimit) && mlpDecodeFits(C, this.workgroupLimit)
+      && logitsDecodeFits(C, this.workgroupLimit) && vec4Offsets.every((x) => x % 4 === 0);
   }
 
   /**
-   * A decoded token's ln1, q/k/v product and attention (one row, B = T = 1) in one dispatch, a
-   * workgroup per head: what layernormForward (or the product's LayerNorm prologue), the q/k/v product
-   * (batches: 3, weights and biases wStride floats apart, into qkv's views at row past) and
-   * attentionForward leave, in one dependent launch instead of two. x: the row at xOff; ln: {wOff, bOff,
-   * out, stats, eps}, out written at xOff, stats at 0; qkv: {buffer, stride}.
+   * Where the decode chain's partial rows lie for width C and H heads (floats): o_proj's, one a head,
+   * at oProj; fc_out's, one for each of `slices` slices of hidden units, at fcOut; `floats` in all.
    */
-  attentionDecodeQkv(plan, args) {
-    const { C, H, kvT, past, x, xOff = 0, params, wOff, wStride, biasOff, qkv, out, lse, ln } = args, D = C / H;
-    if (!this.attentionDecodeQkvServes(args)) {
-      throw new Error(`attentionDecodeQkv: C = ${C}, ${H} heads, ${kvT} keys: no fused kernel on this device, or offsets not multiples of 4`);
-    }
-    return plan.add(attentionDecodeQkvFor(C, D, kvT), { C, H, kvT, past, x_off: xOff, w_off: wOff, w_stride: wStride, bias_off: biasOff,
-      qkv_stride: qkv.stride, ln_w_off: ln.wOff, ln_b_off: ln.bOff, ln_stats_off: 0, scale: 1 / Math.sqrt(D), ln_eps: ln.eps },
-    [x, params, qkv.buffer, out, lse, ln.out, ln.stats], attentionDecodeGrid(H));
+  decodeChainParts(C, H) {
+    const slices = mlpDecodeGrid(C)[0];
+    return { oProj: 0, fcOut: H * C, slices, floats: (H + slices) * C };
+  }
+
+  /**
+   * A decoded token's block up to o_proj (one row, B = T = 1) in one dispatch, a workgroup per head
+   * (attention_decode_qkv.js): row = {base, baseOff, partsOff, nparts, biasOff, store, storeOff} (the
+   * residual row as summedRow takes it: base + bias + nparts partial rows of `parts` from partsOff,
+   * stored at store; nparts 0: base as it is); ln: {wOff, bOff, eps}; q/k/v weights and biases wStride
+   * floats apart into qkv's views ({buffer, stride}) at row past; o_proj's weight at oOff, its partial
+   * rows into parts at partsOutOff.
+   */
+  attentionDecodeQkv(plan, { C, H, kvT, past, row, params, wOff, wStride, biasOff, ln, oOff, qkv, parts, partsOutOff }) {
+    const D = C / H;
+    return plan.add(attentionDecodeQkvFor(C, D, kvT), { C, H, kvT, past, w_off: wOff, w_stride: wStride, bias_off: biasOff,
+      qkv_stride: qkv.stride, ln_w_off: ln.wOff, ln_b_off: ln.bOff, o_off: oOff, parts_out_off: partsOutOff, ...summedRowValues(row),
+      scale: 1 / Math.sqrt(D), ln_eps: ln.eps },
+    [row.base, params, parts, row.store, qkv.buffer], attentionDecodeGrid(H));
+  }
+
+  /**
+   * A decoded token's MLP in one dispatch, a workgroup per slice of hidden units (mlp_decode.js): row as
+   * attentionDecodeQkv's; ln: ln2 {wOff, bOff, eps}; fc_in's weight and bias at inOff, inBiasOff,
+   * fc_out's weight at outOff, its partial rows into parts at partsOutOff.
+   */
+  mlpDecode(plan, { C, row, params, ln, inOff, inBiasOff, outOff, parts, partsOutOff }) {
+    return plan.add(mlpDecodeFor(C), { C, ln_w_off: ln.wOff, ln_b_off: ln.bOff, in_off: inOff, in_bias_off: inBiasOff, out_off: outOff,
+      parts_out_off: partsOutOff, ...summedRowValues(row), ln_eps: ln.eps }, [row.base, params, parts, row.store], mlpDecodeGrid(C));
+  }
+
+  /** A decoded token's ln_f and logits (logits_decode.js): row as attentionDecodeQkv's; ln: ln_f's; the head's weight at wOff. */
+  logitsDecode(plan, { C, V, row, params, ln, wOff, parts, logits, logitsOff = 0 }) {
+    return plan.add(logitsDecodeFor(C), { C, V, ln_w_off: ln.wOff, ln_b_off: ln.bOff, w_off: wOff, logits_off: logitsOff,
+      ...summedRowValues(row), ln_eps: ln.eps }, [row.base, params, parts, row.store, logits], logitsDecodeGrid(V));
   }
 
   /**

@@ -440,6 +440,7 @@ export class Trainer {
   _recordForward(plan, A, { B, T, past, logitRows }) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
     const o = this.offsets, P = this.params, rows = B * T;
+    if (A.chain && this._decodeChainServes(A)) return this._recordDecodeChain(plan, A, past);
     const embedding = { T, past, tokens: A.tokens, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"] };
     // the A operand of the products that read LayerNorm `name` of x: x itself, normalised by their
     // prologue (which also stores the output and statistics for the backward), or that output, from
@@ -461,17 +462,10 @@ export class Trainer {
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
       const ln1 = normalised(n + "ln1", A.res[l], a.ln1, a.ln1s);
-      // a decoded token: ln1, the q/k/v product and attention in one dispatch, a workgroup per head
-      const fused = { C, H, kvT: A.kvT, past, x: A.res[l], params: P, wOff: o[n + "attn.q_proj.weight"], wStride: this.projStride,
-        biasOff: o[n + "attn.q_proj.bias"], qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, ln: ln1.ln };
-      if (rows === 1 && ln1.ln && ops.attentionDecodeQkvServes(fused)) {
-        ops.attentionDecodeQkv(plan, fused);
-      } else {
-        // q, k and v of row r at row past + r of their views (the KV cache's position, when decoding)
-        ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: fused.wOff, C: a.qkv, cOff: past * C, bias: P,
-          biasOff: fused.biasOff, batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
-        ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
-      }
+      // q, k and v of row r at row past + r of their views (the KV cache's position, when decoding)
+      ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, cOff: past * C, bias: P,
+        biasOff: o[n + "attn.q_proj.bias"], batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
+      ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
       const ln2 = normalised(n + "ln2", a.res2, a.ln2, a.ln2s);
       ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, ...ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });
@@ -486,6 +480,43 @@ export class Trainer {
     // logits = ln_f(x) · wteᵀ (tied head), for the last logitRows rows only when generating
     const first = rows - logitRows, lnf = normalised("ln_f", A.res[L], A.lnf, A.lnfs);
     ops.matmul(plan, "forward", { M: logitRows, N: V, K: C, ...lnf, aOff: first * C, B: P, bOff: o["token_embedding.weight"], C: A.logits, cOff: first * V });
+  }
+
+  /** Whether the decode chain (Ops.decodeChainServes) serves this model's decoded tokens (A: the generation's activations). */
+  _decodeChainServes(A) {
+    const { nLayer: L, dModel: C, nHead: H } = this.cfg, o = this.offsets;
+    const names = ["attn.q_proj.weight", "attn.q_proj.bias", "attn.o_proj.weight", "attn.o_proj.bias", "ln1.weight", "ln1.bias",
+      "ln2.weight", "ln2.bias", "mlp.fc_in.weight", "mlp.fc_out.weight", "mlp.fc_out.bias"];
+    const vec4Offsets = [this.projStride, A.layers[0].stride, o["token_embedding.weight"], o["ln_f.weight"], o["ln_f.bias"],
+      ...Array.from({ length: L }, (_, l) => names.map((k) => o[`blocks.${l}.${k}`])).flat()];
+    return this.ops.decodeChainServes({ C, H, kvT: A.kvT, vec4Offsets });
+  }
+
+  /**
+   * A decoded token's forward (past: its position) as the decode chain (decode_row.js): the embedding,
+   * two dispatches a block and the logits' one. Each dispatch starts from the residual row before it
+   * plus a bias and the partial rows the dispatch before left in A.chain.parts (none for block 0's,
+   * whose row is the embedding in A.chain.embedded), and stores that sum in the residual buffer.
+   */
+  _recordDecodeChain(plan, A, past) {
+    const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
+    const o = this.offsets, P = this.params, parts = A.chain.parts, at = ops.decodeChainParts(C, H);
+    const ln = (name) => ({ wOff: o[`${name}.weight`], bOff: o[`${name}.bias`], eps });
+    ops.embeddingForward(plan, { rows: 1, T: 1, C, past, tokens: A.tokens, params: P, wteOff: o["token_embedding.weight"],
+      wpeOff: o["position_embedding.weight"], out: A.chain.embedded });
+    // the residual row after block l - 1: its o_proj sum plus fc_out's bias and slices' partial rows
+    const afterBlock = (l, store) => (l === 0 ? { base: A.chain.embedded, store }
+      : { base: A.layers[l - 1].res2, biasOff: o[`blocks.${l - 1}.mlp.fc_out.bias`], partsOff: at.fcOut, nparts: at.slices, store });
+    for (let l = 0; l < L; l++) {
+      const a = A.layers[l], n = `blocks.${l}.`;
+      ops.attentionDecodeQkv(plan, { C, H, kvT: A.kvT, past, row: afterBlock(l, A.res[l]), params: P, wOff: o[n + "attn.q_proj.weight"],
+        wStride: this.projStride, biasOff: o[n + "attn.q_proj.bias"], ln: ln(n + "ln1"), oOff: o[n + "attn.o_proj.weight"],
+        qkv: { buffer: a.qkv, stride: a.stride }, parts, partsOutOff: at.oProj });
+      ops.mlpDecode(plan, { C, row: { base: A.res[l], biasOff: o[n + "attn.o_proj.bias"], partsOff: at.oProj, nparts: H, store: a.res2 },
+        params: P, ln: ln(n + "ln2"), inOff: o[n + "mlp.fc_in.weight"], inBiasOff: o[n + "mlp.fc_in.bias"], outOff: o[n + "mlp.fc_out.weight"],
+        parts, partsOutOff: at.fcOut });
+    }
+    ops.logitsDecode(plan, { C, V, row: afterBlock(L, A.res[L]), params: P, ln: ln("ln_f"), wOff: o["token_embedding.weight"], parts, logits: A.logits });
   }
 
   _buildTraining() {
@@ -822,6 +853,9 @@ export class Trainer {
   _buildGeneration() {
     const ctx = this.cfg.ctx;
     this.gen = this._activations("generate", 1, 1, ctx);
+    // the decode chain's rows: the embedding (block 0's residual row) and the partial rows between its dispatches
+    const { dModel: C, nHead: H } = this.cfg, S = U().STORAGE | U().COPY_SRC;
+    this.gen.chain = { embedded: this.buffer("generate embedding", 4 * C, S), parts: this.buffer("generate partial rows", 4 * this.ops.decodeChainParts(C, H).floats, S) };
     this.genPlan = new Plan(this.device, this.ops.pipelines, "decode");
     this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
     this.genPlan.freeze();

@@ -31,9 +31,10 @@ export const attentionDecodeGrid = (BH) => [BH, 1];
  * (decodeThreads(kvT) where not given; a multiple of D/4): `decls` (module scope) and `body`, which expects in scope li, h, keys, C4, the query
  * (scaled) in `qr: array<vec4f, D4>`, and kRow(j), vRow(j): the vec4 index where key j's row of the
  * cache starts in buffer kBuf, vBuf (its head's D4 vec4s follow h·D4 on). It writes
- * out[outRow·C4 + h·D4 ..] and lse[lseAt].
+ * out[outRow·C4 + h·D4 ..] and lse[lseAt], or where given, runs store(i, value) for the output's vec4s
+ * i < D4 (WGSL statements) and writes no lse.
  */
-export function attendOne(D, kvT, { kRow, vRow, outRow, lseAt, kBuf = "k", vBuf = "v", threads = decodeThreads(kvT) }) {
+export function attendOne(D, kvT, { kRow, vRow, outRow, lseAt, store = null, kBuf = "k", vBuf = "v", threads = decodeThreads(kvT) }) {
   const D4 = D / 4;
   // a value lane's round from key jr: UNROLL keys GROUPS apart; one past the last reads the last one's
   // values and weighs them 0
@@ -86,9 +87,9 @@ ${valueSums("", "jr")}
   if (li < D4) {
     var total = vec4f(0.0);
     for (var u = 0u; u < GROUPS; u++) { total += sums[u * D4 + li]; }
-    out[(${outRow}) * C4 + h * D4 + li] = total / row.y;
-  }
-  if (li == 0u) { lse[${lseAt}] = row.x + log(row.y); }`;
+    ${store ? store("li", "total / row.y") : `out[(${outRow}) * C4 + h * D4 + li] = total / row.y;`}
+  }${store ? "" : `
+  if (li == 0u) { lse[${lseAt}] = row.x + log(row.y); }`}`;
   return { decls, body };
 }
 

@@ -83,7 +83,7 @@ for (const form of Object.keys(MATMUL_FORMS)) {
   }
 }
 // a decoded token's attention apart from its q/k/v product (attention_decode.js), which a plan takes
-// where the fused kernel (attention_decode_qkv.js) does not fit: each preset's head size and window
+// where the decode chain (decode_row.js) does not fit: each preset's head size and window
 for (const preset of Object.keys(presets.presets)) {
   const { dModel: C, nHead: H, ctx } = presets.presets[preset];
   if (attentionDecodeFits(C / H, ctx)) {

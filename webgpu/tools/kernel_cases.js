@@ -195,12 +195,25 @@ export async function runKernelCases(device, cases, inputs) {
       ops.attentionForward(plan, { B: 1, T, kvT, past, H, C, q: input(`${c.id}_q`), k: input(`${c.id}_k`), v: input(`${c.id}_v`), out, lse, layout });
       return { out: [out, T * C], lse: [lse, H * T] };
     },
+    // the decode chain's kernels: the row from x (its base) and the parts buffer, stored 8 floats into `store`
     attention_decode_qkv(c, plan) {
-      const { C, H, kvT, past, xOff, wOff, wStride, biasOff, lnW, lnB, qkvStride } = c, qkv = input(`${c.id}_qkv`);
-      const out = empty(C), lse = empty(H), ln = empty(xOff + C), stats = empty(2);
-      ops.attentionDecodeQkv(plan, { C, H, kvT, past, x: input(`${c.id}_x`), xOff, params: input(`${c.id}_P`), wOff, wStride, biasOff,
-        qkv: { buffer: qkv, stride: qkvStride }, out, lse, ln: { wOff: lnW, bOff: lnB, out: ln, stats, eps: c.eps } });
-      return { out: [out, C], lse: [lse, H], qkv: [qkv, 3 * qkvStride], ln: [ln, xOff + C], stats: [stats, 2] };
+      const { C, H, kvT, past, wOff, wStride, biasOff, lnW, lnB, oOff, qkvStride, partsOut } = c, qkv = input(`${c.id}_qkv`);
+      const parts = input(`${c.id}_parts`), store = empty(8 + C);
+      ops.attentionDecodeQkv(plan, { C, H, kvT, past, row: { ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 }, params: input(`${c.id}_P`),
+        wOff, wStride, biasOff, ln: { wOff: lnW, bOff: lnB, eps: c.eps }, oOff, qkv: { buffer: qkv, stride: qkvStride }, parts, partsOutOff: partsOut });
+      return { store: [store, 8 + C], qkv: [qkv, 3 * qkvStride], parts: [parts, inputs[`${c.id}_parts`].byteLength / 4] };
+    },
+    mlp_decode(c, plan) {
+      const { C, inOff, inBiasOff, outOff, lnW, lnB, partsOut } = c, parts = input(`${c.id}_parts`), store = empty(8 + C);
+      ops.mlpDecode(plan, { C, row: { ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 }, params: input(`${c.id}_P`),
+        ln: { wOff: lnW, bOff: lnB, eps: c.eps }, inOff, inBiasOff, outOff, parts, partsOutOff: partsOut });
+      return { store: [store, 8 + C], parts: [parts, inputs[`${c.id}_parts`].byteLength / 4] };
+    },
+    logits_decode(c, plan) {
+      const { C, V, wOff, lnW, lnB, logitsOff } = c, store = empty(8 + C), logits = empty(logitsOff + V);
+      ops.logitsDecode(plan, { C, V, row: { ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 }, params: input(`${c.id}_P`),
+        ln: { wOff: lnW, bOff: lnB, eps: c.eps }, wOff, parts: input(`${c.id}_parts`), logits, logitsOff });
+      return { store: [store, 8 + C], logits: [logits, logitsOff + V] };
     },
     adamw(c, plan) {
       const n = c.n, params = input(`${c.id}_params`), grads = input(`${c.id}_grads`), m = input(`${c.id}_m`), v = input(`${c.id}_v`);
