@@ -29,6 +29,7 @@ def dump(job):
 RNG = np.random.default_rng(7)
 LOGITS = (RNG.standard_normal((40, 256)) * 3).astype(np.float32)
 LOGITS[0, :] = 1.0  # all tied
+LOGITS[1:4] = np.floor(LOGITS[1:4])  # a handful of levels: the top-k's last value is tied across its edge
 JOB = {
     "seeds": [0, 42, 2**53 - 1], "config": TINY.to_json(), "initStd": init_std(),
     "batches": VECTORS["firstBatchStarts"] | {"nTrain": VECTORS["firstBatchStarts"]["nTrain"]},
