@@ -802,19 +802,17 @@ attention_cached_case(5, 7, 16, 2, 16)
 
 
 # --- the decode chain (decode_row.js): each dispatch starts from a residual row `base` plus a bias plus n partial
-# rows of `parts` (none: the row as it is), stores that sum, and leaves its own partial rows in `parts`. A summed
-# row's float64 reference, and the inputs a case's row takes (base at base_off, bias in P at bias_off, the partial
-# rows at parts_off of a parts buffer with noise around them)
+# rows of `parts` (block 0's from the token's embedding), stores that row, and leaves its own partial rows in
+# `parts`. A summed row's float64 reference, and the inputs a case's row takes (base at base_off, bias in P at
+# bias_off, the partial rows at parts_off of a parts buffer with noise around them)
 def summed_row_inputs(C, nparts, P_len, parts_len, base_off=8, parts_off=None):
     base = np.concatenate([np.zeros(base_off), rng.standard_normal(C) * 2 + 0.5])
     parts_off = parts_len - nparts * C if parts_off is None else parts_off
     parts = rng.standard_normal(parts_len) * 0.5
     bias_off = P_len
     P_extra = rng.standard_normal(C + 4) * 0.3
-    row = f32(base).astype(np.float64)[base_off:]
-    if nparts:
-        row = row + f32(P_extra).astype(np.float64)[:C] \
-            + f32(parts).astype(np.float64)[parts_off:parts_off + nparts * C].reshape(nparts, C).sum(0)
+    row = f32(base).astype(np.float64)[base_off:] + f32(P_extra).astype(np.float64)[:C] \
+        + f32(parts).astype(np.float64)[parts_off:parts_off + nparts * C].reshape(nparts, C).sum(0)
     values = dict(baseOff=base_off, biasOff=bias_off, partsOff=parts_off, nparts=nparts)
     return row, values, base, P_extra, parts
 
@@ -825,12 +823,13 @@ def layernorm64(x, w, b, eps):
 
 
 def check_summed_row(name, o, row):
-    report(f"{name} the summed row stored", o["store"][8:], row, 2e-5)
+    report(f"{name} the row stored", o["store"][8:], row, 2e-5)
 
 
 # attention_decode_qkv.js: the row, ln1, q/k/v into the KV cache's views (qkvStride floats apart; rows other than
-# past hold earlier keys and values, or noise past the window), attention, and o_proj's partial row of each head
-def attention_decode_qkv_case(past, kvT, H, D, nparts, eps=1e-5):
+# past hold earlier keys and values, or noise past the window), attention, and o_proj's partial row of each head.
+# embed (a token): block 0's, whose row is the token's embedding at position past (wte, wpe after the weights)
+def attention_decode_qkv_case(past, kvT, H, D, nparts, embed=None, eps=1e-5):
     C = H * D
     # each projection's weight and bias together (as the model's layout), padded: wStride apart
     w_off, w_stride = 12, C * C + C + 4
@@ -844,6 +843,15 @@ def attention_decode_qkv_case(past, kvT, H, D, nparts, eps=1e-5):
                                                           parts_off=parts_out + H * C)
     P = np.concatenate([rng.standard_normal(P_len) * (2 / math.sqrt(C)), P_extra])  # products of order 1 at every width
     P[ln_w:ln_w + C] += 1.0
+    embedding = {}
+    if embed is not None:
+        wte_off = len(P) + 4
+        wpe_off = wte_off + (embed + 2) * C
+        P = np.concatenate([P, np.zeros(4), rng.standard_normal((embed + 2 + kvT) * C)])
+        row = f32(P).astype(np.float64)[wte_off + embed * C:wte_off + embed * C + C] \
+            + f32(P).astype(np.float64)[wpe_off + past * C:wpe_off + past * C + C]
+        embedding = dict(embed=dict(wteOff=wte_off, wpeOff=wpe_off))
+        base = np.array([embed, 7], np.uint32)  # the token (and another)
     qkv_stride = ((kvT * C + 63) // 64) * 64
     cache = rng.standard_normal(3 * qkv_stride)
     Pf = f32(P).astype(np.float64)
@@ -861,7 +869,8 @@ def attention_decode_qkv_case(past, kvT, H, D, nparts, eps=1e-5):
         s = views[1][:past + 1, hs] @ new[0][hs] / math.sqrt(D)
         att = np.exp(s - s.max()) / np.sum(np.exp(s - s.max())) @ views[2][:past + 1, hs]
         head_parts[h] = W_o[:, hs] @ att
-    name = f"attention_decode_qkv past={past} kvT={kvT} H={H} D={D} parts={nparts}"
+    row_from = f"parts={nparts}" if embed is None else "embedding"
+    name = f"attention_decode_qkv past={past} kvT={kvT} H={H} D={D} {row_from}"
 
     def check(o):
         check_summed_row(name, o, row)
@@ -878,12 +887,14 @@ def attention_decode_qkv_case(past, kvT, H, D, nparts, eps=1e-5):
 
     add_case(dict(op="attention_decode_qkv", C=C, H=H, kvT=kvT, past=past, wOff=w_off, wStride=w_stride,
                   biasOff=bias_off, lnW=ln_w, lnB=ln_b, oOff=o_off, qkvStride=qkv_stride, partsOut=parts_out, eps=eps,
-                  row=values),
-             {"x": f32(base), "P": f32(P), "qkv": f32(cache), "parts": f32(parts)}, check)
+                  row=values | embedding),
+             {"x": base if embed is not None else f32(base), "P": f32(P), "qkv": f32(cache), "parts": f32(parts)},
+             check)
 
 
 attention_decode_qkv_case(45, 64, 2, 32, 5)  # 96 outputs in 3 passes of 32; C4 = 16: 16 groups sum the partials
-attention_decode_qkv_case(0, 32, 3, 16, 0)  # the first token (its own key only) of block 0: the embedding as it is
+attention_decode_qkv_case(0, 32, 3, 16, 0, embed=3)  # the first token (its own key only), block 0: its embedding
+attention_decode_qkv_case(20, 32, 3, 16, 0, embed=1)  # block 0 further on; the partial rows' buffer written only
 attention_decode_qkv_case(300, 320, 2, 64, 19, eps=1e-3)  # 192 outputs in 6 passes; 301 keys in 3 value rounds
 attention_decode_qkv_case(7, 16, 5, 64, 3)  # C = 320: C4 = 80, 3 groups; o_proj's 320 outputs in 2 rounds
 

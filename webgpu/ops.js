@@ -48,6 +48,14 @@ const pairsAsIs = (tile) => {
   return WX === 16 && WY === 16 && KG === 1;
 };
 const pairTile = (tile) => (pairsAsIs(tile) ? tile : "32x32w-k32");
+/**
+ * Where the decode chain's partial rows lie for width C and H heads (floats): o_proj's, one a head,
+ * at oProj; fc_out's, one for each of `slices` slices of hidden units, at fcOut; `floats` in all.
+ */
+export function decodeChainParts(C, H) {
+  const slices = mlpDecodeGrid(C)[0];
+  return { oProj: 0, fcOut: H * C, slices, floats: (H + slices) * C };
+}
 /** Whether products on these two tiles can share a pair's dispatch on a device with workgroupLimit bytes of workgroup memory. */
 export function tilesPair(inputGrad, weightGrad, workgroupLimit = 16384) {
   return tileShape(inputGrad.tile).threads === tileShape(weightGrad.tile).threads
@@ -443,28 +451,20 @@ export class Ops {
   }
 
   /**
-   * Where the decode chain's partial rows lie for width C and H heads (floats): o_proj's, one a head,
-   * at oProj; fc_out's, one for each of `slices` slices of hidden units, at fcOut; `floats` in all.
-   */
-  decodeChainParts(C, H) {
-    const slices = mlpDecodeGrid(C)[0];
-    return { oProj: 0, fcOut: H * C, slices, floats: (H + slices) * C };
-  }
-
-  /**
    * A decoded token's block up to o_proj (one row, B = T = 1) in one dispatch, a workgroup per head
    * (attention_decode_qkv.js): row = {base, baseOff, partsOff, nparts, biasOff, store, storeOff} (the
    * residual row as summedRow takes it: base + bias + nparts partial rows of `parts` from partsOff,
-   * stored at store; nparts 0: base as it is); ln: {wOff, bOff, eps}; q/k/v weights and biases wStride
-   * floats apart into qkv's views ({buffer, stride}) at row past; o_proj's weight at oOff, its partial
-   * rows into parts at partsOutOff.
+   * stored at store), or in block 0 {embed: {tokens, wteOff, wpeOff}, store, storeOff} (the token's
+   * embedding at position past); ln: {wOff, bOff, eps}; q/k/v weights and biases wStride floats apart
+   * into qkv's views ({buffer, stride}) at row past; o_proj's weight at oOff, its partial rows into
+   * parts at partsOutOff.
    */
   attentionDecodeQkv(plan, { C, H, kvT, past, row, params, wOff, wStride, biasOff, ln, oOff, qkv, parts, partsOutOff }) {
-    const D = C / H;
-    return plan.add(attentionDecodeQkvFor(C, D, kvT), { C, H, kvT, past, w_off: wOff, w_stride: wStride, bias_off: biasOff,
-      qkv_stride: qkv.stride, ln_w_off: ln.wOff, ln_b_off: ln.bOff, o_off: oOff, parts_out_off: partsOutOff, ...summedRowValues(row),
-      scale: 1 / Math.sqrt(D), ln_eps: ln.eps },
-    [row.base, params, parts, row.store, qkv.buffer], attentionDecodeGrid(H));
+    const D = C / H, embed = row.embed ?? null;
+    return plan.add(attentionDecodeQkvFor(C, D, kvT, !!embed), { C, H, kvT, past, w_off: wOff, w_stride: wStride, bias_off: biasOff,
+      qkv_stride: qkv.stride, ln_w_off: ln.wOff, ln_b_off: ln.bOff, o_off: oOff, parts_out_off: partsOutOff,
+      wte_off: embed?.wteOff ?? 0, wpe_off: embed?.wpeOff ?? 0, ...summedRowValues(row), scale: 1 / Math.sqrt(D), ln_eps: ln.eps },
+    [embed ? embed.tokens : row.base, params, parts, row.store, qkv.buffer], attentionDecodeGrid(H));
   }
 
   /**

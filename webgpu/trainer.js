@@ -5,7 +5,7 @@
 // loss, through a ring of mappable buffers so the next step is never stalled.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount } from "./ops.js";
+import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount, decodeChainParts } from "./ops.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileCount, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
@@ -235,6 +235,7 @@ function trainerBuffers(config, deferWeightGrads) {
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
   activations("generate", 1, 1, T);
+  add("generate partial rows", 4 * decodeChainParts(C, m.nHead).floats);
   activations("prefill", 1, T, T, [], false); // its q, k and v are generation's
   add("logits readback", 4 * V, false);
   add("state readback", 4 * P, false); // exportState() and weights(): one at a time
@@ -487,36 +488,36 @@ export class Trainer {
     const { nLayer: L, dModel: C, nHead: H } = this.cfg, o = this.offsets;
     const names = ["attn.q_proj.weight", "attn.q_proj.bias", "attn.o_proj.weight", "attn.o_proj.bias", "ln1.weight", "ln1.bias",
       "ln2.weight", "ln2.bias", "mlp.fc_in.weight", "mlp.fc_out.weight", "mlp.fc_out.bias"];
-    const vec4Offsets = [this.projStride, A.layers[0].stride, o["token_embedding.weight"], o["ln_f.weight"], o["ln_f.bias"],
+    const vec4Offsets = [this.projStride, A.layers[0].stride, o["token_embedding.weight"], o["position_embedding.weight"], o["ln_f.weight"], o["ln_f.bias"],
       ...Array.from({ length: L }, (_, l) => names.map((k) => o[`blocks.${l}.${k}`])).flat()];
     return this.ops.decodeChainServes({ C, H, kvT: A.kvT, vec4Offsets });
   }
 
   /**
-   * A decoded token's forward (past: its position) as the decode chain (decode_row.js): the embedding,
-   * two dispatches a block and the logits' one. Each dispatch starts from the residual row before it
-   * plus a bias and the partial rows the dispatch before left in A.chain.parts (none for block 0's,
-   * whose row is the embedding in A.chain.embedded), and stores that sum in the residual buffer.
+   * A decoded token's forward (past: its position) as the decode chain (decode_row.js): two dispatches
+   * a block and the logits' one. Each dispatch starts from the residual row before it plus a bias and
+   * the partial rows the dispatch before left in A.chain.parts (block 0's from the token's embedding),
+   * and stores that row in the residual buffer.
    */
   _recordDecodeChain(plan, A, past) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
-    const o = this.offsets, P = this.params, parts = A.chain.parts, at = ops.decodeChainParts(C, H);
+    const o = this.offsets, P = this.params, parts = A.chain.parts, at = decodeChainParts(C, H);
     const ln = (name) => ({ wOff: o[`${name}.weight`], bOff: o[`${name}.bias`], eps });
-    ops.embeddingForward(plan, { rows: 1, T: 1, C, past, tokens: A.tokens, params: P, wteOff: o["token_embedding.weight"],
-      wpeOff: o["position_embedding.weight"], out: A.chain.embedded });
-    // the residual row after block l - 1: its o_proj sum plus fc_out's bias and slices' partial rows
-    const afterBlock = (l, store) => (l === 0 ? { base: A.chain.embedded, store }
+    const embed = { tokens: A.tokens, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"] };
+    // the residual row before block l (l = L: the logits'): the token's embedding, or block l - 1's
+    // o_proj sum plus fc_out's bias and its slices' partial rows
+    const rowBefore = (l, store) => (l === 0 ? { embed, store }
       : { base: A.layers[l - 1].res2, biasOff: o[`blocks.${l - 1}.mlp.fc_out.bias`], partsOff: at.fcOut, nparts: at.slices, store });
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
-      ops.attentionDecodeQkv(plan, { C, H, kvT: A.kvT, past, row: afterBlock(l, A.res[l]), params: P, wOff: o[n + "attn.q_proj.weight"],
+      ops.attentionDecodeQkv(plan, { C, H, kvT: A.kvT, past, row: rowBefore(l, A.res[l]), params: P, wOff: o[n + "attn.q_proj.weight"],
         wStride: this.projStride, biasOff: o[n + "attn.q_proj.bias"], ln: ln(n + "ln1"), oOff: o[n + "attn.o_proj.weight"],
         qkv: { buffer: a.qkv, stride: a.stride }, parts, partsOutOff: at.oProj });
       ops.mlpDecode(plan, { C, row: { base: A.res[l], biasOff: o[n + "attn.o_proj.bias"], partsOff: at.oProj, nparts: H, store: a.res2 },
         params: P, ln: ln(n + "ln2"), inOff: o[n + "mlp.fc_in.weight"], inBiasOff: o[n + "mlp.fc_in.bias"], outOff: o[n + "mlp.fc_out.weight"],
         parts, partsOutOff: at.fcOut });
     }
-    ops.logitsDecode(plan, { C, V, row: afterBlock(L, A.res[L]), params: P, ln: ln("ln_f"), wOff: o["token_embedding.weight"], parts, logits: A.logits });
+    ops.logitsDecode(plan, { C, V, row: rowBefore(L, A.res[L]), params: P, ln: ln("ln_f"), wOff: o["token_embedding.weight"], parts, logits: A.logits });
   }
 
   _buildTraining() {
@@ -853,9 +854,9 @@ export class Trainer {
   _buildGeneration() {
     const ctx = this.cfg.ctx;
     this.gen = this._activations("generate", 1, 1, ctx);
-    // the decode chain's rows: the embedding (block 0's residual row) and the partial rows between its dispatches
-    const { dModel: C, nHead: H } = this.cfg, S = U().STORAGE | U().COPY_SRC;
-    this.gen.chain = { embedded: this.buffer("generate embedding", 4 * C, S), parts: this.buffer("generate partial rows", 4 * this.ops.decodeChainParts(C, H).floats, S) };
+    // the decode chain's partial rows between its dispatches
+    const { dModel: C, nHead: H } = this.cfg;
+    this.gen.chain = { parts: this.buffer("generate partial rows", 4 * decodeChainParts(C, H).floats, U().STORAGE | U().COPY_SRC) };
     this.genPlan = new Plan(this.device, this.ops.pipelines, "decode");
     this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
     this.genPlan.freeze();

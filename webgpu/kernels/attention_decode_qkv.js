@@ -1,13 +1,13 @@
 // A decoded token's block up to o_proj in one dispatch, one workgroup per head (the decode chain's
 // first half, decode_row.js): the row (the residual stream after the block before: its row plus
-// fc_out's bias and partials), ln1, head h's q, k and v, its attention, and o_proj's share of head
+// fc_out's bias and partials; in block 0, the token's embedding), ln1, head h's q, k and v, its attention, and o_proj's share of head
 // h: the head's D inputs times o_proj's weight, a partial row that mlp_decode.js sums. Head h's
 // attention reads only head h's q, k and v, so the workgroup that computes them (3·D outputs of the
 // q/k/v product) can attend at once. The new key and value go to the KV cache (the q/k/v views of one
 // buffer, row past) and are read back by the same workgroup after a storage barrier.
 import { kernel, workgroupSum, range } from "./kernel.js";
 import { attendBytes, attendOne } from "./attention_decode.js";
-import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, summedRow, summedRowScratch, normalisedRow, rowDots, partialRow } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, summedRow, embeddedRow, summedRowScratch, normalisedRow, rowDots, partialRow } from "./decode_row.js";
 
 /** Bytes of workgroup memory for model width C, head size D, kvT keys. */
 const fusedBytes = (C, D, kvT) => attendBytes(kvT, THREADS) + 4 * C + 4 * 3 * D + 4 * D + 4 * THREADS;
@@ -18,15 +18,17 @@ export const attentionDecodeQkvFits = (C, H, kvT, workgroupBytes = 16384) =>
   && fusedBytes(C, C / H, kvT) <= workgroupBytes;
 
 export const ATTENTION_DECODE_QKV_UNIFORMS = ["C", "H", "kvT", "past", "w_off", "w_stride", "bias_off", "qkv_stride",
-  "ln_w_off", "ln_b_off", "o_off", "parts_out_off"].map((n) => [n, "u32"]).concat(SUMMED_ROW_UNIFORMS, [["scale", "f32"], ["ln_eps", "f32"]]);
+  "ln_w_off", "ln_b_off", "o_off", "parts_out_off", "wte_off", "wpe_off"].map((n) => [n, "u32"]).concat(SUMMED_ROW_UNIFORMS, [["scale", "f32"], ["ln_eps", "f32"]]);
 
-// Base, P, Parts, Store: the row, as summedRow (decode_row.js) reads and stores it; P: the parameters,
+// Base, P, Parts, Store: the row, as summedRow (decode_row.js) reads and stores it, or with embed (block
+// 0) Tokens in Base's place: the row is the token's embedding (embeddedRow, wte and wpe at wte_off,
+// wpe_off), and Parts is written only; P: the parameters,
 // the q, k and v weights (D·H × C, PyTorch's [out, in]) at w_off + i·w_stride and their biases at
 // bias_off + i·w_stride (i = 0, 1, 2), ln1's weight and bias at ln_w_off, ln_b_off, o_proj's weight
 // (C × C) at o_off; qkv: the q, k and v views, qkv_stride floats apart, each (kvT, C): this token's
 // row at past; Parts: head h's partial row of o_proj (C) at parts_out_off + h·C. Every offset and
 // stride a multiple of 4 floats (read as vec4s).
-export function attentionDecodeQkv(C, D, kvT) {
+export function attentionDecodeQkv(C, D, kvT, embed = false) {
   const C4 = C / 4, D4 = D / 4;
   const attend = attendOne(D, kvT, { kRow: (j) => `KOFF + (${j}) * C4`, vRow: (j) => `2u * KOFF + (${j}) * C4`,
     store: (i, value) => `y[${i}] = ${value};`, kBuf: "qkv", vBuf: "qkv", threads: THREADS });
@@ -34,8 +36,9 @@ export function attentionDecodeQkv(C, D, kvT) {
   const qkvRow = (o) => `(p.w_off + (${o} / D) * p.w_stride + (h * D + ${o} % D) * C) / 4u`;
   const qkvStore = (o, dot) => `let bias_at = p.bias_off + (${o} / D) * p.w_stride + h * D + ${o} % D;
       head[${o}] = ${dot} + P[bias_at / 4u][bias_at % 4u];`;
-  return kernel(`attention_decode_qkv_c${C}_d${D}_k${kvT}`, ATTENTION_DECODE_QKV_UNIFORMS,
-    [["Base", "read", "vec4f"], ["P", "read", "vec4f"], ["Parts", "rw", "vec4f"], ["Store", "rw", "vec4f"], ["qkv", "rw", "vec4f"]],
+  return kernel(`attention_decode_qkv_c${C}_d${D}_k${kvT}${embed ? "_embed" : ""}`, ATTENTION_DECODE_QKV_UNIFORMS,
+    [embed ? ["Tokens", "read", "u32"] : ["Base", "read", "vec4f"], ["P", "read", "vec4f"], ["Parts", "rw", "vec4f"], ["Store", "rw", "vec4f"],
+      ["qkv", "rw", "vec4f"]],
     /* wgsl */ `${attend.decls}
 const C = ${C}u;
 const C4 = ${C4}u;
@@ -50,7 +53,7 @@ fn attention_decode_qkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
   let h = wid.x;
   let keys = p.past + 1u;
   let KOFF = p.qkv_stride / 4u;
-${summedRow(C4, "sums")}
+${embed ? embeddedRow() : summedRow(C4, "sums")}
 ${normalisedRow("p.ln_w_off", "p.ln_b_off")}
 ${rowDots(3 * D, C4, qkvRow, qkvStore)}
   // into the KV cache at row past (q too, where the unfused product leaves it), then read back

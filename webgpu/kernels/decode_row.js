@@ -1,7 +1,7 @@
 // WGSL pieces of the decode chain: a decoded token's block as two dispatches, each a workgroup's
-// share of one row (attention_decode_qkv.js: ln1, q/k/v, attention and o_proj's share of a head;
-// mlp_decode.js: ln2, fc_in and fc_out's share of a slice of the hidden units) and its head as a
-// third (logits_decode.js). A product whose inputs are split among workgroups (o_proj over heads,
+// share of one row (attention_decode_qkv.js: ln1, q/k/v, attention and o_proj's share of a head, and
+// in block 0 the embedding first; mlp_decode.js: ln2, fc_in and fc_out's share of a slice of the
+// hidden units) and its head as a third (logits_decode.js). A product whose inputs are split among workgroups (o_proj over heads,
 // fc_out over hidden slices) leaves one partial row per workgroup; the next dispatch starts from the
 // row its residual stream holds plus the bias plus those partials, summed in a fixed order by every
 // workgroup that needs the row (a few KB, from cache), and the first workgroup stores the sum: the
@@ -15,7 +15,7 @@ export const DOT_LANES = 8; // invocations per output of a row product; DECODE_T
 const PART_UNROLL = 8; // partial rows a summing invocation loads at once
 const PART_ROUNDS = 2; // outputs of a partial row an invocation loads at once
 
-/** Uniforms of summedRow (x_nparts 0: the base row as it is, without the bias). */
+/** Uniforms of summedRow. */
 export const SUMMED_ROW_UNIFORMS = ["x_base_off", "x_bias_off", "x_parts_off", "x_nparts", "x_store_off"].map((n) => [n, "u32"]);
 
 /** vec4s of workgroup memory summedRow needs besides the row, for a row of C4 vec4s (a scratch it may share). */
@@ -23,8 +23,8 @@ export const summedRowScratch = (C4) => (DECODE_THREADS >= 2 * C4 ? Math.floor(D
 
 /**
  * WGSL (in a DECODE_THREADS kernel's entry point, uniform control flow; li, wid in scope) that puts
- * into workgroup array `xs` (vec4, C4) the row Base[x_base_off..] + P[x_bias_off..] + Σ_p
- * Parts[x_parts_off + p·C..] (p < x_nparts), the partials summed in order of p within each of G
+ * into workgroup array `xs` (vec4, C4) the row Base[x_base_off..] + (P[x_bias_off..] + Σ_p
+ * Parts[x_parts_off + p·C..]) (p < x_nparts), the partials summed in order of p within each of G
  * groups (p = g, g + G, ...) and the groups in order: the same sum whatever the timing. Workgroup 0
  * stores it at Store[x_store_off..]. scratch: a workgroup vec4 array of summedRowScratch(C4).
  */
@@ -35,11 +35,7 @@ export function summedRow(C4, scratch) {
       let last = p.x_nparts - 1u;
 ${range(PART_UNROLL).map((u) => `      let v${u} = Parts[p.x_parts_off / 4u + min(p0 + ${u * G}u, last) * C4 + ${c}];`).join("\n")}
 ${range(PART_UNROLL).map((u) => `      s += select(vec4f(0.0), v${u}, p0 + ${u * G}u < p.x_nparts);`).join("\n")}`;
-  const finish = (c, s) => /* wgsl */ `
-    var x = Base[p.x_base_off / 4u + ${c}];
-    if (p.x_nparts > 0u) { x = x + (P[p.x_bias_off / 4u + ${c}] + ${s}); }
-    xs[${c}] = x;
-    if (wid.x == 0u) { Store[p.x_store_off / 4u + ${c}] = x; }`;
+  const finish = (c, s) => storedRow(c, `Base[p.x_base_off / 4u + ${c}] + (P[p.x_bias_off / 4u + ${c}] + ${s})`);
   if (G === 1) {
     return /* wgsl */ `
   for (var c = li; c < C4; c += ${DECODE_THREADS}u) {
@@ -59,6 +55,24 @@ ${range(PART_UNROLL).map((u) => `      s += select(vec4f(0.0), v${u}, p0 + ${u *
   }
   workgroupBarrier();
   for (var c = li; c < C4; c += ${DECODE_THREADS}u) {${finish("c", range(G).map((g) => `${scratch}[${g}u * C4 + c]`).join(" + "))}
+  }
+  workgroupBarrier();`;
+}
+
+// xs[c] = x, stored by workgroup 0 too
+const storedRow = (c, x) => /* wgsl */ `
+    let x = ${x};
+    xs[${c}] = x;
+    if (wid.x == 0u) { Store[p.x_store_off / 4u + ${c}] = x; }`;
+
+/**
+ * WGSL putting into `xs` the embedding of the token at Tokens[0], at position p.past (wte at p.wte_off
+ * and wpe at p.wpe_off of P), as embedding_forward computes it: block 0's row. Workgroup 0 stores it
+ * at Store[x_store_off..], as summedRow.
+ */
+export function embeddedRow() {
+  return /* wgsl */ `
+  for (var c = li; c < C4; c += ${DECODE_THREADS}u) {${storedRow("c", "P[(p.wte_off + Tokens[0] * C) / 4u + c] + P[(p.wpe_off + p.past * C) / 4u + c]")}
   }
   workgroupBarrier();`;
 }

@@ -199,7 +199,10 @@ export async function runKernelCases(device, cases, inputs) {
     attention_decode_qkv(c, plan) {
       const { C, H, kvT, past, wOff, wStride, biasOff, lnW, lnB, oOff, qkvStride, partsOut } = c, qkv = input(`${c.id}_qkv`);
       const parts = input(`${c.id}_parts`), store = empty(8 + C);
-      ops.attentionDecodeQkv(plan, { C, H, kvT, past, row: { ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 }, params: input(`${c.id}_P`),
+      // c.row.embed: block 0's, x the token (the first of two u32s) instead of a row
+      const row = c.row.embed ? { embed: { ...c.row.embed, tokens: input(`${c.id}_x`) }, store, storeOff: 8 }
+        : { ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 };
+      ops.attentionDecodeQkv(plan, { C, H, kvT, past, row, params: input(`${c.id}_P`),
         wOff, wStride, biasOff, ln: { wOff: lnW, bOff: lnB, eps: c.eps }, oOff, qkv: { buffer: qkv, stride: qkvStride }, parts, partsOutOff: partsOut });
       return { store: [store, 8 + C], qkv: [qkv, 3 * qkvStride], parts: [parts, inputs[`${c.id}_parts`].byteLength / 4] };
     },
