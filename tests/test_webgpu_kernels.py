@@ -824,6 +824,7 @@ def layernorm64(x, w, b, eps):
 
 def check_summed_row(name, o, row):
     report(f"{name} the row stored", o["store"][8:], row, 2e-5)
+    report(f"{name} the store before its offset", o["store"][:8], np.zeros(8), 0)
 
 
 # attention_decode_qkv.js: the row, ln1, q/k/v into the KV cache's views (qkvStride floats apart; rows other than
@@ -937,7 +938,7 @@ def mlp_decode_case(C, nparts, eps=1e-5):
 
 
 mlp_decode_case(48, 3)  # tiny's width: 6 slices
-mlp_decode_case(36, 0)  # 4C = 144: slices of 16; the row as it is
+mlp_decode_case(36, 0)  # 4C = 144: slices of 16; no partial rows, the base and the bias
 mlp_decode_case(320, 10)  # C4 = 80: 3 groups sum the partials; fc_out's 320 outputs in 2 rounds
 mlp_decode_case(520, 13)  # C4 = 130: one invocation sums a column; fc_out's 520 outputs in 3 rounds (two passes)
 
@@ -966,7 +967,8 @@ def logits_decode_case(C, V, nparts, logits_off=3, eps=1e-5):
 
 
 logits_decode_case(48, 256, 6)  # tiny's: 8 workgroups of 32 logits
-logits_decode_case(96, 70, 0)  # a last workgroup part full; the row as it is
+logits_decode_case(96, 70, 0)  # a last workgroup part full; no partial rows, the base and the bias
+logits_decode_case(384, 64, 48)  # massive's width and slices: 2 groups of invocations sum 24 partial rows each
 
 
 # --- clip to the global norm (from the norm's partials), AdamW (decay on the masked parameters only)

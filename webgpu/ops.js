@@ -461,7 +461,8 @@ export class Ops {
    */
   attentionDecodeQkv(plan, { C, H, kvT, past, row, params, wOff, wStride, biasOff, ln, oOff, qkv, parts, partsOutOff }) {
     const D = C / H, embed = row.embed ?? null;
-    return plan.add(attentionDecodeQkvFor(C, D, kvT, !!embed), { C, H, kvT, past, w_off: wOff, w_stride: wStride, bias_off: biasOff,
+    if (!attentionDecodeQkvFits(C, H, kvT, this.workgroupLimit)) throw new Error(`attentionDecodeQkv: C = ${C}, ${H} heads, ${kvT} keys do not fit this device`);
+    return plan.add(attentionDecodeQkvFor(C, D, kvT, !!embed), { past, w_off: wOff, w_stride: wStride, bias_off: biasOff,
       qkv_stride: qkv.stride, ln_w_off: ln.wOff, ln_b_off: ln.bOff, o_off: oOff, parts_out_off: partsOutOff,
       wte_off: embed?.wteOff ?? 0, wpe_off: embed?.wpeOff ?? 0, ...summedRowValues(row), scale: 1 / Math.sqrt(D), ln_eps: ln.eps },
     [embed ? embed.tokens : row.base, params, parts, row.store, qkv.buffer], attentionDecodeGrid(H));
@@ -473,13 +474,15 @@ export class Ops {
    * fc_out's weight at outOff, its partial rows into parts at partsOutOff.
    */
   mlpDecode(plan, { C, row, params, ln, inOff, inBiasOff, outOff, parts, partsOutOff }) {
-    return plan.add(mlpDecodeFor(C), { C, ln_w_off: ln.wOff, ln_b_off: ln.bOff, in_off: inOff, in_bias_off: inBiasOff, out_off: outOff,
+    if (!mlpDecodeFits(C, this.workgroupLimit)) throw new Error(`mlpDecode: C = ${C} does not fit this device`);
+    return plan.add(mlpDecodeFor(C), { ln_w_off: ln.wOff, ln_b_off: ln.bOff, in_off: inOff, in_bias_off: inBiasOff, out_off: outOff,
       parts_out_off: partsOutOff, ...summedRowValues(row), ln_eps: ln.eps }, [row.base, params, parts, row.store], mlpDecodeGrid(C));
   }
 
   /** A decoded token's ln_f and logits (logits_decode.js): row as attentionDecodeQkv's; ln: ln_f's; the head's weight at wOff. */
   logitsDecode(plan, { C, V, row, params, ln, wOff, parts, logits, logitsOff = 0 }) {
-    return plan.add(logitsDecodeFor(C), { C, V, ln_w_off: ln.wOff, ln_b_off: ln.bOff, w_off: wOff, logits_off: logitsOff,
+    if (!logitsDecodeFits(C, this.workgroupLimit)) throw new Error(`logitsDecode: C = ${C} does not fit this device`);
+    return plan.add(logitsDecodeFor(C), { V, ln_w_off: ln.wOff, ln_b_off: ln.bOff, w_off: wOff, logits_off: logitsOff,
       ...summedRowValues(row), ln_eps: ln.eps }, [row.base, params, parts, row.store, logits], logitsDecodeGrid(V));
   }
 

@@ -209,14 +209,23 @@ export function sampleToken(logits, temperature, topK, stream) {
   for (let i = 0; i < V; i++) l[i] = logits[i] / temperature;
   const keep = new Uint8Array(V).fill(1);
   if (topK > 0 && topK < V) {
-    // the k largest, ties to the lower index: every value above the k-th largest, then the lowest
-    // indices of those equal to it. A numeric sort of the values finds it; sorting the indices with
-    // a comparator took a decoded token 35-90 µs of host time (docs/performance.md §37).
-    const threshold = Float64Array.from(l).sort()[V - topK];
+    // the k largest, ties to the lower index, NaNs after every number (python_ref's stable argsort):
+    // every value above the k-th largest, then the lowest indices of those equal to it. A numeric
+    // sort of the values finds it (NaNs last); sorting the indices with a comparator took a decoded
+    // token 35-90 µs of host time (docs/performance.md §37).
+    const sorted = Float64Array.from(l).sort();
+    let numbers = V;
+    while (numbers > 0 && Number.isNaN(sorted[numbers - 1])) numbers--;
     keep.fill(0);
     let kept = 0;
-    for (let i = 0; i < V; i++) if (l[i] > threshold) { keep[i] = 1; kept++; }
-    for (let i = 0; i < V && kept < topK; i++) if (l[i] === threshold) { keep[i] = 1; kept++; }
+    if (numbers >= topK) {
+      const threshold = sorted[numbers - topK];
+      for (let i = 0; i < V; i++) if (l[i] > threshold) { keep[i] = 1; kept++; }
+      for (let i = 0; i < V && kept < topK; i++) if (l[i] === threshold) { keep[i] = 1; kept++; }
+    } else {
+      for (let i = 0; i < V; i++) if (!Number.isNaN(l[i])) { keep[i] = 1; kept++; }
+      for (let i = 0; i < V && kept < topK; i++) if (Number.isNaN(l[i])) { keep[i] = 1; kept++; }
+    }
   }
   let max = -Infinity;
   for (let i = 0; i < V; i++) if (keep[i] && l[i] > max) max = l[i];

@@ -486,7 +486,7 @@ export class Trainer {
   /** Whether the decode chain (Ops.decodeChainServes) serves this model's decoded tokens (A: the generation's activations). */
   _decodeChainServes(A) {
     const { nLayer: L, dModel: C, nHead: H } = this.cfg, o = this.offsets;
-    const names = ["attn.q_proj.weight", "attn.q_proj.bias", "attn.o_proj.weight", "attn.o_proj.bias", "ln1.weight", "ln1.bias",
+    const names = ["attn.q_proj.weight", "attn.o_proj.weight", "attn.o_proj.bias", "ln1.weight", "ln1.bias",
       "ln2.weight", "ln2.bias", "mlp.fc_in.weight", "mlp.fc_out.weight", "mlp.fc_out.bias"];
     const vec4Offsets = [this.projStride, A.layers[0].stride, o["token_embedding.weight"], o["position_embedding.weight"], o["ln_f.weight"], o["ln_f.bias"],
       ...Array.from({ length: L }, (_, l) => names.map((k) => o[`blocks.${l}.${k}`])).flat()];

@@ -7,27 +7,31 @@
 // buffer, row past) and are read back by the same workgroup after a storage barrier.
 import { kernel, workgroupSum, range } from "./kernel.js";
 import { attendBytes, attendOne } from "./attention_decode.js";
-import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, summedRow, embeddedRow, summedRowScratch, normalisedRow, rowDots, partialRow } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, summedRow, embeddedRow, normalisedRow, rowDots, partialRow } from "./decode_row.js";
 
 /** Bytes of workgroup memory for model width C, head size D, kvT keys. */
 const fusedBytes = (C, D, kvT) => attendBytes(kvT, THREADS) + 4 * C + 4 * 3 * D + 4 * D + 4 * THREADS;
 
-/** Whether the kernel serves this shape on a device with workgroupBytes of workgroup memory. */
+/**
+ * Whether the kernel serves this shape on a device with workgroupBytes of workgroup memory: the
+ * value lanes split the invocations by vec4s of the head, and one invocation writes each vec4 of the
+ * head's q, k and v.
+ */
 export const attentionDecodeQkvFits = (C, H, kvT, workgroupBytes = 16384) =>
-  C % 4 === 0 && (C / H) % 4 === 0 && THREADS % (C / H / 4) === 0 && summedRowScratch(C / 4) <= THREADS
+  C % 4 === 0 && (C / H) % 4 === 0 && THREADS % (C / H / 4) === 0 && 3 * (C / H / 4) <= THREADS
   && fusedBytes(C, C / H, kvT) <= workgroupBytes;
 
-export const ATTENTION_DECODE_QKV_UNIFORMS = ["C", "H", "kvT", "past", "w_off", "w_stride", "bias_off", "qkv_stride",
+export const ATTENTION_DECODE_QKV_UNIFORMS = ["past", "w_off", "w_stride", "bias_off", "qkv_stride",
   "ln_w_off", "ln_b_off", "o_off", "parts_out_off", "wte_off", "wpe_off"].map((n) => [n, "u32"]).concat(SUMMED_ROW_UNIFORMS, [["scale", "f32"], ["ln_eps", "f32"]]);
 
-// Base, P, Parts, Store: the row, as summedRow (decode_row.js) reads and stores it, or with embed (block
-// 0) Tokens in Base's place: the row is the token's embedding (embeddedRow, wte and wpe at wte_off,
-// wpe_off), and Parts is written only; P: the parameters,
-// the q, k and v weights (D·H × C, PyTorch's [out, in]) at w_off + i·w_stride and their biases at
-// bias_off + i·w_stride (i = 0, 1, 2), ln1's weight and bias at ln_w_off, ln_b_off, o_proj's weight
-// (C × C) at o_off; qkv: the q, k and v views, qkv_stride floats apart, each (kvT, C): this token's
-// row at past; Parts: head h's partial row of o_proj (C) at parts_out_off + h·C. Every offset and
-// stride a multiple of 4 floats (read as vec4s).
+// Base, P, Parts, Store: the row, as summedRow (decode_row.js) reads and stores it, or with embed
+// (block 0) Tokens in Base's place: the row is the token's embedding (embeddedRow, wte and wpe at
+// wte_off, wpe_off), and Parts is written only. P: the parameters, the q, k and v weights (D·H × C,
+// PyTorch's [out, in]) at w_off + i·w_stride and their biases at bias_off + i·w_stride (i = 0, 1,
+// 2), ln1's weight and bias at ln_w_off, ln_b_off, o_proj's weight (C × C) at o_off; qkv: the q, k
+// and v views, qkv_stride floats apart, each (kvT, C): this token's row at past; Parts: head h's
+// partial row of o_proj (C) at parts_out_off + h·C. Every offset and stride but bias_off a multiple
+// of 4 floats (read as vec4s).
 export function attentionDecodeQkv(C, D, kvT, embed = false) {
   const C4 = C / 4, D4 = D / 4;
   const attend = attendOne(D, kvT, { kRow: (j) => `KOFF + (${j}) * C4`, vRow: (j) => `2u * KOFF + (${j}) * C4`,
@@ -68,7 +72,7 @@ ${range(D4).map((i) => `  qr[${i}] = vec4f(head[${4 * i}u], head[${4 * i + 1}u],
 ${attend.body}
   workgroupBarrier();
   // o_proj's share of head h: its weight's columns h·D.. times the head's output
-${partialRow(C, D4, (n) => `(p.o_off + ${n} * C + h * D) / 4u`, (i) => `y[${i}u]`, (n) => `p.parts_out_off + h * C + ${n}`)}
+${partialRow(C, D4, (n) => `(p.o_off + ${n} * C + h * D) / 4u`, (i) => `y[${i}u]`, "(p.parts_out_off + h * C) / 4u")}
 }
 `, "attention_decode_qkv");
 }

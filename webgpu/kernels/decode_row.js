@@ -118,26 +118,30 @@ ${range(steps).map((s) => `    acc += select(vec4f(0.0), xs[min(lane + ${s * DOT
 }
 
 /**
- * WGSL of a partial row: for each output n < C, float at(n) of Parts (vec4s) = the dot product of
- * `len4` vec4s of P from weightAt(n) (a WGSL expression: W's row n, at this workgroup's slice of its
- * inputs) with workgroup values vecAt(i) (a WGSL vec4 expression, i < len4 a constant). One invocation
- * an output, PART_ROUNDS outputs an invocation at a time, all their loads issued at once (an output
- * past C reads row C - 1 and is not stored). Needs li in scope.
+ * WGSL of a partial row: for each output n < C, float n of the row at vec4 rowAt of Parts = the dot
+ * product of `len4` vec4s of P from weightAt(n) (a WGSL expression: W's row n, at this workgroup's
+ * slice of its inputs) with workgroup values vecAt(i) (a WGSL vec4 expression, i < len4 a constant).
+ * One invocation an output, PART_ROUNDS outputs an invocation at a time, all their loads issued at
+ * once (an output past C reads row C - 1). The outputs meet in `red` (workgroupSum's array) and go
+ * out as vec4s: invocations writing different components of one vec4 would race (WGSL's memory
+ * model). Needs li in scope; uniform control flow.
  */
-export function partialRow(C, len4, weightAt, vecAt, at) {
+export function partialRow(C, len4, weightAt, vecAt, rowAt) {
   const rounds = Math.min(PART_ROUNDS, Math.ceil(C / DECODE_THREADS));
-  const output = (r) => `n0 + ${r * DECODE_THREADS}u`;
+  const first = (r) => `(n0 + ${r * DECODE_THREADS}u)`; // the round's first output
   return /* wgsl */ `
-  for (var n0 = li; n0 < ${C}u; n0 += ${rounds * DECODE_THREADS}u) {
-${range(rounds).map((r) => `    let w_at${r} = ${weightAt(`min(${output(r)}, ${C - 1}u)`)};
+  for (var n0 = 0u; n0 < ${C}u; n0 += ${rounds * DECODE_THREADS}u) {
+${range(rounds).map((r) => `    let w_at${r} = ${weightAt(`min(${first(r)} + li, ${C - 1}u)`)};
 ${range(len4).map((i) => `    let w${r}_${i} = P[w_at${r} + ${i}u];`).join("\n")}`).join("\n")}
 ${range(rounds).map((r) => `    {
       var acc = vec4f(0.0);
 ${range(len4).map((i) => `      acc += w${r}_${i} * ${vecAt(i)};`).join("\n")}
-      if (${output(r)} < ${C}u) {
-        let part_at = ${at(output(r))};
-        Parts[part_at / 4u][part_at % 4u] = (acc.x + acc.y) + (acc.z + acc.w);
-      }
-    }`).join("\n")}
+      red[li] = (acc.x + acc.y) + (acc.z + acc.w);
+    }
+    workgroupBarrier();
+    if (li < ${DECODE_THREADS / 4}u && ${first(r)} + 4u * li < ${C}u) {
+      Parts[${rowAt} + ${first(r)} / 4u + li] = vec4f(red[4u * li], red[4u * li + 1u], red[4u * li + 2u], red[4u * li + 3u]);
+    }
+    workgroupBarrier();`).join("\n")}
   }`;
 }

@@ -14,7 +14,7 @@ export const logitsDecodeGrid = (V) => [Math.ceil(V / OUTPUTS), 1];
 export const logitsDecodeFits = (C, workgroupBytes = 16384) => C % 4 === 0
   && 4 * (C + 4 * summedRowScratch(C / 4) + THREADS) <= workgroupBytes;
 
-export const LOGITS_DECODE_UNIFORMS = ["C", "V", "ln_w_off", "ln_b_off", "w_off", "logits_off"]
+export const LOGITS_DECODE_UNIFORMS = ["V", "ln_w_off", "ln_b_off", "w_off", "logits_off"]
   .map((n) => [n, "u32"]).concat(SUMMED_ROW_UNIFORMS, [["ln_eps", "f32"]]);
 
 // Base, P, Parts, Store: the row, as summedRow (decode_row.js) reads and stores it; P: the parameters,

@@ -18,13 +18,13 @@ export const mlpDecodeGrid = (C) => [(4 * C) / mlpDecodeSlice(C), 1];
 export const mlpDecodeFits = (C, workgroupBytes = 16384) => C % 4 === 0
   && 4 * (C + 4 * summedRowScratch(C / 4) + mlpDecodeSlice(C) + THREADS) <= workgroupBytes;
 
-export const MLP_DECODE_UNIFORMS = ["C", "ln_w_off", "ln_b_off", "in_off", "in_bias_off", "out_off", "parts_out_off"]
+export const MLP_DECODE_UNIFORMS = ["ln_w_off", "ln_b_off", "in_off", "in_bias_off", "out_off", "parts_out_off"]
   .map((n) => [n, "u32"]).concat(SUMMED_ROW_UNIFORMS, [["ln_eps", "f32"]]);
 
 // Base, P, Parts, Store: the row, as summedRow (decode_row.js) reads and stores it; P: the parameters,
 // ln2's weight and bias at ln_w_off, ln_b_off, fc_in's weight (4C × C, PyTorch's [out, in]) at in_off and
 // bias at in_bias_off, fc_out's weight (C × 4C) at out_off; Parts: slice j's partial row of fc_out (C)
-// at parts_out_off + j·C. Every offset a multiple of 4 floats (read as vec4s).
+// at parts_out_off + j·C. Every offset but in_bias_off a multiple of 4 floats (read as vec4s).
 export function mlpDecode(C) {
   const C4 = C / 4, S = mlpDecodeSlice(C), scratch = summedRowScratch(C4);
   return kernel(`mlp_decode_c${C}`, MLP_DECODE_UNIFORMS,
@@ -46,7 +46,7 @@ ${rowDots(S, C4, (o) => `(p.in_off + (first + ${o}) * C) / 4u`, (o, dot) => `let
       hidden[${o}] = gelu(${dot} + P[bias_at / 4u][bias_at % 4u]);`)}
   // fc_out's share of the slice: its weight's columns first.. times the slice's hidden values
 ${partialRow(C, S / 4, (n) => `(p.out_off + ${n} * 4u * C + first) / 4u`,
-    (i) => `vec4f(hidden[${4 * i}u], hidden[${4 * i + 1}u], hidden[${4 * i + 2}u], hidden[${4 * i + 3}u])`, (n) => `p.parts_out_off + wid.x * C + ${n}`)}
+    (i) => `vec4f(hidden[${4 * i}u], hidden[${4 * i + 1}u], hidden[${4 * i + 2}u], hidden[${4 * i + 3}u])`, "(p.parts_out_off + wid.x * C) / 4u")}
 }
 `, "mlp_decode");
 }
