@@ -35,11 +35,11 @@ const attentionDecodeFor = memoised(attentionDecode);
 const attentionDecodeQkvFor = memoised(attentionDecodeQkv);
 const mlpDecodeFor = memoised(mlpDecode);
 const logitsDecodeFor = memoised(logitsDecode);
+const matmulGroupFor = memoised(matmulGroupKernel);
+const matmulPairFor = memoised(matmulPairKernel);
 // a decode chain kernel's summedRow uniforms (decode_row.js) for row {baseOff, biasOff, partsOff, nparts, storeOff}
 const summedRowValues = ({ baseOff = 0, biasOff = 0, partsOff = 0, nparts = 0, storeOff = 0 }) =>
   ({ x_base_off: baseOff, x_bias_off: biasOff, x_parts_off: partsOff, x_nparts: nparts, x_store_off: storeOff });
-const matmulGroupFor = memoised(matmulGroupKernel);
-const matmulPairFor = memoised(matmulPairKernel);
 // A pair's tiles must have as many invocations: where no tile is given, a tile other than an unsliced
 // one of 16×16 invocations becomes the 256-invocation 32×32 (2×2 each, the input gradients' choice
 // at tiny).

@@ -441,7 +441,7 @@ export class Trainer {
   _recordForward(plan, A, { B, T, past, logitRows }) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
     const o = this.offsets, P = this.params, rows = B * T;
-    if (A.chain && this._decodeChainServes(A)) return this._recordDecodeChain(plan, A, past);
+    if (A.chain) return this._recordDecodeChain(plan, A, past);
     const embedding = { T, past, tokens: A.tokens, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"] };
     // the A operand of the products that read LayerNorm `name` of x: x itself, normalised by their
     // prologue (which also stores the output and statistics for the backward), or that output, from
@@ -854,9 +854,11 @@ export class Trainer {
   _buildGeneration() {
     const ctx = this.cfg.ctx;
     this.gen = this._activations("generate", 1, 1, ctx);
-    // the decode chain's partial rows between its dispatches
+    // the decode chain's partial rows between its dispatches (made where it does not serve too: the
+    // buffers a trainer needs do not depend on the device)
     const { dModel: C, nHead: H } = this.cfg;
-    this.gen.chain = { parts: this.buffer("generate partial rows", 4 * decodeChainParts(C, H).floats, U().STORAGE | U().COPY_SRC) };
+    const parts = this.buffer("generate partial rows", 4 * decodeChainParts(C, H).floats, U().STORAGE | U().COPY_SRC);
+    this.gen.chain = this._decodeChainServes(this.gen) ? { parts } : null;
     this.genPlan = new Plan(this.device, this.ops.pipelines, "decode");
     this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
     this.genPlan.freeze();

@@ -5,12 +5,12 @@
 // attention reads only head h's q, k and v, so the workgroup that computes them (3·D outputs of the
 // q/k/v product) can attend at once. The new key and value go to the KV cache (the q/k/v views of one
 // buffer, row past) and are read back by the same workgroup after a storage barrier.
-import { kernel, workgroupSum, range } from "./kernel.js";
+import { kernel, range } from "./kernel.js";
 import { attendBytes, attendOne } from "./attention_decode.js";
-import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, summedRow, embeddedRow, normalisedRow, rowDots, partialRow } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, embeddedRow, normalisedRow, rowDots, partialRow } from "./decode_row.js";
 
-/** Bytes of workgroup memory for model width C, head size D, kvT keys. */
-const fusedBytes = (C, D, kvT) => attendBytes(kvT, THREADS) + 4 * C + 4 * 3 * D + 4 * D + 4 * THREADS;
+/** Bytes of workgroup memory for model width C, head size D, kvT keys (summedRow's scratch: attention's `sums`). */
+const fusedBytes = (C, D, kvT) => attendBytes(kvT, THREADS) + rowArrays(C, false).bytes + 4 * 3 * D + 4 * D;
 
 /**
  * Whether the kernel serves this shape on a device with workgroupBytes of workgroup memory: the
@@ -41,14 +41,9 @@ export function attentionDecodeQkv(C, D, kvT, embed = false) {
   const qkvStore = (o, dot) => `let bias_at = p.bias_off + (${o} / D) * p.w_stride + h * D + ${o} % D;
       head[${o}] = ${dot} + P[bias_at / 4u][bias_at % 4u];`;
   return kernel(`attention_decode_qkv_c${C}_d${D}_k${kvT}${embed ? "_embed" : ""}`, ATTENTION_DECODE_QKV_UNIFORMS,
-    [embed ? ["Tokens", "read", "u32"] : ["Base", "read", "vec4f"], ["P", "read", "vec4f"], ["Parts", "rw", "vec4f"], ["Store", "rw", "vec4f"],
-      ["qkv", "rw", "vec4f"]],
-    /* wgsl */ `${attend.decls}
-const C = ${C}u;
-const C4 = ${C4}u;
+    [...rowBindings("rw", embed ? ["Tokens", "read", "u32"] : undefined), ["qkv", "rw", "vec4f"]],
+    /* wgsl */ `${attend.decls}${rowArrays(C, false).decls}
 const D = ${D}u;
-${workgroupSum(THREADS)}
-var<workgroup> xs: array<vec4f, C4>; // the row, then ln1 of it
 var<workgroup> head: array<f32, ${3 * D}>; // this head's q, k and v
 var<workgroup> y: array<vec4f, D4>; // this head's attention output
 

@@ -1,13 +1,13 @@
 // WGSL pieces of the decode chain: a decoded token's block as two dispatches, each a workgroup's
 // share of one row (attention_decode_qkv.js: ln1, q/k/v, attention and o_proj's share of a head, and
 // in block 0 the embedding first; mlp_decode.js: ln2, fc_in and fc_out's share of a slice of the
-// hidden units) and its head as a third (logits_decode.js). A product whose inputs are split among workgroups (o_proj over heads,
-// fc_out over hidden slices) leaves one partial row per workgroup; the next dispatch starts from the
-// row its residual stream holds plus the bias plus those partials, summed in a fixed order by every
-// workgroup that needs the row (a few KB, from cache), and the first workgroup stores the sum: the
-// next residual. So a block costs two dependent launches instead of four, and no workgroup waits on
-// another within a dispatch.
-import { range } from "./kernel.js";
+// hidden units) and its head as a third (logits_decode.js). A product whose inputs are split among
+// workgroups (o_proj over heads, fc_out over hidden slices) leaves one partial row per workgroup; the
+// next dispatch starts from the row its residual stream holds plus the bias plus those partials,
+// summed in a fixed order by every workgroup that needs the row (a few KB, from cache), and the first
+// workgroup stores the sum: the next residual. So a block costs two dependent launches instead of
+// four, and no workgroup waits on another within a dispatch.
+import { range, workgroupSum } from "./kernel.js";
 import { rowStatistics } from "./matvec.js";
 
 export const DECODE_THREADS = 256;
@@ -19,16 +19,42 @@ const PART_ROUNDS = 2; // outputs of a partial row an invocation loads at once
 export const SUMMED_ROW_UNIFORMS = ["x_base_off", "x_bias_off", "x_parts_off", "x_nparts", "x_store_off"].map((n) => [n, "u32"]);
 
 /** vec4s of workgroup memory summedRow needs besides the row, for a row of C4 vec4s (a scratch it may share). */
-export const summedRowScratch = (C4) => (DECODE_THREADS >= 2 * C4 ? Math.floor(DECODE_THREADS / C4) * C4 : 0);
+const summedRowScratch = (C4) => (DECODE_THREADS >= 2 * C4 ? Math.floor(DECODE_THREADS / C4) * C4 : 0);
+
+/**
+ * Bindings 1..4 of a chain kernel, as summedRow reads and stores the row: its base (or what takes its
+ * place), the parameters, the partial rows (parts: their access) and the store.
+ */
+export const rowBindings = (parts = "rw", base = ["Base", "read", "vec4f"]) =>
+  [base, ["P", "read", "vec4f"], ["Parts", parts, "vec4f"], ["Store", "rw", "vec4f"]];
+
+/**
+ * A chain kernel's row of width C in workgroup memory: `decls` (the constants C and C4, workgroupSum's
+ * red, the row xs, and summedRow's scratch `part_sums` unless shared: ownScratch false) and their
+ * `bytes`.
+ */
+export function rowArrays(C, ownScratch = true) {
+  const scratch = ownScratch ? summedRowScratch(C / 4) : 0;
+  return {
+    decls: /* wgsl */ `
+const C = ${C}u;
+const C4 = ${C / 4}u;
+${workgroupSum(DECODE_THREADS)}
+var<workgroup> xs: array<vec4f, C4>; // the row, then its LayerNorm
+${scratch ? `var<workgroup> part_sums: array<vec4f, ${scratch}>;` : ""}`,
+    bytes: 4 * C + 16 * scratch + 4 * DECODE_THREADS,
+  };
+}
 
 /**
  * WGSL (in a DECODE_THREADS kernel's entry point, uniform control flow; li, wid in scope) that puts
  * into workgroup array `xs` (vec4, C4) the row Base[x_base_off..] + (P[x_bias_off..] + Σ_p
  * Parts[x_parts_off + p·C..]) (p < x_nparts), the partials summed in order of p within each of G
  * groups (p = g, g + G, ...) and the groups in order: the same sum whatever the timing. Workgroup 0
- * stores it at Store[x_store_off..]. scratch: a workgroup vec4 array of summedRowScratch(C4).
+ * stores it at Store[x_store_off..]. scratch: a workgroup vec4 array of summedRowScratch(C4) vec4s
+ * (rowArrays' part_sums, or one the kernel shares).
  */
-export function summedRow(C4, scratch) {
+export function summedRow(C4, scratch = "part_sums") {
   const G = Math.max(1, Math.floor(DECODE_THREADS / C4));
   // a column's partials from p0: PART_UNROLL of them G apart, loaded before any is added
   const partLoads = (c) => /* wgsl */ `

@@ -2,8 +2,8 @@
 // block's residual stream plus fc_out's bias and partial rows), ln_f, and the tied head's product
 // with the token embedding, OUTPUTS logits a workgroup, each workgroup summing and normalising the
 // row itself (C values, cheap) so that none waits on another.
-import { kernel, workgroupSum } from "./kernel.js";
-import { DECODE_THREADS as THREADS, DOT_LANES, SUMMED_ROW_UNIFORMS, summedRow, summedRowScratch, normalisedRow, rowDots } from "./decode_row.js";
+import { kernel } from "./kernel.js";
+import { DECODE_THREADS as THREADS, DOT_LANES, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, normalisedRow, rowDots } from "./decode_row.js";
 
 const OUTPUTS = THREADS / DOT_LANES; // logits a workgroup: one pass of rowDots
 
@@ -11,8 +11,7 @@ const OUTPUTS = THREADS / DOT_LANES; // logits a workgroup: one pass of rowDots
 export const logitsDecodeGrid = (V) => [Math.ceil(V / OUTPUTS), 1];
 
 /** Whether the kernel serves width C on a device with workgroupBytes of workgroup memory. */
-export const logitsDecodeFits = (C, workgroupBytes = 16384) => C % 4 === 0
-  && 4 * (C + 4 * summedRowScratch(C / 4) + THREADS) <= workgroupBytes;
+export const logitsDecodeFits = (C, workgroupBytes = 16384) => C % 4 === 0 && rowArrays(C).bytes <= workgroupBytes;
 
 export const LOGITS_DECODE_UNIFORMS = ["V", "ln_w_off", "ln_b_off", "w_off", "logits_off"]
   .map((n) => [n, "u32"]).concat(SUMMED_ROW_UNIFORMS, [["ln_eps", "f32"]]);
@@ -21,19 +20,13 @@ export const LOGITS_DECODE_UNIFORMS = ["V", "ln_w_off", "ln_b_off", "w_off", "lo
 // ln_f's weight and bias at ln_w_off, ln_b_off, the token embedding (V × C) at w_off; logits: (V) at
 // logits_off. Every offset but logits_off a multiple of 4 floats (read as vec4s).
 export function logitsDecode(C) {
-  const C4 = C / 4, scratch = summedRowScratch(C4);
-  return kernel(`logits_decode_c${C}`, LOGITS_DECODE_UNIFORMS,
-    [["Base", "read", "vec4f"], ["P", "read", "vec4f"], ["Parts", "read", "vec4f"], ["Store", "rw", "vec4f"], ["logits", "rw"]], /* wgsl */ `
-const C = ${C}u;
-const C4 = ${C4}u;
-${workgroupSum(THREADS)}
-var<workgroup> xs: array<vec4f, C4>; // the row, then ln_f of it
-${scratch ? `var<workgroup> part_sums: array<vec4f, ${scratch}>;` : ""}
+  const C4 = C / 4;
+  return kernel(`logits_decode_c${C}`, LOGITS_DECODE_UNIFORMS, [...rowBindings("read"), ["logits", "rw"]], /* wgsl */ `${rowArrays(C).decls}
 
 @compute @workgroup_size(${THREADS})
 fn logits_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let first = wid.x * ${OUTPUTS}u; // the workgroup's first logit
-${summedRow(C4, "part_sums")}
+${summedRow(C4)}
 ${normalisedRow("p.ln_w_off", "p.ln_b_off")}
 ${rowDots(OUTPUTS, C4, (o) => `(p.w_off + min(first + ${o}, p.V - 1u) * C) / 4u`,
     (o, dot) => `if (first + ${o} < p.V) { logits[p.logits_off + first + ${o}] = ${dot}; }`)}

@@ -4,9 +4,9 @@
 // slice's hidden values times fc_out's weight columns, a partial row that the next block's first
 // dispatch (or the head's) sums. fc_in's outputs of a slice need the whole row only, and fc_out's
 // share of a slice needs those outputs only, so no workgroup waits on another.
-import { kernel, workgroupSum } from "./kernel.js";
+import { kernel } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
-import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, summedRow, summedRowScratch, normalisedRow, rowDots, partialRow } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, normalisedRow, rowDots, partialRow } from "./decode_row.js";
 
 /** Hidden units a workgroup takes for model width C (4·C of them): 32, or 16 where 32 does not divide them (C is a multiple of 4). */
 export const mlpDecodeSlice = (C) => [32, 16].find((s) => (4 * C) % s === 0);
@@ -16,7 +16,7 @@ export const mlpDecodeGrid = (C) => [(4 * C) / mlpDecodeSlice(C), 1];
 
 /** Whether the kernel serves width C on a device with workgroupBytes of workgroup memory. */
 export const mlpDecodeFits = (C, workgroupBytes = 16384) => C % 4 === 0
-  && 4 * (C + 4 * summedRowScratch(C / 4) + mlpDecodeSlice(C) + THREADS) <= workgroupBytes;
+  && rowArrays(C).bytes + 4 * mlpDecodeSlice(C) <= workgroupBytes;
 
 export const MLP_DECODE_UNIFORMS = ["ln_w_off", "ln_b_off", "in_off", "in_bias_off", "out_off", "parts_out_off"]
   .map((n) => [n, "u32"]).concat(SUMMED_ROW_UNIFORMS, [["ln_eps", "f32"]]);
@@ -26,21 +26,15 @@ export const MLP_DECODE_UNIFORMS = ["ln_w_off", "ln_b_off", "in_off", "in_bias_o
 // bias at in_bias_off, fc_out's weight (C × 4C) at out_off; Parts: slice j's partial row of fc_out (C)
 // at parts_out_off + j·C. Every offset but in_bias_off a multiple of 4 floats (read as vec4s).
 export function mlpDecode(C) {
-  const C4 = C / 4, S = mlpDecodeSlice(C), scratch = summedRowScratch(C4);
-  return kernel(`mlp_decode_c${C}`, MLP_DECODE_UNIFORMS,
-    [["Base", "read", "vec4f"], ["P", "read", "vec4f"], ["Parts", "rw", "vec4f"], ["Store", "rw", "vec4f"]], /* wgsl */ `${GELU_FNS}
-const C = ${C}u;
-const C4 = ${C4}u;
+  const C4 = C / 4, S = mlpDecodeSlice(C);
+  return kernel(`mlp_decode_c${C}`, MLP_DECODE_UNIFORMS, rowBindings(), /* wgsl */ `${GELU_FNS}${rowArrays(C).decls}
 const S = ${S}u; // hidden units a workgroup
-${workgroupSum(THREADS)}
-var<workgroup> xs: array<vec4f, C4>; // the row, then ln2 of it
-${scratch ? `var<workgroup> part_sums: array<vec4f, ${scratch}>;` : ""}
 var<workgroup> hidden: array<f32, S>; // gelu(fc_in) of the slice
 
 @compute @workgroup_size(${THREADS})
 fn mlp_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let first = wid.x * S; // the slice's first hidden unit
-${summedRow(C4, "part_sums")}
+${summedRow(C4)}
 ${normalisedRow("p.ln_w_off", "p.ln_b_off")}
 ${rowDots(S, C4, (o) => `(p.in_off + (first + ${o}) * C) / 4u`, (o, dot) => `let bias_at = p.in_bias_off + first + ${o};
       hidden[${o}] = gelu(${dot} + P[bias_at / 4u][bias_at % 4u]);`)}

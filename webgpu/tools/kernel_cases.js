@@ -24,6 +24,8 @@ export async function runKernelCases(device, cases, inputs) {
     return b;
   };
   const empty = (n) => make(4 * n);
+  // a decode chain case's row: x its base, stored 8 floats into `store`
+  const chainRow = (c, store) => ({ ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 });
   // split-K weight gradients' slabs, each product's at a multiple of 64 floats (256-byte binding offsets),
   // and `extra` floats of room after them
   const slabFloats = (p) => Math.ceil((p.splits * (p.M * p.N + (p.biasGrad ? p.M : 0))) / 64) * 64;
@@ -200,21 +202,20 @@ export async function runKernelCases(device, cases, inputs) {
       const { C, H, kvT, past, wOff, wStride, biasOff, lnW, lnB, oOff, qkvStride, partsOut } = c, qkv = input(`${c.id}_qkv`);
       const parts = input(`${c.id}_parts`), store = empty(8 + C);
       // c.row.embed: block 0's, x the token (the first of two u32s) instead of a row
-      const row = c.row.embed ? { embed: { ...c.row.embed, tokens: input(`${c.id}_x`) }, store, storeOff: 8 }
-        : { ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 };
+      const row = c.row.embed ? { embed: { ...c.row.embed, tokens: input(`${c.id}_x`) }, store, storeOff: 8 } : chainRow(c, store);
       ops.attentionDecodeQkv(plan, { C, H, kvT, past, row, params: input(`${c.id}_P`),
         wOff, wStride, biasOff, ln: { wOff: lnW, bOff: lnB, eps: c.eps }, oOff, qkv: { buffer: qkv, stride: qkvStride }, parts, partsOutOff: partsOut });
       return { store: [store, 8 + C], qkv: [qkv, 3 * qkvStride], parts: [parts, inputs[`${c.id}_parts`].byteLength / 4] };
     },
     mlp_decode(c, plan) {
       const { C, inOff, inBiasOff, outOff, lnW, lnB, partsOut } = c, parts = input(`${c.id}_parts`), store = empty(8 + C);
-      ops.mlpDecode(plan, { C, row: { ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 }, params: input(`${c.id}_P`),
+      ops.mlpDecode(plan, { C, row: chainRow(c, store), params: input(`${c.id}_P`),
         ln: { wOff: lnW, bOff: lnB, eps: c.eps }, inOff, inBiasOff, outOff, parts, partsOutOff: partsOut });
       return { store: [store, 8 + C], parts: [parts, inputs[`${c.id}_parts`].byteLength / 4] };
     },
     logits_decode(c, plan) {
       const { C, V, wOff, lnW, lnB, logitsOff } = c, store = empty(8 + C), logits = empty(logitsOff + V);
-      ops.logitsDecode(plan, { C, V, row: { ...c.row, base: input(`${c.id}_x`), store, storeOff: 8 }, params: input(`${c.id}_P`),
+      ops.logitsDecode(plan, { C, V, row: chainRow(c, store), params: input(`${c.id}_P`),
         ln: { wOff: lnW, bOff: lnB, eps: c.eps }, wOff, parts: input(`${c.id}_parts`), logits, logitsOff });
       return { store: [store, 8 + C], logits: [logits, logitsOff + V] };
     },
