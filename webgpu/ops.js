@@ -15,6 +15,7 @@ import { attentionDecode, attentionDecodeFits, attentionDecodeGrid } from "./ker
 import { attentionDecodeQkv, attentionDecodeQkvFits } from "./kernels/attention_decode_qkv.js";
 import { mlpDecode, mlpDecodeFits, mlpDecodeGrid } from "./kernels/mlp_decode.js";
 import { logitsDecode, logitsDecodeFits, logitsDecodeGrid } from "./kernels/logits_decode.js";
+import { sampleDecode, sampleDecodeFits, sampleDecodeServes } from "./kernels/sample_decode.js";
 import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
@@ -55,6 +56,11 @@ const pairTile = (tile) => (pairsAsIs(tile) ? tile : "32x32w-k32");
 export function decodeChainParts(C, H) {
   const slices = mlpDecodeGrid(C)[0];
   return { oProj: 0, fcOut: H * C, slices, floats: (H + slices) * C };
+}
+/** The sampling uniforms of sampleDecode for a temperature it serves and top_k (0: every byte). */
+export function sampleDecodeValues(temperature, topK) {
+  if (!sampleDecodeServes(temperature)) throw new Error(`sampleDecode: temperature ${temperature} is outside what it serves`);
+  return { top_k: topK, greedy: temperature === 0 ? 1 : 0, temperature: temperature === 0 ? 1 : temperature };
 }
 /** Whether products on these two tiles can share a pair's dispatch on a device with workgroupLimit bytes of workgroup memory. */
 export function tilesPair(inputGrad, weightGrad, workgroupLimit = 16384) {
@@ -484,6 +490,17 @@ export class Ops {
     if (!logitsDecodeFits(C, this.workgroupLimit)) throw new Error(`logitsDecode: C = ${C} does not fit this device`);
     return plan.add(logitsDecodeFor(C), { V, ln_w_off: ln.wOff, ln_b_off: ln.bOff, w_off: wOff, logits_off: logitsOff,
       ...summedRowValues(row), ln_eps: ln.eps }, [row.base, params, parts, row.store, logits], logitsDecodeGrid(V));
+  }
+
+  /**
+   * A decoded token sampled from its logits (sample_decode.js): draws[step] the step's uniform, the
+   * token into tokens[0] and the step's record (token, certain, logits) into samples. Returns the
+   * dispatch index, whose sampling uniforms a new generation replaces (sampleDecodeValues()).
+   */
+  sampleDecode(plan, { V, logits, logitsOff = 0, draws, tokens, samples, step, temperature, topK }) {
+    if (!sampleDecodeFits(V)) throw new Error(`sampleDecode: a vocabulary of ${V} is more than one workgroup's`);
+    return plan.add(sampleDecode, { V, logits_off: logitsOff, step, ...sampleDecodeValues(temperature, topK) },
+      [logits, draws, tokens, samples], [1, 1]);
   }
 
   /**

@@ -191,10 +191,12 @@ export class SampleStream {
     this.drawn = drawn;
   }
   nextUniform() {
-    const u = uniform(new SplitMix64(this.state0, this.drawn).next53());
+    const u = this.peekUniform(0);
     this.drawn += 1;
     return u;
   }
+  /** The uniform `ahead` draws from now, not drawn: the GPU's sampler takes a batch of them at once. */
+  peekUniform(ahead) { return uniform(new SplitMix64(this.state0, this.drawn + ahead).next53()); }
 }
 
 /** docs/determinism.md § Sampling: greedy at temperature 0, else top-k then inverse-CDF with one uniform. */

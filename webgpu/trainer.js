@@ -5,12 +5,17 @@
 // loss, through a ring of mappable buffers so the next step is never stalled.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount, decodeChainParts } from "./ops.js";
+import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount, decodeChainParts, sampleDecodeValues } from "./ops.js";
+import { sampleDecodeFits, sampleDecodeServes, sampleRecordFloats } from "./kernels/sample_decode.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileCount, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
 
 const LOSS_RING = 8;
+// Tokens decoded and sampled on the GPU in one submit (Trainer._decodeBatch): the host's round trip
+// for a token (submit, the wait for the logits, sampling) cost as much as a tiny model's GPU work
+// (docs/performance.md §37–38); a batch streams to the page as one burst.
+export const DECODE_BATCH = 16;
 const U = () => GPUBufferUsage;
 
 // Activation buffers for B rows of T positions (kvT: the positions a KV cache holds), in floats.
@@ -238,6 +243,9 @@ function trainerBuffers(config, deferWeightGrads) {
   add("generate partial rows", 4 * decodeChainParts(C, m.nHead).floats);
   activations("prefill", 1, T, T, [], false); // its q, k and v are generation's
   add("logits readback", 4 * V, false);
+  add("generate draws", 4 * DECODE_BATCH);
+  add("generate samples", 4 * DECODE_BATCH * sampleRecordFloats(V));
+  add("samples readback", 4 * DECODE_BATCH * sampleRecordFloats(V), false);
   add("state readback", 4 * P, false); // exportState() and weights(): one at a time
   return list;
 }
@@ -875,6 +883,96 @@ export class Trainer {
     this.prefillTokens = new Uint32Array(ctx);
     this.genLogits = this.buffer("logits readback", 4 * this.cfg.vocabSize, U().MAP_READ | U().COPY_DST);
     this.genToken = new Uint32Array(1);
+    this._buildSampler();
+  }
+
+  /**
+   * The GPU's sampler (sample_decode.js) for _decodeBatch: a dispatch per step of a batch, each
+   * reading its own uniform from `draws` and writing its record to `samples`. The decode plan of
+   * every step but the first is a plan of its own (genSlots), since a plan's uniforms hold one
+   * position; all of them share the positions' records (genPositions).
+   */
+  _buildSampler() {
+    const V = this.cfg.vocabSize, bytes = 4 * DECODE_BATCH * sampleRecordFloats(V);
+    this.genDraws = this.buffer("generate draws", 4 * DECODE_BATCH, U().STORAGE | U().COPY_DST);
+    this.genSamples = this.buffer("generate samples", bytes, U().STORAGE | U().COPY_SRC);
+    this.genSamplesRead = this.buffer("samples readback", bytes, U().MAP_READ | U().COPY_DST);
+    this.genDrawValues = new Float32Array(DECODE_BATCH);
+    this.genSlots = [this.genPlan];
+    if (!sampleDecodeFits(V)) return;
+    this.samplePlan = new Plan(this.device, this.ops.pipelines, "sample");
+    for (let step = 0; step < DECODE_BATCH; step++) {
+      this.ops.sampleDecode(this.samplePlan, { V, logits: this.gen.logits, draws: this.genDraws, tokens: this.gen.tokens,
+        samples: this.genSamples, step, temperature: 0, topK: 0 });
+    }
+    this.samplePlan.freeze();
+    this.sampling = "0/0";
+  }
+
+  /** Whether _decodeBatch serves this temperature (and the vocabulary): else the host samples every token. */
+  _samplesOnGpu(temperature) {
+    if (!this.genPlan) this._buildGeneration();
+    return Boolean(this.samplePlan) && sampleDecodeServes(temperature);
+  }
+
+  /** The decode plan of a batch's step `step` (the first: genPlan), recorded on first use. */
+  _decodeSlot(step) {
+    while (this.genSlots.length <= step) {
+      const plan = new Plan(this.device, this.ops.pipelines, `decode ${this.genSlots.length}`);
+      this._recordForward(plan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
+      plan.freeze();
+      this.genSlots.push(plan);
+    }
+    return this.genSlots[step];
+  }
+
+  /** n tokens' decode and sample commands from position pos on, their records copied to genSamplesRead after them. */
+  _batchCommands(pos, n) {
+    this.nextDecode = null; // its commands use genPlan's uniforms, which this batch places anew
+    const enc = this.device.createCommandEncoder({ label: "decode batch" });
+    const pass = enc.beginComputePass();
+    for (let step = 0; step < n; step++) {
+      const plan = this._decodeSlot(step);
+      this._placeDecodePlan(pos + step, plan);
+      plan.encode(pass);
+      this.samplePlan.encode(pass, { first: step, end: step + 1 });
+    }
+    pass.end();
+    enc.copyBufferToBuffer(this.genSamples, 0, this.genSamplesRead, 0, 4 * n * sampleRecordFloats(this.cfg.vocabSize));
+    return { pos, n, commands: enc.finish() };
+  }
+
+  /**
+   * Decodes `token` at position pos and the n − 1 tokens the GPU samples after it, at pos + 1..;
+   * returns each step's {token, certain, logits}. A step's token is the host's rule's (sampleToken's)
+   * where `certain`; after the first step that is not, the rest are void (the host samples that one
+   * from its logits and goes on from there). The stream is not advanced: step s takes the uniform s
+   * draws ahead (none at temperature 0). next: the n of the batch after this one, whose commands
+   * are recorded while the GPU runs this one (0: none).
+   */
+  async _decodeBatch(token, pos, n, { temperature, topK, stream, next = 0 }) {
+    const sampling = `${temperature}/${topK}`;
+    if (this.sampling !== sampling) {
+      const values = sampleDecodeValues(temperature, topK);
+      for (let step = 0; step < DECODE_BATCH; step++) this.samplePlan.update(step, values);
+      this.sampling = sampling;
+    }
+    const ready = this.nextBatch?.pos === pos && this.nextBatch.n === n ? this.nextBatch : this._batchCommands(pos, n);
+    this.nextBatch = null;
+    if (temperature !== 0) for (let step = 0; step < n; step++) this.genDrawValues[step] = stream.peekUniform(step);
+    this.device.queue.writeBuffer(this.genDraws, 0, this.genDrawValues);
+    this.genToken[0] = token;
+    this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
+    this.device.queue.submit([ready.commands]);
+    const read = mapForReading(this.genSamplesRead, "sampled tokens");
+    if (next > 0) this.nextBatch = this._batchCommands(pos + n, next);
+    await read;
+    const V = this.cfg.vocabSize, R = sampleRecordFloats(V);
+    const records = new Float32Array(this.genSamplesRead.getMappedRange(0, 4 * n * R)).slice();
+    this.genSamplesRead.unmap();
+    return Array.from({ length: n }, (_, s) => ({
+      token: records[s * R], certain: records[s * R + 1] === 1, logits: records.subarray(s * R + 4, s * R + 4 + V),
+    }));
   }
 
   /** Fills the KV cache with `tokens` (2..ctx) at positions 0.. in one forward; returns the last one's logits. */
@@ -902,17 +1000,18 @@ export class Trainer {
    * the GPU's work for it (docs/performance.md §35), so each position's record is kept after its first
    * use and put back from then on: generation revisits positions ctx/2..ctx-1 after every restart.
    */
-  _placeDecodePlan(pos) {
+  _placeDecodePlan(pos, plan = this.genPlan) {
     const kept = this.genPositions[pos];
-    if (kept) return this.genPlan.restore(kept);
-    this.genPlan.rerecord();
-    this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: pos, logitRows: 1 });
-    this.genPlan.freeze();
-    this.genPositions[pos] = this.genPlan.snapshot();
+    if (kept) return plan.restore(kept);
+    plan.rerecord();
+    this._recordForward(plan, this.gen, { B: 1, T: 1, past: pos, logitRows: 1 });
+    plan.freeze();
+    this.genPositions[pos] = plan.snapshot();
   }
 
   /** The decode plan's commands at position `pos`, its logits copied to genLogits after them. */
   _decodeCommands(pos) {
+    this.nextBatch = null; // its first step's commands use genPlan's uniforms, which this token places anew
     this._placeDecodePlan(pos);
     const enc = this.device.createCommandEncoder({ label: "decode" });
     const pass = enc.beginComputePass();
@@ -957,11 +1056,14 @@ export class Trainer {
    * one is sampled (logits: the Float32Array (V) it was sampled from). Context policy (docs/determinism.md, as python_ref/sample.py's advance_window):
    * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
    * 0.., and the cache is rebuilt (one prefill forward); prompt tokens go through the same policy.
+   * Where the GPU's sampler serves (_samplesOnGpu), up to DECODE_BATCH tokens are decoded and sampled
+   * in one submit (_decodeBatch), the host sampling only the first token after each (re)build and any
+   * the GPU could not tell for certain: the tokens are sampleToken's either way.
    * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
    */
   async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null, signal = null } = {}) {
     if (!prompt || prompt.length === 0) throw new Error("generation needs a prompt of at least one byte");
-    const ctx = this.cfg.ctx, stream = new SampleStream(seed);
+    const ctx = this.cfg.ctx, stream = new SampleStream(seed), onGpu = this._samplesOnGpu(temperature);
     const aborted = () => signal?.aborted === true;
     let window = [], restarted = false;
     const advance = (token) => {
@@ -971,15 +1073,34 @@ export class Trainer {
     };
     for (const t of prompt) advance(t);
     const rebuild = () => (window.length === 1 ? this._decode(window[0], 0) : this._prefill(window));
-    let logits = await rebuild();
+    let logits = await rebuild(); // the logits the host samples the next token from, if any
     const out = [];
-    for (let n = 0; n < maxNewTokens && !aborted(); n++) {
-      const token = sampleToken(logits, temperature, topK, stream);
+    const emit = (token, from) => {
       out.push(token);
-      if (onToken) onToken(token, logits);
-      if (n === maxNewTokens - 1) break;
+      if (onToken) onToken(token, from);
+      if (out.length === maxNewTokens) return false;
       advance(token);
-      logits = restarted ? await rebuild() : await this._decode(token, window.length - 1);
+      return true;
+    };
+    while (out.length < maxNewTokens && !aborted()) {
+      if (logits) {
+        if (!emit(sampleToken(logits, temperature, topK, stream), logits)) break;
+        logits = restarted ? await rebuild() : onGpu ? null : await this._decode(window.at(-1), window.length - 1);
+        continue;
+      }
+      // the window's last token is sampled, not decoded: a batch decodes it and samples the next n
+      // while no step's token would restart the window before the step after it is decoded
+      const batchOf = (made, w) => Math.min(DECODE_BATCH, maxNewTokens - made, ctx - w + 1);
+      const w = window.length, n = batchOf(out.length, w);
+      const steps = await this._decodeBatch(window[w - 1], w - 1, n,
+        { temperature, topK, stream, next: w + n <= ctx ? batchOf(out.length + n, w + n) : 0 });
+      for (const step of steps) {
+        if (aborted()) break;
+        if (!step.certain) { logits = step.logits.slice(); break; }
+        if (temperature !== 0) stream.drawn += 1;
+        if (!emit(step.token, step.logits)) break;
+        if (restarted) { logits = await rebuild(); break; } // only a batch's last step restarts
+      }
     }
     return Uint8Array.from(out);
   }
@@ -1033,7 +1154,7 @@ export class Trainer {
   }
 
   destroy() {
-    for (const p of [this.trainPlan, this.evalPlan, this.genPlan, this.prefillPlan]) if (p) p.destroy();
+    for (const p of [this.trainPlan, this.evalPlan, this.prefillPlan, this.samplePlan, ...(this.genSlots ?? [])]) if (p) p.destroy();
     for (const b of this.buffers) b.destroy();
     this.buffers = [];
   }

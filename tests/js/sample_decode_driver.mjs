@@ -1,0 +1,144 @@
+// Drives webgpu/kernels/sample_decode.js and Trainer.generate's GPU sampling under Node (npm `webgpu`,
+// Dawn on SwiftShader) for tests/test_webgpu_sample_decode.py; prints one JSON object:
+// - rows: per sampling setting, random rows of logits (spread, rounded into ties, quantised, wide):
+//   how many the kernel called certain, and how many of those differ from prng.js's sampleToken;
+// - edges: rows whose uniform puts the threshold within 1e-9..1e-4 of a cumulative edge (or on it);
+// - unusable: rows with a NaN, an infinity or a logit past 2^61, which must never be certain;
+// - generate: Trainer.generate (KV cache, batches sampled on the GPU) against RecomputeDecoder (the
+//   host samples every token) for the same seeded model, and how the tokens were made.
+import { readFileSync } from "node:fs";
+import { nodeDevice } from "../../webgpu/node_gpu.js";
+import { Trainer } from "../../webgpu/trainer.js";
+import { RecomputeDecoder } from "../../webgpu/recompute_decoder.js";
+import { Ops } from "../../webgpu/ops.js";
+import { Plan } from "../../webgpu/plan.js";
+import { SampleStream, sampleToken } from "../../webgpu/prng.js";
+import { sampleRecordFloats } from "../../webgpu/kernels/sample_decode.js";
+import { configFromPresets } from "../../site/static/js/model_config.js";
+
+const { device } = await nodeDevice();
+const ops = new Ops(device);
+const V = 256, STEPS = 16, R = sampleRecordFloats(V);
+const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;
+const logits = device.createBuffer({ size: 4 * V * STEPS, usage });
+const draws = device.createBuffer({ size: 4 * STEPS, usage });
+const tokens = device.createBuffer({ size: 16, usage });
+const samples = device.createBuffer({ size: 4 * R * STEPS, usage });
+const read = device.createBuffer({ size: 4 * R * STEPS, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+let seed = 12345;
+const rand = () => { seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0; return seed / 2 ** 32; };
+
+/** The kernel over STEPS rows (each V logits) with their uniforms: [{token, certain}], after checking the logits' copies. */
+async function sampleOnGpu(rows, uniforms, temperature, topK) {
+  const plan = new Plan(device, ops.pipelines, "sample");
+  for (let step = 0; step < STEPS; step++) {
+    ops.sampleDecode(plan, { V, logits, logitsOff: step * V, draws, tokens, samples, step, temperature, topK });
+  }
+  plan.freeze();
+  device.queue.writeBuffer(logits, 0, rows);
+  device.queue.writeBuffer(draws, 0, Float32Array.from(uniforms));
+  const enc = device.createCommandEncoder();
+  const pass = enc.beginComputePass();
+  plan.encode(pass);
+  pass.end();
+  enc.copyBufferToBuffer(samples, 0, read, 0, 4 * R * STEPS);
+  device.queue.submit([enc.finish()]);
+  await read.mapAsync(GPUMapMode.READ);
+  const rec = new Float32Array(read.getMappedRange()).slice();
+  read.unmap();
+  plan.destroy();
+  return Array.from({ length: STEPS }, (_, s) => {
+    const copy = rec.subarray(s * R + 4, s * R + 4 + V), row = rows.subarray(s * V, s * V + V);
+    if (!copy.every((x, i) => Object.is(x, row[i]))) throw new Error(`step ${s}: the logits' copy differs`);
+    return { token: rec[s * R], certain: rec[s * R + 1] === 1 };
+  });
+}
+
+const KINDS = [
+  () => (rand() - 0.5) * 10,              // spread
+  () => Math.round((rand() - 0.5) * 6),   // integers: many ties, some across the top-k's edge
+  () => Math.round(rand() * 3) * 0.25,    // four values only
+  () => (rand() - 0.5) * 40,              // wide: most probabilities underflow
+];
+const SETTINGS = [[0.8, 40], [1, 0], [0, 0], [0.1, 5], [2, 256], [0.001, 40], [1, 1], [1000, 40]];
+
+/** Tallies the kernel's certain tokens against sampleToken with uniform u for each row. */
+function tally(into, got, rows, us, temperature, topK) {
+  got.forEach(({ token, certain }, s) => {
+    const want = sampleToken(rows.subarray(s * V, s * V + V), temperature, topK, { nextUniform: () => us[s] });
+    into.rows += 1;
+    if (certain) {
+      into.certain += 1;
+      if (token !== want) into.wrong.push({ temperature, topK, step: s, token, want });
+    }
+  });
+}
+
+const out = { rows: {}, edges: { rows: 0, certain: 0, wrong: [] }, unusable: { rows: 0, certain: 0, wrong: [] }, generate: [] };
+for (const [temperature, topK] of SETTINGS) {
+  const t = (out.rows[`${temperature}/${topK}`] = { rows: 0, certain: 0, wrong: [] });
+  for (let round = 0; round < 3 * KINDS.length; round++) {
+    const rows = Float32Array.from({ length: V * STEPS }, KINDS[round % KINDS.length]);
+    const stream = new SampleStream(round), us = Array.from({ length: STEPS }, (_, s) => stream.peekUniform(s));
+    tally(t, await sampleOnGpu(rows, us, temperature, topK), rows, us, temperature, topK);
+  }
+}
+
+// thresholds on and beside the edges: u = (cumulative up to a kept byte) / sum ± delta, from float64 as sampleToken
+for (const [temperature, topK] of [[0.8, 40], [1, 0], [0.1, 5]]) {
+  for (let round = 0; round < 8; round++) {
+    const rows = Float32Array.from({ length: V * STEPS }, KINDS[round % 2]), us = [];
+    for (let s = 0; s < STEPS; s++) {
+      const l = Array.from(rows.subarray(s * V, s * V + V), (x) => x / temperature);
+      const order = l.map((x, i) => i).sort((a, b) => l[b] - l[a] || a - b);
+      const kept = new Set(topK > 0 ? order.slice(0, topK) : order), max = l[order[0]];
+      let sum = 0;
+      const cum = l.map((x, i) => (sum += kept.has(i) ? Math.exp(x - max) : 0));
+      const edge = cum[Math.floor(rand() * V)] / sum, delta = [0, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4][s % 7] * (s % 2 ? -1 : 1);
+      us.push(Math.min(Math.max(edge + delta, 0), 1 - 2 ** -53));
+    }
+    tally(out.edges, await sampleOnGpu(rows, us, temperature, topK), rows, us, temperature, topK);
+  }
+}
+
+for (const bad of [NaN, Infinity, -Infinity, 2 ** 62]) {
+  const rows = Float32Array.from({ length: V * STEPS }, KINDS[0]);
+  for (let s = 0; s < STEPS; s++) rows[s * V + ((s * 37) % V)] = bad;
+  const us = Array.from({ length: STEPS }, () => rand());
+  for (const [temperature, topK] of [[0.8, 40], [0, 0]]) {
+    const got = await sampleOnGpu(rows, us, temperature, topK);
+    out.unusable.rows += got.length;
+    out.unusable.certain += got.filter((g) => g.certain).length;
+  }
+}
+
+// generation: the seeded tiny model; its ctx of 32 makes batches end at window restarts
+const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
+const trainer = new Trainer(device, configFromPresets(presets, "tiny"));
+const recompute = new RecomputeDecoder(trainer);
+const made = { batches: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
+let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
+const decodeBatch = trainer._decodeBatch.bind(trainer), decode = trainer._decode.bind(trainer);
+trainer._decodeBatch = async (...args) => {
+  const steps = await decodeBatch(...args);
+  if (refuse !== null && steps.length > refuse) steps[refuse].certain = false;
+  made.batches += 1;
+  made.steps += steps.length;
+  made.uncertain += steps.some((s) => !s.certain) ? 1 : 0;
+  return steps;
+};
+trainer._decode = (...args) => { made.hostDecodes += 1; return decode(...args); };
+const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, null], [1e-4, 40, 20, null], [0.8, 40, 1, null]];
+for (const [temperature, topK, maxNewTokens, refused] of RUNS) {
+  Object.keys(made).forEach((k) => { made[k] = 0; });
+  refuse = refused;
+  const job = { maxNewTokens, temperature, topK, seed: 7 }, streamed = [];
+  const kv = Array.from(await trainer.generate(Array.from(Buffer.from("ROMEO:")), { ...job, onToken: (t, l) => streamed.push([t, l.length]) }));
+  const host = Array.from(await recompute.generate(Array.from(Buffer.from("ROMEO:")), job));
+  out.generate.push({ temperature, topK, maxNewTokens, refused, same: kv.join() === host.join(), count: kv.length,
+    streamed: streamed.every(([t, n], i) => t === kv[i] && n === V) && streamed.length === kv.length, ...made });
+}
+recompute.destroy();
+trainer.destroy();
+device.destroy();
+console.log(JSON.stringify(out));

@@ -1,0 +1,56 @@
+"""webgpu/kernels/sample_decode.js and Trainer.generate's batches sampled on the GPU, under Node (npm `webgpu`:
+Dawn on SwiftShader), driven by tests/js/sample_decode_driver.mjs. The kernel computes the float64 sampling
+rule in f32 with a bound on its error and calls a token certain only beyond that bound: every certain token
+must be prng.js's sampleToken's (itself python_ref's pick_token's, test_webgpu_prng.py), whatever the rows."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import ROOT, swiftshader_env
+
+DRIVER = ROOT / "tests/js/sample_decode_driver.mjs"
+
+
+@pytest.fixture(scope="module")
+def driver():
+    r = subprocess.run(["node", str(DRIVER)], env=swiftshader_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_certain_tokens_are_the_host_rules(driver):
+    for setting, t in driver["rows"].items():
+        print(f"temperature/top-k {setting}: {t['certain']} of {t['rows']} random rows certain, "
+              f"{len(t['wrong'])} of them differing from sampleToken")
+        assert t["wrong"] == []
+        assert t["certain"] >= 0.97 * t["rows"], "the bound should leave few tokens to the host"
+
+
+def test_thresholds_at_an_edge_are_never_certain_and_wrong(driver):
+    e = driver["edges"]
+    print(f"thresholds within 1e-9..1e-4 of a cumulative edge: {e['certain']} of {e['rows']} certain, "
+          f"{len(e['wrong'])} wrong")
+    assert e["wrong"] == [] and 0 < e["certain"] < e["rows"]
+
+
+def test_non_finite_or_huge_logits_go_to_the_host(driver):
+    u = driver["unusable"]
+    print(f"rows with NaN, ±inf or 2^62: {u['certain']} of {u['rows']} certain")
+    assert u["rows"] > 0 and u["certain"] == 0
+
+
+def test_generate_gives_the_recompute_decoders_tokens(driver):
+    """The KV cache with GPU sampling against the host's sampling of every token (RecomputeDecoder)."""
+    for g in driver["generate"]:
+        print(f"T={g['temperature']} top-k {g['topK']}, {g['maxNewTokens']} tokens"
+              f"{'' if g['refused'] is None else ', one step of each batch refused'}: "
+              f"same {g['same']}; {g['batches']} batches of {g['steps']} steps, {g['uncertain']} cut short, "
+              f"{g['hostDecodes']} decodes sampled on the host")
+        assert g["same"] and g["streamed"] and g["count"] == g["maxNewTokens"]
+    plain, refused, greedy, full, cold, one = driver["generate"]
+    assert plain["batches"] > 0 and plain["hostDecodes"] == 0 and plain["uncertain"] == 0
+    assert refused["uncertain"] > 0, "the host's path for an uncertain step is exercised"
+    assert greedy["uncertain"] == greedy["batches"] and full["batches"] > 0
+    assert cold["batches"] == 0 and cold["hostDecodes"] > 0, "outside the kernel's temperatures the host samples"
+    assert one["batches"] == 0

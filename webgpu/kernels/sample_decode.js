@@ -1,0 +1,122 @@
+// A decoded token sampled on the GPU, so that several tokens run in one submit with no round trip to
+// the host between them (docs/performance.md §38). The rule is docs/determinism.md § Sampling, as
+// prng.js's sampleToken: greedy at temperature 0, else the top k (ties to the lower index), then the
+// first kept byte whose cumulative probability exceeds u·sum. That rule is float64; WGSL has no f64.
+// So the kernel computes it in f32 together with a bound on how far each of its sums can be from
+// float64's, and calls its token *certain* only where the threshold lies farther than that bound from
+// both edges of the chosen byte's interval. The host takes every certain token and samples the first
+// uncertain one itself, in float64, from the logits the kernel copies out. The top-k set needs no
+// bound: dividing finite f32 logits by a temperature in [2^-10, 2^20] keeps their order in f64.
+//
+// Error terms (relative to the sum S of the kept probabilities, n kept):
+// - a = (x − m)/T in f32: |a|·3·2^-24; in float64 (x/T − m/T): (|x| + |m|)/T·2^-52.
+// - exp(a): WGSL allows 3 + 2|a| ULP; the bound takes 16 + 8|a| ULP (2^-23 each, relative).
+// - prefix sums, each a tree of depth 8: 8·2^-24·S; python's sequential cumsum in float64: n·2^-53·S.
+// - the threshold u·S: u rounded to f32 and the product, 2·2^-24·S; the differences, 2^-24·S each;
+//   the margin takes 2^-20·S for them.
+// A token is certain where the threshold lies more than twice the sums' bound plus that margin from
+// both edges: 0.2% of tokens at top-k 40 and ~1% with all 256 bytes kept fall back to the host.
+import { kernel, workgroupSum } from "./kernel.js";
+
+const THREADS = 256;
+
+/** Whether the kernel samples from a vocabulary of V (one logit an invocation). */
+export const sampleDecodeFits = (V) => V <= THREADS;
+
+/** The temperatures it serves: 0 (greedy), or where T and every logit / T are normal f32 and f64 values. */
+export const sampleDecodeServes = (temperature) => temperature === 0 || (temperature >= 2 ** -10 && temperature <= 2 ** 20);
+
+// Floats per step in the samples buffer: [token, certain (1 or 0), 0, 0, the step's V logits]; the
+// first four keep each step's logits 16-byte aligned.
+export const sampleRecordFloats = (V) => 4 + V;
+
+export const SAMPLE_DECODE_UNIFORMS = [["V", "u32"], ["top_k", "u32"], ["greedy", "u32"], ["step", "u32"], ["logits_off", "u32"], ["temperature", "f32"]];
+
+// logits: the decoded token's (V) at logits_off; draws: a uniform in [0, 1) per step, as f32;
+// tokens: [0] becomes the sampled token, which the next step's embedding reads; samples: step's
+// record at step · sampleRecordFloats(V).
+export const sampleDecode = kernel("sample_decode", SAMPLE_DECODE_UNIFORMS,
+  [["logits", "read"], ["draws", "read"], ["tokens", "rw", "u32"], ["samples", "rw"]], /* wgsl */ `${workgroupSum(THREADS)}
+const ULP = 1.1920929e-7;        // 2^-23
+const F64_ULP4 = 8.881784e-16;   // 2^-50: float64's rounding of a, with room
+const NONE = 0xffffffffu;
+var<workgroup> logit: array<f32, ${THREADS}>;
+var<workgroup> scan: array<f32, ${2 * THREADS}>; // prefix sums, two buffers a round
+var<workgroup> top: u32;                 // the largest logit's index (the lowest of ties)
+var<workgroup> pick: atomic<u32>;        // the first index whose prefix sum exceeds the threshold
+var<workgroup> unusable: atomic<u32>;    // 1 where a logit is not finite or past 2^60
+
+@compute @workgroup_size(${THREADS})
+fn sample_decode(@builtin(local_invocation_index) li: u32) {
+  let V = p.V;
+  let valid = li < V;
+  if (li == 0u) { atomicStore(&pick, NONE); }
+  var x = 0.0;
+  let out = p.step * (V + 4u);
+  if (valid) {
+    x = logits[p.logits_off + li];
+    // biased exponent past 127 + 60: inf, NaN or |x| ≥ 2^61 (read from the bits: WGSL may assume no NaN)
+    if (((bitcast<u32>(x) >> 23u) & 0xffu) > 187u) { atomicStore(&unusable, 1u); }
+    samples[out + 4u + li] = x;
+  }
+  logit[li] = x;
+  workgroupBarrier();
+  // rank: how many logits come before this one in python's stable descending order
+  var rank = 0u;
+  for (var j = 0u; j < V; j++) {
+    let y = logit[j];
+    rank += select(0u, 1u, y > x || (y == x && j < li));
+  }
+  if (valid && rank == 0u) { top = li; }
+  workgroupBarrier();
+  let best = top;
+  let m = logit[best];
+  let kept = valid && (p.top_k == 0u || rank < p.top_k);
+  var prob = 0.0;
+  var err = 0.0;
+  if (kept && p.greedy == 0u) {
+    let a = (x - m) / p.temperature;
+    prob = exp(a);
+    err = prob * ((16.0 + 8.0 * abs(a)) * ULP + (abs(x) + abs(m)) / p.temperature * F64_ULP4);
+  }
+  // inclusive prefix sums of the kept probabilities in byte order
+  scan[li] = prob;
+  workgroupBarrier();
+  var src = 0u;
+  for (var d = 1u; d < ${THREADS}u; d = d << 1u) {
+    let dst = ${THREADS}u - src;
+    var v = scan[src + li];
+    if (li >= d) { v = v + scan[src + li - d]; }
+    scan[dst + li] = v;
+    src = dst;
+    workgroupBarrier();
+  }
+  let err_sum = wg_sum(err, li);
+  let total = scan[src + ${THREADS - 1}u];
+  let t = draws[p.step] * total;
+  let cum = scan[src + li];
+  let before = select(0.0, scan[src + max(li, 1u) - 1u], li > 0u);
+  if (valid && cum > t && before <= t) { atomicMin(&pick, li); }
+  workgroupBarrier();
+  let chosen = atomicLoad(&pick);
+  if (li == 0u) {
+    var token = best;
+    var certain = atomicLoad(&unusable) == 0u;
+    if (p.greedy == 0u) {
+      let kept_count = select(min(p.top_k, V), V, p.top_k == 0u);
+      let sum_err = err_sum + total * (0.25 * ULP + f32(kept_count) * F64_ULP4);
+      let margin = 2.0 * sum_err + total * (8.0 * ULP);
+      certain = certain && chosen < V;
+      if (certain) {
+        let upper = scan[src + chosen];
+        let lower = select(0.0, scan[src + max(chosen, 1u) - 1u], chosen > 0u);
+        certain = upper - t > margin && t - lower > margin;
+        token = chosen;
+      }
+    }
+    tokens[0] = token;
+    samples[out] = f32(token);
+    samples[out + 1u] = select(0.0, 1.0, certain);
+  }
+}
+`);
