@@ -888,7 +888,8 @@ export class Trainer {
 
   /**
    * The GPU's sampler (sample_decode.js) for _decodeBatch: a dispatch per step of a batch, each
-   * reading its own uniform from `draws` and writing its record to `samples`. The decode plan of
+   * reading its own uniform from `draws` and writing its record to `samples`, and one more that
+   * samples a batch's first token from a prefill's logits. The decode plan of
    * every step but the first is a plan of its own (genSlots), since a plan's uniforms hold one
    * position; all of them share the positions' records (genPositions).
    */
@@ -901,10 +902,10 @@ export class Trainer {
     this.genSlots = [this.genPlan];
     if (!sampleDecodeFits(V)) return;
     this.samplePlan = new Plan(this.device, this.ops.pipelines, "sample");
-    for (let step = 0; step < DECODE_BATCH; step++) {
-      this.ops.sampleDecode(this.samplePlan, { V, logits: this.gen.logits, draws: this.genDraws, tokens: this.gen.tokens,
-        samples: this.genSamples, step, temperature: 0, topK: 0 });
-    }
+    const sample = (logits, step) => this.ops.sampleDecode(this.samplePlan, { V, logits, draws: this.genDraws,
+      tokens: this.gen.tokens, samples: this.genSamples, step, temperature: 0, topK: 0 });
+    for (let step = 0; step < DECODE_BATCH; step++) sample(this.gen.logits, step);
+    sample(this.prefill.logits, 0); // a batch's first step after a prefill: its logits_off is the window's last row
     this.samplePlan.freeze();
     this.sampling = "0/0";
   }
@@ -926,12 +927,19 @@ export class Trainer {
     return this.genSlots[step];
   }
 
-  /** n tokens' decode and sample commands from position pos on, their records copied to genSamplesRead after them. */
-  _batchCommands(pos, n) {
+  /**
+   * n tokens' decode and sample commands from position pos on, their records copied to genSamplesRead
+   * after them; with `prefill`, the prefill's forward first and its last row sampled as step 0.
+   */
+  _batchCommands(pos, n, prefill = false) {
     this.nextDecode = null; // its commands use genPlan's uniforms, which this batch places anew
     const enc = this.device.createCommandEncoder({ label: "decode batch" });
     const pass = enc.beginComputePass();
-    for (let step = 0; step < n; step++) {
+    if (prefill) {
+      this.prefillPlan.encode(pass);
+      this.samplePlan.encode(pass, { first: DECODE_BATCH, end: DECODE_BATCH + 1 });
+    }
+    for (let step = prefill ? 1 : 0; step < n; step++) {
       const plan = this._decodeSlot(step);
       this._placeDecodePlan(pos + step, plan);
       plan.encode(pass);
@@ -944,21 +952,30 @@ export class Trainer {
 
   /**
    * Decodes `token` at position pos and the n − 1 tokens the GPU samples after it, at pos + 1..;
-   * returns each step's {token, certain, logits}. A step's token is the host's rule's (sampleToken's)
+   * returns each step's {token, certain, logits}. prefill (a window of pos + 1 tokens): the window's
+   * forward fills the KV cache and gives step 0's logits instead of the token's decode (one submit
+   * where a rebuilt window took a round trip to the host of its own). A step's token is the host's rule's (sampleToken's)
    * where `certain`; after the first step that is not, the rest are void (the host samples that one
    * from its logits and goes on from there). The stream is not advanced: step s takes the uniform s
    * draws ahead (none at temperature 0). next: the n of the batch after this one, whose commands
    * are recorded while the GPU runs this one (0: none).
    */
-  async _decodeBatch(token, pos, n, { temperature, topK, stream, next = 0 }) {
-    const sampling = `${temperature}/${topK}`;
+  async _decodeBatch(token, pos, n, { temperature, topK, stream, prefill = null, next = 0 }) {
+    const sampling = `${temperature}/${topK}`, V = this.cfg.vocabSize;
     if (this.sampling !== sampling) {
       const values = sampleDecodeValues(temperature, topK);
-      for (let step = 0; step < DECODE_BATCH; step++) this.samplePlan.update(step, values);
+      for (let i = 0; i < this.samplePlan.entries.length; i++) this.samplePlan.update(i, values);
       this.sampling = sampling;
     }
-    const ready = this.nextBatch?.pos === pos && this.nextBatch.n === n ? this.nextBatch : this._batchCommands(pos, n);
+    let ready = this.nextBatch?.pos === pos && this.nextBatch.n === n && !prefill ? this.nextBatch : null;
     this.nextBatch = null;
+    if (prefill) {
+      this.prefillTokens.fill(0);
+      this.prefillTokens.set(prefill);
+      this.device.queue.writeBuffer(this.prefill.tokens, 0, this.prefillTokens);
+      this.samplePlan.update(DECODE_BATCH, { logits_off: pos * V });
+    }
+    ready ??= this._batchCommands(pos, n, Boolean(prefill));
     if (temperature !== 0) for (let step = 0; step < n; step++) this.genDrawValues[step] = stream.peekUniform(step);
     this.device.queue.writeBuffer(this.genDraws, 0, this.genDrawValues);
     this.genToken[0] = token;
@@ -967,7 +984,7 @@ export class Trainer {
     const read = mapForReading(this.genSamplesRead, "sampled tokens");
     if (next > 0) this.nextBatch = this._batchCommands(pos + n, next);
     await read;
-    const V = this.cfg.vocabSize, R = sampleRecordFloats(V);
+    const R = sampleRecordFloats(V);
     const records = new Float32Array(this.genSamplesRead.getMappedRange(0, 4 * n * R)).slice();
     this.genSamplesRead.unmap();
     return Array.from({ length: n }, (_, s) => ({
@@ -1057,8 +1074,8 @@ export class Trainer {
    * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
    * 0.., and the cache is rebuilt (one prefill forward); prompt tokens go through the same policy.
    * Where the GPU's sampler serves (_samplesOnGpu), up to DECODE_BATCH tokens are decoded and sampled
-   * in one submit (_decodeBatch), the host sampling only the first token after each (re)build and any
-   * the GPU could not tell for certain: the tokens are sampleToken's either way.
+   * in one submit (_decodeBatch), a (re)built window's prefill first in it; the host samples only the
+   * tokens the GPU could not tell for certain: the tokens are sampleToken's either way.
    * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
    */
   async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null, signal = null } = {}) {
@@ -1073,7 +1090,14 @@ export class Trainer {
     };
     for (const t of prompt) advance(t);
     const rebuild = () => (window.length === 1 ? this._decode(window[0], 0) : this._prefill(window));
-    let logits = await rebuild(); // the logits the host samples the next token from, if any
+    // with the GPU sampling, a (re)built window's prefill opens the next batch, which samples from it
+    let prefill = onGpu && window.length > 1;
+    const restart = async () => {
+      if (!onGpu) return rebuild();
+      prefill = window.length > 1;
+      return null;
+    };
+    let logits = onGpu ? null : await rebuild(); // the logits the host samples the next token from, if any
     const out = [];
     const emit = (token, from) => {
       out.push(token);
@@ -1085,7 +1109,7 @@ export class Trainer {
     while (out.length < maxNewTokens && !aborted()) {
       if (logits) {
         if (!emit(sampleToken(logits, temperature, topK, stream), logits)) break;
-        logits = restarted ? await rebuild() : onGpu ? null : await this._decode(window.at(-1), window.length - 1);
+        logits = restarted ? await restart() : onGpu ? null : await this._decode(window.at(-1), window.length - 1);
         continue;
       }
       // the window's last token is sampled, not decoded: a batch decodes it and samples the next n
@@ -1093,13 +1117,14 @@ export class Trainer {
       const batchOf = (made, w) => Math.min(DECODE_BATCH, maxNewTokens - made, ctx - w + 1);
       const w = window.length, n = batchOf(out.length, w);
       const steps = await this._decodeBatch(window[w - 1], w - 1, n,
-        { temperature, topK, stream, next: w + n <= ctx ? batchOf(out.length + n, w + n) : 0 });
+        { temperature, topK, stream, prefill: prefill ? window : null, next: w + n <= ctx ? batchOf(out.length + n, w + n) : 0 });
+      prefill = false;
       for (const step of steps) {
         if (aborted()) break;
         if (!step.certain) { logits = step.logits.slice(); break; }
         if (temperature !== 0) stream.drawn += 1;
         if (!emit(step.token, step.logits)) break;
-        if (restarted) { logits = await rebuild(); break; } // only a batch's last step restarts
+        if (restarted) { logits = await restart(); break; } // only a batch's last step restarts
       }
     }
     return Uint8Array.from(out);

@@ -116,26 +116,28 @@ for (const bad of [NaN, Infinity, -Infinity, 2 ** 62]) {
 const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
 const trainer = new Trainer(device, configFromPresets(presets, "tiny"));
 const recompute = new RecomputeDecoder(trainer);
-const made = { batches: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
+const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
 let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
 const decodeBatch = trainer._decodeBatch.bind(trainer), decode = trainer._decode.bind(trainer);
 trainer._decodeBatch = async (...args) => {
   const steps = await decodeBatch(...args);
   if (refuse !== null && steps.length > refuse) steps[refuse].certain = false;
   made.batches += 1;
+  made.prefills += args[3].prefill ? 1 : 0;
   made.steps += steps.length;
   made.uncertain += steps.some((s) => !s.certain) ? 1 : 0;
   return steps;
 };
 trainer._decode = (...args) => { made.hostDecodes += 1; return decode(...args); };
-const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, null], [1e-4, 40, 20, null], [0.8, 40, 1, null]];
-for (const [temperature, topK, maxNewTokens, refused] of RUNS) {
+const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, null], [1e-4, 40, 20, null], [0.8, 40, 1, null],
+  [0.8, 40, 40, null, "\n"]];
+for (const [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:"] of RUNS) {
   Object.keys(made).forEach((k) => { made[k] = 0; });
   refuse = refused;
   const job = { maxNewTokens, temperature, topK, seed: 7 }, streamed = [];
-  const kv = Array.from(await trainer.generate(Array.from(Buffer.from("ROMEO:")), { ...job, onToken: (t, l) => streamed.push([t, l.length]) }));
-  const host = Array.from(await recompute.generate(Array.from(Buffer.from("ROMEO:")), job));
-  out.generate.push({ temperature, topK, maxNewTokens, refused, same: kv.join() === host.join(), count: kv.length,
+  const kv = Array.from(await trainer.generate(Array.from(Buffer.from(prompt)), { ...job, onToken: (t, l) => streamed.push([t, l.length]) }));
+  const host = Array.from(await recompute.generate(Array.from(Buffer.from(prompt)), job));
+  out.generate.push({ temperature, topK, maxNewTokens, refused, prompt, same: kv.join() === host.join(), count: kv.length,
     streamed: streamed.every(([t, n], i) => t === kv[i] && n === V) && streamed.length === kv.length, ...made });
 }
 recompute.destroy();
