@@ -33,8 +33,9 @@ def test_every_dispatch_of_a_decoded_token_is_timed_in_place(tmp_path):
     print(f"{tiny['dispatches']} dispatches, span {tiny['spanUs'] / 1e3:.1f} ms, "
           f"families {[(f['family'], f['count']) for f in tiny['families']]}")
     presets = json.loads((ROOT / "site/static/presets.json").read_text())["presets"]
-    assert tiny["dispatches"] == len(tiny["each"]) == 1 + 2 * presets["tiny"]["nLayer"]
+    # the token's decode plan and its sampling on the GPU
+    assert tiny["dispatches"] == len(tiny["each"]) == 1 + 2 * presets["tiny"]["nLayer"] + 1
     assert all(d["us"] > 0 for d in tiny["each"])
     families = {f["family"] for f in tiny["families"]}
-    assert families == {"attention_decode_qkv", "mlp_decode", "logits_decode"}
+    assert families == {"attention_decode_qkv", "mlp_decode", "logits_decode", "sample_decode"}
     assert tiny["spanUs"] >= 0.5 * tiny["busyUs"]

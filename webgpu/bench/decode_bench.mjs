@@ -3,7 +3,8 @@
 //   echo '{"preset": "tiny", "newTokens": 512, "prompt": [10], "temperature": 0.8, "topK": 40, "seed": 0}' \
 //     | node webgpu/bench/decode_bench.mjs
 // Prints one JSON line: {adapter, software, kv: {ms, roundsMs, tokens}, recompute: {...}}, or {error}: ms
-// is the median of ROUNDS rounds of each mode, taken in turn.
+// is the median of the rounds of each mode, taken in turn (MIN_ROUNDS, and more while the KV cache's
+// have taken less than KV_SECONDS, up to MAX_ROUNDS).
 // A software adapter (SwiftShader, llvmpipe) gives tokens but no speed: it is refused unless the job
 // says "allowSoftware" (the token-equality test). {"probe": true}: only {adapter, software}.
 // Run by python_ref/decode_bench.py.
@@ -19,7 +20,7 @@ import { median } from "./replay.mjs";
 const isSoftware = (info) =>
   info.isFallbackAdapter === true || /swiftshader|llvmpipe/i.test([info.vendor, info.architecture, info.device, info.description].join(" "));
 
-const ROUNDS = 3;
+const MIN_ROUNDS = 3, MAX_ROUNDS = 15, KV_SECONDS = 0.5;
 
 async function run(job) {
   const { device, info } = await nodeDevice();
@@ -41,11 +42,13 @@ async function run(job) {
   // warm-up: pipelines compile and the decode plan is recorded on first use
   await timed(trainer, job.warmupTokens);
   await timed(recompute, job.warmupTokens);
-  // ROUNDS rounds of each mode in turn, the median kept: one round of 512 tokens on an H200 read the
-  // same code at 307 and 498 tokens/s a minute apart (docs/performance.md §35), as the host's speed
-  // moved; each mode's tokens must be the same every round
+  // rounds of each mode in turn, the median kept: one round of 512 tokens on an H200 read the same
+  // code at 307 and 498 tokens/s a minute apart (docs/performance.md §35), as the host's speed moved,
+  // and a round of tiny's KV cache takes ~60 ms, so small models get more rounds (§38); each mode's
+  // tokens must be the same every round
   const rounds = { kv: [], recompute: [] };
-  for (let r = 0; r < ROUNDS; r++) {
+  const kvSeconds = () => rounds.kv.reduce((sum, x) => sum + x.ms, 0) / 1e3;
+  while (rounds.kv.length < MIN_ROUNDS || (rounds.kv.length < MAX_ROUNDS && kvSeconds() < KV_SECONDS)) {
     for (const [mode, decoder] of [["kv", trainer], ["recompute", recompute]]) rounds[mode].push(await timed(decoder, job.newTokens));
   }
   const summary = (runs) => {

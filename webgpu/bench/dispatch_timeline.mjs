@@ -6,7 +6,8 @@
 // by kernel family; the step's span from the first dispatch's start to the last one's end; and the
 // time between dispatches (Dawn's barrier and the next launch).
 // --decode: a decoded token's dispatches instead (the KV cache's plan at the window's last position,
-// ctx − 1 keys cached by a prefill), each timed token queued behind an untimed one, as in generation.
+// ctx − 1 keys cached by a prefill, and the GPU's sampling of the next token: a batch of one step),
+// each timed token queued behind an untimed one, as in generation.
 //   node webgpu/bench/dispatch_timeline.mjs large,huge [out.json] [R=20] [WARMUP=20] [--decode]
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -59,7 +60,7 @@ function splitPasses(querySet) {
 async function trainingRounds(trainer) {
   await runSteps(trainer, WARMUP);
   return {
-    plan: trainer.trainPlan,
+    entries: trainer.trainPlan.entries,
     async round(split) {
       // the step before keeps the GPU busy, as in training: time the second of two steps in flight
       const before = (await trainer.step()).loss;
@@ -76,12 +77,13 @@ async function decodeRounds(trainer) {
   await trainer._prefill(prompt);
   for (let i = 0; i < WARMUP; i++) await trainer._decode(66, pos);
   trainer.nextDecode = null;
+  const { samplePlan } = trainer, commands = samplePlan ? () => trainer._batchCommands(pos, 1) : () => trainer._decodeCommands(pos);
   return {
-    plan: trainer.genPlan,
+    entries: [...trainer.genPlan.entries, ...(samplePlan ? [samplePlan.entries[0]] : [])],
     async round(split) {
-      const before = trainer._decodeCommands(pos);
+      const before = commands();
       split.state.timed = true;
-      const timed = trainer._decodeCommands(pos);
+      const timed = commands();
       split.state.timed = false;
       trainer.device.queue.submit([before.commands, timed.commands]);
       await trainer.device.queue.onSubmittedWorkDone();
@@ -92,8 +94,8 @@ async function decodeRounds(trainer) {
 const out = {};
 for (const name of names.split(",")) {
   const trainer = new Trainer(device, configFromPresets(presets, name), { corpus });
-  const { plan, round } = await (decode ? decodeRounds : trainingRounds)(trainer);
-  const entries = plan.entries, n = entries.length;
+  const { entries, round } = await (decode ? decodeRounds : trainingRounds)(trainer);
+  const n = entries.length;
   const querySet = device.createQuerySet({ type: "timestamp", count: 2 * n });
   const resolved = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
   const readback = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
