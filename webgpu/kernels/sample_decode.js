@@ -40,7 +40,9 @@ export const sampleDecode = kernel("sample_decode", SAMPLE_DECODE_UNIFORMS,
 const ULP = 1.1920929e-7;        // 2^-23
 const F64_ULP4 = 8.881784e-16;   // 2^-50: float64's rounding of a, with room
 const NONE = 0xffffffffu;
-var<workgroup> logit: array<f32, ${THREADS}>;
+const LOWEST = -3.40282346e38f;
+// the logits 4 at a time (the rank loop's loads), past V the lowest f32 (a logit that low is unusable anyway)
+var<workgroup> logit4: array<vec4<f32>, ${THREADS / 4}>;
 var<workgroup> scan: array<f32, ${2 * THREADS}>; // prefix sums, two buffers a round
 var<workgroup> top: u32;                 // the largest logit's index (the lowest of ties)
 var<workgroup> pick: atomic<u32>;        // the first index whose prefix sum exceeds the threshold
@@ -59,18 +61,29 @@ fn sample_decode(@builtin(local_invocation_index) li: u32) {
     if (((bitcast<u32>(x) >> 23u) & 0xffu) > 187u) { atomicStore(&unusable, 1u); }
     samples[out + 4u + li] = x;
   }
-  logit[li] = x;
-  workgroupBarrier();
-  // rank: how many logits come before this one in python's stable descending order
-  var rank = 0u;
-  for (var j = 0u; j < V; j++) {
-    let y = logit[j];
-    rank += select(0u, 1u, y > x || (y == x && j < li));
+  if (li < ${THREADS / 4}u) {
+    var four = vec4<f32>(LOWEST);
+    for (var c = 0u; c < 4u; c++) {
+      if (4u * li + c < V) { four[c] = logits[p.logits_off + 4u * li + c]; }
+    }
+    logit4[li] = four;
   }
+  workgroupBarrier();
+  // rank: how many logits come before this one in python's stable descending order (a loop of one
+  // logit at a time took the dispatch 22 µs on an H200, docs/performance.md §38)
+  let xv = vec4<f32>(x);
+  let liv = vec4<u32>(li);
+  var ranks = vec4<u32>(0u);
+  for (var j = 0u; j < ${THREADS / 4}u; j++) {
+    let y = logit4[j];
+    let at = vec4<u32>(4u * j) + vec4<u32>(0u, 1u, 2u, 3u);
+    ranks += select(vec4<u32>(0u), vec4<u32>(1u), (y > xv) | ((y == xv) & (at < liv)));
+  }
+  let rank = ranks.x + ranks.y + ranks.z + ranks.w;
   if (valid && rank == 0u) { top = li; }
   workgroupBarrier();
   let best = top;
-  let m = logit[best];
+  let m = logit4[best / 4u][best % 4u];
   let kept = valid && (p.top_k == 0u || rank < p.top_k);
   var prob = 0.0;
   var err = 0.0;
