@@ -56,3 +56,8 @@ def test_generate_gives_the_recompute_decoders_tokens(driver):
     assert full["batches"] > 0 and one["batches"] == one["prefills"] == 1
     assert cold["batches"] == 0 and cold["hostDecodes"] > 0, "outside the kernel's temperatures the host samples"
     assert newline["batches"] > newline["prefills"], "a one-byte prompt opens with a batch of its own"
+
+
+def test_training_goes_on_after_generating(driver):
+    print(f"a step after {len(driver['generate'])} generations: loss {driver['lossAfter']:.4f}")
+    assert 5.0 < driver["lossAfter"] < 6.0, "the seeded tiny model's first loss is about ln(256) = 5.55"

@@ -947,7 +947,7 @@ export class Trainer {
     }
     pass.end();
     enc.copyBufferToBuffer(this.genSamples, 0, this.genSamplesRead, 0, 4 * n * sampleRecordFloats(this.cfg.vocabSize));
-    return { pos, n, commands: enc.finish() };
+    return { pos, n, prefill, commands: enc.finish() };
   }
 
   /**
@@ -957,18 +957,20 @@ export class Trainer {
    * where a rebuilt window took a round trip to the host of its own). A step's token is the host's rule's (sampleToken's)
    * where `certain`; after the first step that is not, the rest are void (the host samples that one
    * from its logits and goes on from there). The stream is not advanced: step s takes the uniform s
-   * draws ahead (none at temperature 0). next: the n of the batch after this one, whose commands
-   * are recorded while the GPU runs this one (0: none).
+   * draws ahead (none at temperature 0). next ({pos, n, prefill}, or null): the batch expected after
+   * this one, whose commands are recorded while the GPU runs this one (a prefill's too: they do not
+   * depend on its tokens).
    */
-  async _decodeBatch(token, pos, n, { temperature, topK, stream, prefill = null, next = 0 }) {
+  async _decodeBatch(token, pos, n, { temperature, topK, stream, prefill = null, next = null }) {
     const sampling = `${temperature}/${topK}`, V = this.cfg.vocabSize;
     if (this.sampling !== sampling) {
       const values = sampleDecodeValues(temperature, topK);
       for (let i = 0; i < this.samplePlan.entries.length; i++) this.samplePlan.update(i, values);
       this.sampling = sampling;
     }
-    let ready = this.nextBatch?.pos === pos && this.nextBatch.n === n && !prefill ? this.nextBatch : null;
-    this.nextBatch = null;
+    const kept = this.prefetchedBatch;
+    let ready = kept?.pos === pos && kept.n === n && kept.prefill === Boolean(prefill) ? kept : null;
+    this.prefetchedBatch = null;
     if (prefill) {
       this.prefillTokens.fill(0);
       this.prefillTokens.set(prefill);
@@ -982,7 +984,7 @@ export class Trainer {
     this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
     this.device.queue.submit([ready.commands]);
     const read = mapForReading(this.genSamplesRead, "sampled tokens");
-    if (next > 0) this.nextBatch = this._batchCommands(pos + n, next);
+    if (next) this.prefetchedBatch = this._batchCommands(next.pos, next.n, next.prefill);
     await read;
     const R = sampleRecordFloats(V);
     const records = new Float32Array(this.genSamplesRead.getMappedRange(0, 4 * n * R)).slice();
@@ -1028,7 +1030,7 @@ export class Trainer {
 
   /** The decode plan's commands at position `pos`, its logits copied to genLogits after them. */
   _decodeCommands(pos) {
-    this.nextBatch = null; // its first step's commands use genPlan's uniforms, which this token places anew
+    this.prefetchedBatch = null; // its first step's commands use genPlan's uniforms, which this token places anew
     this._placeDecodePlan(pos);
     const enc = this.device.createCommandEncoder({ label: "decode" });
     const pass = enc.beginComputePass();
@@ -1116,8 +1118,11 @@ export class Trainer {
       // while no step's token would restart the window before the step after it is decoded
       const batchOf = (made, w) => Math.min(DECODE_BATCH, maxNewTokens - made, ctx - w + 1);
       const w = window.length, n = batchOf(out.length, w);
-      const steps = await this._decodeBatch(window[w - 1], w - 1, n,
-        { temperature, topK, stream, prefill: prefill ? window : null, next: w + n <= ctx ? batchOf(out.length + n, w + n) : 0 });
+      // the next batch, if every token of this one is certain: its window restarted (a prefill of
+      // ctx/2 + 1 tokens) where this one's last token restarts it
+      const nextW = w + n <= ctx ? w + n : Math.floor(ctx / 2) + 1, nextN = batchOf(out.length + n, nextW);
+      const next = nextN > 0 ? { pos: nextW - 1, n: nextN, prefill: w + n > ctx && nextW > 1 } : null;
+      const steps = await this._decodeBatch(window[w - 1], w - 1, n, { temperature, topK, stream, prefill: prefill ? window : null, next });
       prefill = false;
       for (const step of steps) {
         if (aborted()) break;

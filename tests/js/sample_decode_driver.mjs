@@ -5,7 +5,8 @@
 // - edges: rows whose uniform puts the threshold within 1e-9..1e-4 of a cumulative edge (or on it);
 // - unusable: rows with a NaN, an infinity or a logit past 2^61, which must never be certain;
 // - generate: Trainer.generate (KV cache, batches sampled on the GPU) against RecomputeDecoder (the
-//   host samples every token) for the same seeded model, and how the tokens were made.
+//   host samples every token) for the same seeded model, and how the tokens were made;
+// - lossAfter: a training step's loss after all that generation.
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../../webgpu/node_gpu.js";
 import { Trainer } from "../../webgpu/trainer.js";
@@ -123,7 +124,8 @@ for (const bad of [NaN, Infinity, -Infinity, 2 ** 62]) {
 
 // generation: the seeded tiny model; its ctx of 32 makes batches end at window restarts
 const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
-const trainer = new Trainer(device, configFromPresets(presets, "tiny"));
+const corpus = new Uint8Array(readFileSync(new URL("../../site/static/data/tinyshakespeare.txt", import.meta.url)));
+const trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus });
 const recompute = new RecomputeDecoder(trainer);
 const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
 let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
@@ -149,6 +151,8 @@ for (const [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:"] of RUNS
   out.generate.push({ temperature, topK, maxNewTokens, refused, prompt, same: kv.join() === host.join(), count: kv.length,
     streamed: streamed.every(([t, n], i) => t === kv[i] && n === V) && streamed.length === kv.length, ...made });
 }
+// training goes on after generating (the page's flow)
+out.lossAfter = await (await trainer.step()).loss;
 recompute.destroy();
 trainer.destroy();
 device.destroy();
