@@ -1101,6 +1101,9 @@ export class Trainer {
     };
     let logits = onGpu ? null : await rebuild(); // the logits the host samples the next token from, if any
     const out = [];
+    // batches grow 1, 2, 4 .. DECODE_BATCH steps: a batch's first token reaches onToken when its last
+    // step is done, and the playground's first token on a software adapter took 16 steps' time
+    let cap = 1;
     const emit = (token, from) => {
       out.push(token);
       if (onToken) onToken(token, from);
@@ -1116,8 +1119,9 @@ export class Trainer {
       }
       // the window's last token is sampled, not decoded: a batch decodes it and samples the next n
       // while no step's token would restart the window before the step after it is decoded
-      const batchOf = (made, w) => Math.min(DECODE_BATCH, maxNewTokens - made, ctx - w + 1);
+      const batchOf = (made, w) => Math.min(cap, maxNewTokens - made, ctx - w + 1);
       const w = window.length, n = batchOf(out.length, w);
+      cap = Math.min(2 * cap, DECODE_BATCH);
       // the next batch, if every token of this one is certain: its window restarted (a prefill of
       // ctx/2 + 1 tokens) where this one's last token restarts it
       const nextW = w + n <= ctx ? w + n : Math.floor(ctx / 2) + 1, nextN = batchOf(out.length + n, nextW);
