@@ -16,6 +16,10 @@ const LOSS_RING = 8;
 // for a token (submit, the wait for the logits, sampling) cost as much as a tiny model's GPU work
 // (docs/performance.md §37–38); a batch streams to the page as one burst.
 export const DECODE_BATCH = 16;
+// A batch's tokens reach the page together, when its last step is done: on a slow adapter a batch
+// holds only as many steps as the last one ran in this long (a software adapter's step of a large
+// model takes ~0.7 s), so tokens keep streaming and Stop is heard within it.
+const BATCH_MS = 50;
 const U = () => GPUBufferUsage;
 
 // Activation buffers for B rows of T positions (kvT: the positions a KV cache holds), in floats.
@@ -1079,8 +1083,9 @@ export class Trainer {
    * in one submit (_decodeBatch), a (re)built window's prefill first in it; the host samples only the
    * tokens the GPU could not tell for certain: the tokens are sampleToken's either way.
    * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
+   * batchMs: the time a batch's steps may take, by the last batch's (tests give Infinity: full batches).
    */
-  async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null, signal = null } = {}) {
+  async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null, signal = null, batchMs = BATCH_MS } = {}) {
     if (!prompt || prompt.length === 0) throw new Error("generation needs a prompt of at least one byte");
     const ctx = this.cfg.ctx, stream = new SampleStream(seed), onGpu = this._samplesOnGpu(temperature);
     const aborted = () => signal?.aborted === true;
@@ -1101,9 +1106,10 @@ export class Trainer {
     };
     let logits = onGpu ? null : await rebuild(); // the logits the host samples the next token from, if any
     const out = [];
-    // batches grow 1, 2, 4 .. DECODE_BATCH steps: a batch's first token reaches onToken when its last
-    // step is done, and the playground's first token on a software adapter took 16 steps' time
-    let cap = 1;
+    // batches grow 1, 2, 4 .. DECODE_BATCH steps (fewer where the last one's steps took BATCH_MS): a
+    // batch's first token reaches onToken when its last step is done, and the playground's first token
+    // on a software adapter took 16 steps' time
+    let cap = 1, timeCap = DECODE_BATCH;
     const emit = (token, from) => {
       out.push(token);
       if (onToken) onToken(token, from);
@@ -1121,12 +1127,14 @@ export class Trainer {
       // while no step's token would restart the window before the step after it is decoded
       const batchOf = (made, w) => Math.min(cap, maxNewTokens - made, ctx - w + 1);
       const w = window.length, n = batchOf(out.length, w);
-      cap = Math.min(2 * cap, DECODE_BATCH);
+      cap = Math.min(2 * cap, DECODE_BATCH, timeCap);
       // the next batch, if every token of this one is certain: its window restarted (a prefill of
       // ctx/2 + 1 tokens) where this one's last token restarts it
       const nextW = w + n <= ctx ? w + n : Math.floor(ctx / 2) + 1, nextN = batchOf(out.length + n, nextW);
       const next = nextN > 0 ? { pos: nextW - 1, n: nextN, prefill: w + n > ctx && nextW > 1 } : null;
+      const started = performance.now();
       const steps = await this._decodeBatch(window[w - 1], w - 1, n, { temperature, topK, stream, prefill: prefill ? window : null, next });
+      timeCap = Math.max(1, Math.floor(batchMs / ((performance.now() - started) / n)));
       prefill = false;
       for (const step of steps) {
         if (aborted()) break;
