@@ -20,6 +20,8 @@ export const DECODE_BATCH = 16;
 // holds only as many steps as the last one ran in this long (a software adapter's step of a large
 // model takes ~0.7 s), so tokens keep streaming and Stop is heard within it.
 const BATCH_MS = 50;
+/** What a batch's commands were recorded for (Trainer._takeAhead). */
+const batchKey = (pos, n, prefill) => `batch ${pos} ${n} ${prefill}`;
 const U = () => GPUBufferUsage;
 
 // Activation buffers for B rows of T positions (kvT: the positions a KV cache holds), in floats.
@@ -936,7 +938,7 @@ export class Trainer {
    * after them; with `prefill`, the prefill's forward first and its last row sampled as step 0.
    */
   _batchCommands(pos, n, prefill = false) {
-    this.nextDecode = null; // its commands use genPlan's uniforms, which this batch places anew
+    this.ahead = null; // placing the plans' uniforms voids what was recorded ahead with them
     const enc = this.device.createCommandEncoder({ label: "decode batch" });
     const pass = enc.beginComputePass();
     if (prefill) {
@@ -951,7 +953,7 @@ export class Trainer {
     }
     pass.end();
     enc.copyBufferToBuffer(this.genSamples, 0, this.genSamplesRead, 0, 4 * n * sampleRecordFloats(this.cfg.vocabSize));
-    return { pos, n, prefill, commands: enc.finish() };
+    return { key: batchKey(pos, n, prefill), commands: enc.finish() };
   }
 
   /**
@@ -972,23 +974,18 @@ export class Trainer {
       for (let i = 0; i < this.samplePlan.entries.length; i++) this.samplePlan.update(i, values);
       this.sampling = sampling;
     }
-    const kept = this.prefetchedBatch;
-    let ready = kept?.pos === pos && kept.n === n && kept.prefill === Boolean(prefill) ? kept : null;
-    this.prefetchedBatch = null;
+    const commands = this._takeAhead(batchKey(pos, n, Boolean(prefill))) ?? this._batchCommands(pos, n, Boolean(prefill)).commands;
     if (prefill) {
-      this.prefillTokens.fill(0);
-      this.prefillTokens.set(prefill);
-      this.device.queue.writeBuffer(this.prefill.tokens, 0, this.prefillTokens);
+      this._uploadPrefillTokens(prefill);
       this.samplePlan.update(DECODE_BATCH, { logits_off: pos * V });
     }
-    ready ??= this._batchCommands(pos, n, Boolean(prefill));
     if (temperature !== 0) for (let step = 0; step < n; step++) this.genDrawValues[step] = stream.peekUniform(step);
     this.device.queue.writeBuffer(this.genDraws, 0, this.genDrawValues);
     this.genToken[0] = token;
     this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
-    this.device.queue.submit([ready.commands]);
+    this.device.queue.submit([commands]);
     const read = mapForReading(this.genSamplesRead, "sampled tokens");
-    if (next) this.prefetchedBatch = this._batchCommands(next.pos, next.n, next.prefill);
+    if (next) this.ahead = this._batchCommands(next.pos, next.n, next.prefill);
     await read;
     const R = sampleRecordFloats(V);
     const records = new Float32Array(this.genSamplesRead.getMappedRange(0, 4 * n * R)).slice();
@@ -1002,9 +999,7 @@ export class Trainer {
   async _prefill(tokens) {
     if (!this.genPlan) this._buildGeneration();
     const V = this.cfg.vocabSize;
-    this.prefillTokens.fill(0);
-    this.prefillTokens.set(tokens);
-    this.device.queue.writeBuffer(this.prefill.tokens, 0, this.prefillTokens);
+    this._uploadPrefillTokens(tokens);
     const enc = this.device.createCommandEncoder({ label: "prefill" });
     const pass = enc.beginComputePass();
     this.prefillPlan.encode(pass);
@@ -1032,16 +1027,34 @@ export class Trainer {
     this.genPositions[pos] = plan.snapshot();
   }
 
+  /** A prefill's window (≤ ctx tokens), padded with zeros: causal attention keeps the padding out of its rows. */
+  _uploadPrefillTokens(tokens) {
+    this.prefillTokens.fill(0);
+    this.prefillTokens.set(tokens);
+    this.device.queue.writeBuffer(this.prefill.tokens, 0, this.prefillTokens);
+  }
+
+  /**
+   * The commands recorded ahead (this.ahead: {key, commands}, from _decodeCommands or _batchCommands)
+   * if they are the ones `key` asks for, else null; the slot is empty after either. Recording places
+   * the plans' uniforms, so a recording voids what was recorded ahead before it.
+   */
+  _takeAhead(key) {
+    const ahead = this.ahead;
+    this.ahead = null;
+    return ahead?.key === key ? ahead.commands : null;
+  }
+
   /** The decode plan's commands at position `pos`, its logits copied to genLogits after them. */
   _decodeCommands(pos) {
-    this.prefetchedBatch = null; // its first step's commands use genPlan's uniforms, which this token places anew
+    this.ahead = null; // placing genPlan's uniforms voids what was recorded ahead with them
     this._placeDecodePlan(pos);
     const enc = this.device.createCommandEncoder({ label: "decode" });
     const pass = enc.beginComputePass();
     this.genPlan.encode(pass);
     pass.end();
     enc.copyBufferToBuffer(this.gen.logits, 0, this.genLogits, 0, 4 * this.cfg.vocabSize);
-    return { pos, commands: enc.finish() };
+    return { key: `decode ${pos}`, commands: enc.finish() };
   }
 
   /**
@@ -1053,13 +1066,12 @@ export class Trainer {
    */
   async _decode(token, pos) {
     if (!this.genPlan) this._buildGeneration();
-    const ready = this.nextDecode?.pos === pos ? this.nextDecode : this._decodeCommands(pos);
-    this.nextDecode = null;
+    const commands = this._takeAhead(`decode ${pos}`) ?? this._decodeCommands(pos).commands;
     this.genToken[0] = token;
     this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
-    this.device.queue.submit([ready.commands]);
+    this.device.queue.submit([commands]);
     const read = mapForReading(this.genLogits, "logits");
-    if (pos + 1 < this.cfg.ctx) this.nextDecode = this._decodeCommands(pos + 1);
+    if (pos + 1 < this.cfg.ctx) this.ahead = this._decodeCommands(pos + 1);
     await read;
     const logits = new Float32Array(this.genLogits.getMappedRange()).slice();
     this.genLogits.unmap();

@@ -76,7 +76,7 @@ async function decodeRounds(trainer) {
   const pos = trainer.cfg.ctx - 1, prompt = Array.from({ length: pos }, (_, i) => 32 + (i % 90));
   await trainer._prefill(prompt);
   for (let i = 0; i < WARMUP; i++) await trainer._decode(66, pos);
-  trainer.nextDecode = null;
+  trainer.ahead = null;
   const { samplePlan } = trainer, commands = samplePlan ? () => trainer._batchCommands(pos, 1) : () => trainer._decodeCommands(pos);
   return {
     entries: [...trainer.genPlan.entries, ...(samplePlan ? [samplePlan.entries[0]] : [])],

@@ -48,6 +48,9 @@ var<workgroup> top: u32;                 // the largest logit's index (the lowes
 var<workgroup> pick: atomic<u32>;        // the first index whose prefix sum exceeds the threshold
 var<workgroup> unusable: atomic<u32>;    // 1 where a logit is not finite or past 2^60
 
+// the prefix sum before index i (0 before the first) in the scan's buffer at src
+fn prefix_before(src: u32, i: u32) -> f32 { return select(0.0, scan[src + max(i, 1u) - 1u], i > 0u); }
+
 @compute @workgroup_size(${THREADS})
 fn sample_decode(@builtin(local_invocation_index) li: u32) {
   let V = p.V;
@@ -108,7 +111,7 @@ fn sample_decode(@builtin(local_invocation_index) li: u32) {
   let total = scan[src + ${THREADS - 1}u];
   let t = draws[p.step] * total;
   let cum = scan[src + li];
-  let before = select(0.0, scan[src + max(li, 1u) - 1u], li > 0u);
+  let before = prefix_before(src, li);
   if (valid && cum > t && before <= t) { atomicMin(&pick, li); }
   workgroupBarrier();
   let chosen = atomicLoad(&pick);
@@ -122,7 +125,7 @@ fn sample_decode(@builtin(local_invocation_index) li: u32) {
       certain = certain && chosen < V;
       if (certain) {
         let upper = scan[src + chosen];
-        let lower = select(0.0, scan[src + max(chosen, 1u) - 1u], chosen > 0u);
+        let lower = prefix_before(src, chosen);
         certain = upper - t > margin && t - lower > margin;
         token = chosen;
       }
