@@ -55,9 +55,9 @@ def test_forward_and_backward_match_float64(lib, threads, M, K, N):
 # The few-row forward (M <= 8: a KV-cache decode step has M = 1) takes dot products with the weight
 # rows in place instead of the packed GEMM: awkward K and N (no multiple of 4, 8 or 16 lanes, K past
 # its last full vector), an odd row, both sides of the 8-row switch, and widths whose columns split
-# across threads (2·M·K flops per output column against the 2^20 of a chunk).
-FEW_ROW_SHAPES = [(1, 1, 1), (1, 7, 13), (2, 19, 37), (3, 97, 131), (1, 1000, 1100), (3, 777, 1027),
-                  (8, 35, 23), (9, 35, 23)]
+# across threads (chunks of at least 8192 weights: (1, 96, 200) splits in two, (1, 7, 13) does not).
+FEW_ROW_SHAPES = [(1, 1, 1), (1, 7, 13), (2, 19, 37), (1, 96, 200), (3, 97, 131), (1, 1000, 1100),
+                  (3, 777, 1027), (8, 35, 23), (9, 35, 23)]
 
 
 @pytest.mark.parametrize("M,K,N", FEW_ROW_SHAPES)
@@ -154,6 +154,39 @@ def test_gemm_strided_matches_float64(lib, case, accumulate):
     print(f"[{lib.simd}] gemm_strided {case} accumulate={accumulate}: max rel err {err:.2e}")
     assert err < TOL
     assert np.array_equal(got[:, N:], c0.reshape(M, N + 3)[:, N:])  # the padding columns untouched
+
+
+# One row of A (a decoded token's attention: one query) takes dot products or row sums where the
+# operands lie instead of the packed GEMM: one query's scores against T keys (B's columns contiguous),
+# its output from T value rows (B's rows contiguous), and the latter with A strided. D = 8 leaves the
+# row sums no whole strip of 4 vectors on any back end (and AVX-512's dot products no whole vector);
+# D = 80 is whole strips and vectors with a remainder on each.
+@pytest.mark.parametrize("case", ["q.kT", "p.v", "pT.dy"])
+@pytest.mark.parametrize("D", [8, 80])
+@pytest.mark.parametrize("accumulate", [False, True])
+def test_gemm_strided_one_row_matches_float64(lib, case, D, accumulate):
+    T, H = 37, 3
+    C = H * D
+    rng = np.random.default_rng(11)
+    q, k = rng.standard_normal(T * C).astype(np.float32), rng.standard_normal(T * C).astype(np.float32)
+    p = rng.standard_normal(T * T).astype(np.float32)
+    off, t = D, 5  # head 1; query row t
+    M, N, K, a, a_off, a_rs, a_cs, b, b_off, b_rs, b_cs = {
+        "q.kT": (1, T, D, q, t * C + off, C, 1, k, off, 1, C),   # s = q K^T
+        "p.v": (1, D, T, p, t * T, T, 1, k, off, C, 1),          # y = p V
+        "pT.dy": (1, D, T, p, t, 1, T, q, off, C, 1),            # a column of P: A strided
+    }[case]
+    c0 = rng.standard_normal(N + 3).astype(np.float32)
+    c = c0.copy()
+    with lib.pool(1) as pool:
+        lib.gemm_strided(pool, M, N, K, a[a_off:], a_rs, a_cs, b[b_off:], b_rs, b_cs, c, N + 3, accumulate)
+    ref = strided(a, a_off, M, K, a_rs, a_cs) @ strided(b, b_off, K, N, b_rs, b_cs)
+    if accumulate:
+        ref += c0[:N]
+    err = rel_err(c[:N], ref[0])
+    print(f"[{lib.simd}] gemm_strided one row {case} D={D} accumulate={accumulate}: max rel err {err:.2e}")
+    assert err < TOL
+    assert np.array_equal(c[N:], c0[N:])
 
 
 @pytest.mark.parametrize("threads", [1, 2, 4])

@@ -8,6 +8,7 @@
 // the backward likewise. Only one block's scores live at a time, in per-(b, h) scratch.
 // The forward also serves KV-cache decoding: `past` cached positions precede the T new queries.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -22,6 +23,9 @@ namespace tg {
 // 16 rows the extra, smaller products cost more than they save (measured in WebAssembly, relaxed
 // build: 32 rows 1.0-1.26x faster than 64 at small..xl, 16 rows 0.82-1.0x of 32).
 constexpr int64_t kAttnRows = 32;
+
+// Flops (4 T Tk D a head: scores and P V) below which heads are not split across the pool.
+constexpr int64_t kMinAttentionFlopsPerChunk = int64_t(1) << 13;
 
 // C (M,N) = A B (or += when accumulate), A(i,p) = a[i*a_rs + p*a_cs], B(p,j) = b[p*b_rs + j*b_cs].
 // Any type: plain loops (the double twins of the finite-difference test); float: gemm_strided.
@@ -69,7 +73,11 @@ void attention_forward(F* y, F* lse, F* scratch, const F* q, const F* k, const F
                        int64_t T, int64_t C, int64_t H, ThreadPool& pool, int64_t past = 0) {
   const int64_t D = C / H, R = T < kAttnRows ? T : kAttnRows, Tk = past + T;
   const F scale = static_cast<F>(1) / std::sqrt(static_cast<F>(D));
-  pool.parallel_for_scratch(B * H, 1, [&](int64_t i0, int64_t i1, float* gemm_scratch) {
+  // A decoded token's heads are a few microseconds of work in all: split across threads, the
+  // claims and the wait for the last one cost more than they save. A head of a training block
+  // (T, Tk >= 32, D >= 16) is always worth a chunk of its own.
+  const int64_t min_heads = std::max<int64_t>(1, kMinAttentionFlopsPerChunk / (4 * T * Tk * D));
+  pool.parallel_for_scratch(B * H, min_heads, [&](int64_t i0, int64_t i1, float* gemm_scratch) {
     for (int64_t bh = i0; bh < i1; bh++) {
       const int64_t b = bh / H, h = bh % H;
       const int64_t q_base = b * T * C + h * D, k_base = b * Tk * C + h * D;

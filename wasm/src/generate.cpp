@@ -34,8 +34,10 @@ int32_t pick_token(const float* logits, int64_t V, double temperature, int64_t t
     prob[i] = 1;  // 1 = kept
   }
   if (top_k > 0 && top_k < V) {
+    // The k first bytes by (larger logit, then lower index): a strict total order, so selecting
+    // them (linear time) keeps exactly the set a full sort's first k would.
     for (int64_t i = 0; i < V; i++) order[i] = static_cast<int32_t>(i);
-    std::sort(order, order + V, [&](int32_t a, int32_t b) {
+    std::nth_element(order, order + top_k - 1, order + V, [&](int32_t a, int32_t b) {
       return scaled[a] > scaled[b] || (scaled[a] == scaled[b] && a < b);
     });
     for (int64_t i = 0; i < V; i++) prob[i] = 0;

@@ -1,6 +1,7 @@
 // The three products of a Linear layer, all computed by one blocked GEMM, C (+)= A·B, where A and B
 // are strided views, so that transposes cost nothing but a different packing loop (except the
-// forward of a few rows, a KV-cache decode step's: dot products, see "Few rows" below):
+// forward of a few rows, a KV-cache decode step's, and one-row attention products: dot products,
+// see "Few rows" and "One row of A" below):
 //   forward  out  (M,N) = inp (M,K) · W^T       + bias     A = inp,    B(k,n) = W[n,k]
 //   dinp     dinp (M,K) += dout (M,N) · W                  A = dout,   B = W
 //   dweight  dW   (N,K) += dout^T (N,M) · inp (M,K)        A(n,m) = dout[m,n], B = inp
@@ -341,6 +342,14 @@ constexpr int kDotCols = 4;
 // grows with every row).
 constexpr int64_t kFewRows = 8;
 
+// A few-rows product streams its weights once and does little arithmetic on each, so memory
+// bandwidth, not kMinFlopsPerChunk's arithmetic, decides when a split pays: each thread then reads
+// its share of the weight (from its own cache, where the same thread takes the same columns at the
+// next token). Chunks of at least 8192 weights (32 KiB): a KV decode step, 2 threads, against
+// kMinFlopsPerChunk's split, medium 5,842 -> 8,578 and large 1,962 -> 2,893 tokens/s; splitting
+// every product took tiny from 52,183 to 37,985.
+constexpr int64_t kMinWeightsPerFewRowsChunk = 8192;
+
 // out (R,cols) row stride ldo = x (R,K) row stride K · w (cols,K)^T + bias (may be null), for R
 // rows of x and cols <= kDotCols weight rows from w. Columns past `cols` repeat the last weight
 // row: computed, not stored.
@@ -370,12 +379,12 @@ void dot_tile(float* out, int64_t ldo, const float* x, const float* w, int64_t K
 }
 
 // out (M,N) = inp (M,K) · weight (N,K)^T + bias, for M <= kFewRows: tiles of kDotCols output
-// columns, split across the pool when a chunk of them is worth a thread (kMinFlopsPerChunk).
+// columns, split across the pool in chunks of at least kMinWeightsPerFewRowsChunk weights.
 void few_rows_forward(float* out, const float* inp, const float* weight, const float* bias,
                       int64_t M, int64_t K, int64_t N, ThreadPool& pool) {
   int64_t tiles = ceil_div(N, kDotCols);
   int64_t min_tiles =
-      std::max<int64_t>(1, kMinFlopsPerChunk / std::max<int64_t>(1, 2 * M * K * kDotCols));
+      std::max<int64_t>(1, kMinWeightsPerFewRowsChunk / std::max<int64_t>(1, K * kDotCols));
   pool.parallel_for(tiles, min_tiles, [&](int64_t begin, int64_t end) {
     for (int64_t t = begin; t < end; t++) {
       int64_t n = t * kDotCols, cols = std::min<int64_t>(kDotCols, N - n);
@@ -388,13 +397,68 @@ void few_rows_forward(float* out, const float* inp, const float* weight, const f
   });
 }
 
+// ---- One row of A: attention for a decoded token ----------------------------------------------
+// A KV-cache decode step's attention is, per head, S = q·K^T and y = P·V for a single query. The
+// GEMM would pack K or V (as much memory traffic as the product) and compute MR rows to keep one;
+// here each is read once where it lies. c (1,N) (+)= a (1,K) · B (K,N).
+
+// B with contiguous columns (B(p,j) = b[p + j*b.cs], keys' rows for S = q·K^T): a dot product per
+// column, kDotCols columns at a time sharing each load of a. Needs a with unit stride.
+void one_row_dots(int64_t N, int64_t K, View a, View b, float* c, bool accumulate) {
+  for (int64_t j0 = 0; j0 < N; j0 += kDotCols) {
+    const int64_t cols = std::min<int64_t>(kDotCols, N - j0);
+    const float* col[kDotCols];
+    for (int j = 0; j < kDotCols; j++) col[j] = b.p + std::min<int64_t>(j0 + j, N - 1) * b.cs;
+    vf acc[kDotCols];
+    for (int j = 0; j < kDotCols; j++) acc[j] = zero();
+    int64_t p = 0;
+    for (; p + kWidth <= K; p += kWidth) {
+      const vf av = load(a.p + p);
+      for (int j = 0; j < kDotCols; j++) acc[j] = fma(av, load(col[j] + p), acc[j]);
+    }
+    for (int64_t j = 0; j < cols; j++) {
+      float s = reduce_add(acc[j]);
+      for (int64_t t = p; t < K; t++) s += a.p[t] * col[j][t];  // the K % kWidth tail
+      c[j0 + j] = accumulate ? c[j0 + j] + s : s;
+    }
+  }
+}
+
+// B with contiguous rows (B(p,j) = b[p*b.rs + j], values' rows for y = P·V): c's columns in
+// vectors, each the sum over p of a(p) times row p, p ascending.
+void one_row_axpys(int64_t N, int64_t K, View a, View b, float* c, bool accumulate) {
+  constexpr int kVecs = 4;  // accumulators in registers: a 64..256-wide strip of c per pass
+  int64_t j0 = 0;
+  for (; j0 + kVecs * kWidth <= N; j0 += kVecs * kWidth) {
+    vf acc[kVecs];
+    for (int v = 0; v < kVecs; v++) acc[v] = zero();
+    for (int64_t p = 0; p < K; p++) {
+      const vf ap = set1(a.p[p * a.cs]);
+      const float* row = b.p + p * b.rs + j0;
+      for (int v = 0; v < kVecs; v++) acc[v] = fma(ap, load(row + v * kWidth), acc[v]);
+    }
+    for (int v = 0; v < kVecs; v++) {
+      float* cp = c + j0 + v * kWidth;
+      store(cp, accumulate ? add(load(cp), acc[v]) : acc[v]);
+    }
+  }
+  for (; j0 < N; j0++) {  // columns past the last whole strip
+    float s = 0;
+    for (int64_t p = 0; p < K; p++) s += a.p[p * a.cs] * b.p[p * b.rs + j0];
+    c[j0] = accumulate ? c[j0] + s : s;
+  }
+}
+
 }  // namespace
 
 void gemm_strided(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs,
                   const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
                   bool accumulate, float* scratch) {
   Gemm g{M, N, K, View{a, a_rs, a_cs}, View{b, b_rs, b_cs}, c, ldc, nullptr, accumulate};
-  if (!gemm_trivial(g)) g.block(0, M, 0, N, scratch);
+  if (gemm_trivial(g)) return;
+  if (M == 1 && b_rs == 1 && a_cs == 1) return one_row_dots(N, K, g.A, g.B, c, accumulate);
+  if (M == 1 && b_cs == 1) return one_row_axpys(N, K, g.A, g.B, c, accumulate);
+  g.block(0, M, 0, N, scratch);
 }
 
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,

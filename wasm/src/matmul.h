@@ -24,8 +24,10 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
 // themselves (attention over (batch, head): S = Q·K^T, Y = P·V and their backward products):
 //   C (M,N) = A·B (accumulate false) or C += A·B (accumulate true), where
 //   A(i,p) = a[i*a_rs + p*a_cs], B(p,j) = b[p*b_rs + j*b_cs], C(i,j) = c[i*ldc + j].
-// Fast when A has a unit stride (either one) and B any; `scratch` is ThreadPool::kScratchFloats
-// floats owned by this thread (the third argument of parallel_for_scratch's fn). Never allocates.
+// Fast when A has a unit stride (either one) and B any. One row of A (a decoded token's query) is
+// summed where the operands lie, without packing: rounding may differ from the same row computed
+// among others. `scratch` is ThreadPool::kScratchFloats floats owned by this thread (the third
+// argument of parallel_for_scratch's fn). Never allocates.
 void gemm_strided(int64_t M, int64_t N, int64_t K, const float* a, int64_t a_rs, int64_t a_cs,
                   const float* b, int64_t b_rs, int64_t b_cs, float* c, int64_t ldc,
                   bool accumulate, float* scratch);
