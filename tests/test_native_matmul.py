@@ -158,11 +158,11 @@ def test_gemm_strided_matches_float64(lib, case, accumulate):
 
 # One row of A (a decoded token's attention: one query) takes dot products or row sums where the
 # operands lie instead of the packed GEMM: one query's scores against T keys (B's columns contiguous),
-# its output from T value rows (B's rows contiguous), and the latter with A strided. D = 8 leaves the
-# row sums no whole strip of 4 vectors on any back end (and AVX-512's dot products no whole vector);
-# D = 80 is whole strips and vectors with a remainder on each.
+# its output from T value rows (B's rows contiguous), and the latter with A strided. The row sums take
+# strips of 4, 2 and 1 vectors, then single columns: D = 8 is all columns on AVX-512 (and its dot
+# products no whole vector), 48 and 80 are strips of each size on one back end or another.
 @pytest.mark.parametrize("case", ["q.kT", "p.v", "pT.dy"])
-@pytest.mark.parametrize("D", [8, 80])
+@pytest.mark.parametrize("D", [8, 48, 80])
 @pytest.mark.parametrize("accumulate", [False, True])
 def test_gemm_strided_one_row_matches_float64(lib, case, D, accumulate):
     T, H = 37, 3

@@ -425,24 +425,35 @@ void one_row_dots(int64_t N, int64_t K, View a, View b, float* c, bool accumulat
 }
 
 // B with contiguous rows (B(p,j) = b[p*b.rs + j], values' rows for y = P·V): c's columns in
-// vectors, each the sum over p of a(p) times row p, p ascending.
-void one_row_axpys(int64_t N, int64_t K, View a, View b, float* c, bool accumulate) {
-  constexpr int kVecs = 4;  // accumulators in registers: a 64..256-wide strip of c per pass
-  int64_t j0 = 0;
-  for (; j0 + kVecs * kWidth <= N; j0 += kVecs * kWidth) {
-    vf acc[kVecs];
-    for (int v = 0; v < kVecs; v++) acc[v] = zero();
-    for (int64_t p = 0; p < K; p++) {
-      const vf ap = set1(a.p[p * a.cs]);
-      const float* row = b.p + p * b.rs + j0;
-      for (int v = 0; v < kVecs; v++) acc[v] = fma(ap, load(row + v * kWidth), acc[v]);
-    }
-    for (int v = 0; v < kVecs; v++) {
-      float* cp = c + j0 + v * kWidth;
-      store(cp, accumulate ? add(load(cp), acc[v]) : acc[v]);
-    }
+// vectors, each the sum over p of a(p) times row p, p ascending. A strip of Vecs vectors of c
+// (columns j0..) in registers: several at once keep several multiply-add chains in flight.
+template <int Vecs>
+void one_row_axpy_strip(int64_t j0, int64_t K, View a, View b, float* c, bool accumulate) {
+  vf acc[Vecs];
+  for (int v = 0; v < Vecs; v++) acc[v] = zero();
+  for (int64_t p = 0; p < K; p++) {
+    const vf ap = set1(a.p[p * a.cs]);
+    const float* row = b.p + p * b.rs + j0;
+    for (int v = 0; v < Vecs; v++) acc[v] = fma(ap, load(row + v * kWidth), acc[v]);
   }
-  for (; j0 < N; j0++) {  // columns past the last whole strip
+  for (int v = 0; v < Vecs; v++) {
+    float* cp = c + j0 + v * kWidth;
+    store(cp, accumulate ? add(load(cp), acc[v]) : acc[v]);
+  }
+}
+
+void one_row_axpys(int64_t N, int64_t K, View a, View b, float* c, bool accumulate) {
+  int64_t j0 = 0;
+  for (; j0 + 4 * kWidth <= N; j0 += 4 * kWidth) one_row_axpy_strip<4>(j0, K, a, b, c, accumulate);
+  if (j0 + 2 * kWidth <= N) {  // a head of 32 channels on AVX-512 is two vectors
+    one_row_axpy_strip<2>(j0, K, a, b, c, accumulate);
+    j0 += 2 * kWidth;
+  }
+  if (j0 + kWidth <= N) {
+    one_row_axpy_strip<1>(j0, K, a, b, c, accumulate);
+    j0 += kWidth;
+  }
+  for (; j0 < N; j0++) {  // columns past the last whole vector
     float s = 0;
     for (int64_t p = 0; p < K; p++) s += a.p[p * a.cs] * b.p[p * b.rs + j0];
     c[j0] = accumulate ? c[j0] + s : s;
