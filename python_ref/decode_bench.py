@@ -16,9 +16,12 @@ Engines:
              (webgpu/bench/decode_bench.mjs), on a hardware adapter only: a software one
              (SwiftShader, llvmpipe) runs the WGSL correctly but gives no speed figure. Its recompute
              runs one ctx-long forward, the window padded (recompute_decoder.js says why and what it costs)
-Each mode is timed once, after an untimed warm-up of both (wgsl-node: the median of 3 rounds, the modes
-in turn, as its host's speed moves between rounds); a rate is new_tokens over the time of
-the whole generate call (the prompt, one byte by default, included).
+Each mode is timed after an untimed warm-up of both. native, wasm-node and wgsl-node take rounds of the two
+modes in turn and keep each mode's median (ROUNDS: at least 3, more while the KV cache's rounds add up to
+less than half a second, at most 15), as a tiny model's 512 tokens take 10-40 ms there and one run of the
+same code read 3,484 and 17,180 tokens/s minutes apart; the PyTorch engines, 0.3 s and more a round, are
+timed once. A rate is new_tokens over the time of the whole generate call (the prompt, one byte by default,
+included).
 
     python -m python_ref.decode_bench --engines pytorch-cpu,native,wasm-node --presets tiny,small \\
         --new-tokens 512 --out decode.json
@@ -33,9 +36,11 @@ import json
 import os
 import platform
 import shutil
+import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +55,9 @@ from .sample import check_sampling_args, generate
 ENGINES = ("pytorch-cpu", "pytorch-cuda", "native", "wasm-node", "wgsl-node")
 DEFAULT_PRESETS = "tiny,small,medium,large"
 WARMUP_TOKENS = 16
+# rounds of both modes in turn (native here; wasm-node and wgsl-node get it in their job): at least `min`,
+# then more while the KV cache's rounds add up to less than `seconds`, at most `max`
+ROUNDS = {"min": 3, "max": 15, "seconds": 0.5}
 RELAXED_SIMD_FLAG = "--experimental-wasm-relaxed-simd"  # Node 20 has relaxed SIMD only behind it
 
 
@@ -155,6 +163,21 @@ def run_pytorch(device: str, threads: int | None, preset: str, new_tokens: int, 
     return {"kv_seconds": kv_s, "kv_tokens": kv, "recompute_seconds": rec_s, "recompute_tokens": rec, "where": where}
 
 
+def rounds_in_turn(kv: Callable[[], tuple[float, bytes]], recompute: Callable[[], tuple[float, bytes]]
+                   ) -> tuple[tuple[float, bytes], tuple[float, bytes]]:
+    """(median seconds, tokens) of each mode, timed in turn for ROUNDS; every round must give the same tokens."""
+    runs: dict[str, list[tuple[float, bytes]]] = {"kv": [], "recompute": []}
+    while len(runs["kv"]) < ROUNDS["min"] or (len(runs["kv"]) < ROUNDS["max"]
+                                             and sum(s for s, _ in runs["kv"]) < ROUNDS["seconds"]):
+        runs["kv"].append(kv())
+        runs["recompute"].append(recompute())
+    for mode, timings in runs.items():
+        if any(tokens != timings[0][1] for _, tokens in timings):
+            raise RuntimeError(f"the {mode} decoder gave different tokens in two rounds")
+    return ((statistics.median(s for s, _ in runs["kv"]), runs["kv"][0][1]),
+            (statistics.median(s for s, _ in runs["recompute"]), runs["recompute"][0][1]))
+
+
 def run_native(threads: int | None, preset: str, new_tokens: int, prompt: bytes, sampling: dict) -> dict:
     from wasm.scripts.api_ctypes import Binding  # the checkout's binding, generated from the C header
 
@@ -185,8 +208,8 @@ def run_native(threads: int | None, preset: str, new_tokens: int, prompt: bytes,
 
         timed(True, WARMUP_TOKENS)
         timed(False, WARMUP_TOKENS)
-        (kv_s, kv), (rec_s, rec) = timed(True, new_tokens), timed(False, new_tokens)
-        return {"kv_seconds": kv_s, "kv_tokens": kv, "recompute_seconds": rec_s, "recompute_tokens": rec,
+        kv, rec = rounds_in_turn(lambda: timed(True, new_tokens), lambda: timed(False, new_tokens))
+        return {"kv_seconds": kv[0], "kv_tokens": kv[1], "recompute_seconds": rec[0], "recompute_tokens": rec[1],
                 "where": threads_label(lib.tg_n_threads(handle))}
     finally:
         lib.tg_destroy(handle)
@@ -195,7 +218,7 @@ def run_native(threads: int | None, preset: str, new_tokens: int, prompt: bytes,
 def run_node_script(script: str, flags: tuple[str, ...], extra: dict, preset: str, new_tokens: int, prompt: bytes,
                     sampling: dict) -> dict:
     job = {"preset": preset, "newTokens": new_tokens, "prompt": list(prompt), "temperature": sampling["temperature"],
-           "topK": sampling["topK"], "seed": sampling["seed"], "warmupTokens": WARMUP_TOKENS, **extra}
+           "topK": sampling["topK"], "seed": sampling["seed"], "warmupTokens": WARMUP_TOKENS, "rounds": ROUNDS, **extra}
     r = node_json(CHECKOUT / script, job, flags)
     return {"kv_seconds": r["kv"]["ms"] / 1e3, "kv_tokens": bytes(r["kv"]["tokens"]),
             "recompute_seconds": r["recompute"]["ms"] / 1e3, "recompute_tokens": bytes(r["recompute"]["tokens"]),

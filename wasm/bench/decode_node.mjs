@@ -1,8 +1,10 @@
 // Decode speed of the C++ core's WebAssembly build in Node: tg_generate with the KV cache and with a
 // full recompute of the window per token, same seeded weights, prompt and sampling.
 //   echo '{"preset": "tiny", "newTokens": 512, "prompt": [10], "temperature": 0.8, "topK": 40, "seed": 0,
-//          "warmupTokens": 16, "wasmDir": "build/wasm"}' | node --experimental-wasm-relaxed-simd wasm/bench/decode_node.mjs
-// Prints one JSON line: {build, reason, threads, kv: {ms, tokens}, recompute: {ms, tokens}}, or {error}.
+//          "warmupTokens": 16, "rounds": {"min": 3, "max": 15, "seconds": 0.5}, "wasmDir": "build/wasm"}' \
+//     | node --experimental-wasm-relaxed-simd wasm/bench/decode_node.mjs
+// Prints one JSON line: {build, reason, threads, kv: {ms, roundsMs, tokens}, recompute: {...}}, or {error}: ms
+// is the median of the rounds of each mode, taken in turn (webgpu/bench/replay.mjs roundsInTurn).
 // The build is wasm_loader.js's choice, the one the page would get in this engine (Node 20 offers
 // relaxed SIMD only behind the flag above). wasmDir: the folder of the builds (default: the page's
 // site/static/wasm); threads: the pool of a threaded build (default: every core). Run by python_ref/decode_bench.py.
@@ -10,8 +12,9 @@ import { readFileSync } from "node:fs";
 import { pathToFileURL } from "node:url";
 import { loadTinyGPT } from "../../site/static/js/wasm_loader.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
+import { roundsInTurn } from "../../webgpu/bench/replay.mjs";
 
-function run(job, { model, training, initStd }, loaded) {
+async function run(job, { model, training, initStd }, loaded) {
   const { tg } = loaded, { api } = tg;
   // one row: generation runs batch 1, and the arena's training activations grow with the batch
   const handle = tg.withStruct("tg_config", { ...model, initStd }, (ptr) => api.tg_create(ptr, 1, loaded.threads));
@@ -29,7 +32,8 @@ function run(job, { model, training, initStd }, loaded) {
     // warm-up: the engine tiers up the hot loops and the pool's threads start working
     timed(true, job.warmupTokens);
     timed(false, job.warmupTokens);
-    return { kv: timed(true, job.newTokens), recompute: timed(false, job.newTokens) };
+    // awaited here, before `finally` frees the buffers the rounds use
+    return await roundsInTurn({ kv: async () => timed(true, job.newTokens), recompute: async () => timed(false, job.newTokens) }, job.rounds);
   } finally {
     tg.free(out);
     tg.free(prompt);
@@ -44,7 +48,7 @@ try {
   const config = configFromPresets(presets, job.preset);
   const baseUrl = job.wasmDir ? pathToFileURL(job.wasmDir.replace(/\/?$/, "/")) : undefined;
   const loaded = await loadTinyGPT({ ...config.model, initStd: config.initStd, batch: 1 }, { baseUrl, threads: job.threads });
-  result = { build: loaded.build, reason: loaded.reason, threads: loaded.threads, ...run(job, config, loaded) };
+  result = { build: loaded.build, reason: loaded.reason, threads: loaded.threads, ...(await run(job, config, loaded)) };
 } catch (e) {
   result = { error: String(e?.stack || e) };
 }

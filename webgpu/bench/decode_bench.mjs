@@ -1,10 +1,9 @@
 // Decode speed of the WGSL trainer under Node (npm `webgpu`, Dawn): Trainer.generate (KV cache)
 // against RecomputeDecoder (the whole window per token), same seeded weights, prompt and sampling.
-//   echo '{"preset": "tiny", "newTokens": 512, "prompt": [10], "temperature": 0.8, "topK": 40, "seed": 0}' \
-//     | node webgpu/bench/decode_bench.mjs
+//   echo '{"preset": "tiny", "newTokens": 512, "warmupTokens": 16, "prompt": [10], "temperature": 0.8, "topK": 40,
+//          "seed": 0, "rounds": {"min": 3, "max": 15, "seconds": 0.5}}' | node webgpu/bench/decode_bench.mjs
 // Prints one JSON line: {adapter, software, kv: {ms, roundsMs, tokens}, recompute: {...}}, or {error}: ms
-// is the median of the rounds of each mode, taken in turn (MIN_ROUNDS, and more while the KV cache's
-// have taken less than KV_SECONDS, up to MAX_ROUNDS).
+// is the median of the rounds of each mode, taken in turn (replay.mjs roundsInTurn).
 // A software adapter (SwiftShader, llvmpipe) gives tokens but no speed: it is refused unless the job
 // says "allowSoftware" (the token-equality test). {"probe": true}: only {adapter, software}.
 // Run by python_ref/decode_bench.py.
@@ -13,14 +12,12 @@ import { nodeDevice } from "../node_gpu.js";
 import { Trainer } from "../trainer.js";
 import { RecomputeDecoder } from "../recompute_decoder.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
-import { median } from "./replay.mjs";
+import { roundsInTurn } from "./replay.mjs";
 
 // The page's rule (site/static/js/engines/webgpu_engine.js, isSoftware), which Node cannot import
 // from there without the server's URL layout and a built site/static/wasm.
 const isSoftware = (info) =>
   info.isFallbackAdapter === true || /swiftshader|llvmpipe/i.test([info.vendor, info.architecture, info.device, info.description].join(" "));
-
-const MIN_ROUNDS = 3, MAX_ROUNDS = 15, KV_SECONDS = 0.5;
 
 async function run(job) {
   const { device, info } = await nodeDevice();
@@ -44,19 +41,9 @@ async function run(job) {
   await timed(recompute, job.warmupTokens);
   // rounds of each mode in turn, the median kept: one round of 512 tokens on an H200 read the same
   // code at 307 and 498 tokens/s a minute apart (docs/performance.md §35), as the host's speed moved,
-  // and a round of tiny's KV cache takes ~60 ms, so small models get more rounds (§38); each mode's
-  // tokens must be the same every round
-  const rounds = { kv: [], recompute: [] };
-  const kvSeconds = () => rounds.kv.reduce((sum, x) => sum + x.ms, 0) / 1e3;
-  while (rounds.kv.length < MIN_ROUNDS || (rounds.kv.length < MAX_ROUNDS && kvSeconds() < KV_SECONDS)) {
-    for (const [mode, decoder] of [["kv", trainer], ["recompute", recompute]]) rounds[mode].push(await timed(decoder, job.newTokens));
-  }
-  const summary = (runs) => {
-    if (runs.some((x) => x.tokens.join() !== runs[0].tokens.join())) throw new Error("a decoder gave different tokens in two rounds");
-    const ms = runs.map((x) => x.ms);
-    return { ms: median(ms), roundsMs: ms, tokens: runs[0].tokens };
-  };
-  const result = { adapter, software, kv: summary(rounds.kv), recompute: summary(rounds.recompute) };
+  // and a round of tiny's KV cache takes ~60 ms, so small models get more rounds (§38)
+  const rounds = await roundsInTurn({ kv: () => timed(trainer, job.newTokens), recompute: () => timed(recompute, job.newTokens) }, job.rounds);
+  const result = { adapter, software, ...rounds };
   recompute.destroy();
   trainer.destroy();
   device.destroy();

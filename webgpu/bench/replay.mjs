@@ -38,6 +38,27 @@ export async function runSteps(trainer, n) {
 /** The middle value of xs (the upper one of an even count). */
 export const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
+/**
+ * Decode rounds (python_ref/decode_bench.py's ROUNDS, passed in the job): runs each of `modes` ({name: async
+ * () => {ms, tokens}}) in turn, at least rounds.min times, then more while the first mode's runs add up to less
+ * than rounds.seconds, at most rounds.max. Returns {name: {ms: the median, roundsMs, tokens}}; throws if a
+ * mode gave different tokens in two rounds.
+ */
+export async function roundsInTurn(modes, rounds) {
+  if (!rounds) throw new Error("the job names no rounds (python_ref/decode_bench.py ROUNDS)");
+  const names = Object.keys(modes), runs = Object.fromEntries(names.map((name) => [name, []]));
+  const firstSeconds = () => runs[names[0]].reduce((sum, x) => sum + x.ms, 0) / 1e3;
+  while (runs[names[0]].length < rounds.min || (runs[names[0]].length < rounds.max && firstSeconds() < rounds.seconds)) {
+    for (const name of names) runs[name].push(await modes[name]());
+  }
+  return Object.fromEntries(names.map((name) => {
+    const all = runs[name];
+    if (all.some((x) => x.tokens.join() !== all[0].tokens.join())) throw new Error(`the ${name} decoder gave different tokens in two rounds`);
+    const ms = all.map((x) => x.ms);
+    return [name, { ms: median(ms), roundsMs: ms, tokens: all[0].tokens }];
+  }));
+}
+
 // Shared by the benchmarks: a frozen plan replayed `reps` times in one compute pass and one submit
 // (each dispatch waits for the previous one, as in a step); returns ms from submit to completion.
 export async function replay(device, plan, reps) {
