@@ -33,7 +33,7 @@ async function run(job, { model, training, initStd }, loaded) {
     timed(true, job.warmupTokens);
     timed(false, job.warmupTokens);
     // awaited here, before `finally` frees the buffers the rounds use
-    return await roundsInTurn({ kv: async () => timed(true, job.newTokens), recompute: async () => timed(false, job.newTokens) }, job.rounds);
+    return await roundsInTurn({ kv: () => timed(true, job.newTokens), recompute: () => timed(false, job.newTokens) }, job.rounds);
   } finally {
     tg.free(out);
     tg.free(prompt);

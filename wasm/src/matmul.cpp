@@ -351,13 +351,13 @@ constexpr int64_t kFewRows = 8;
 constexpr int64_t kMinWeightsPerFewRowsChunk = 8192;
 
 // out (R,cols) row stride ldo = x (R,K) row stride K · w (cols,K)^T + bias (may be null), for R
-// rows of x and cols <= kDotCols weight rows from w. Columns past `cols` repeat the last weight
-// row: computed, not stored.
+// rows of x and cols <= kDotCols weight rows from w, ldw apart. Columns past `cols` repeat the last
+// weight row: computed, not stored. bias may be `out` itself (R = 1): out += x · w^T.
 template <int R>
-void dot_tile(float* out, int64_t ldo, const float* x, const float* w, int64_t K, int64_t cols,
-              const float* bias) {
+void dot_tile(float* out, int64_t ldo, const float* x, const float* w, int64_t ldw, int64_t K,
+              int64_t cols, const float* bias) {
   const float* wr[kDotCols];
-  for (int j = 0; j < kDotCols; j++) wr[j] = w + std::min<int64_t>(j, cols - 1) * K;
+  for (int j = 0; j < kDotCols; j++) wr[j] = w + std::min<int64_t>(j, cols - 1) * ldw;
   vf acc[R][kDotCols];
   for (int r = 0; r < R; r++)
     for (int j = 0; j < kDotCols; j++) acc[r][j] = zero();
@@ -391,8 +391,8 @@ void few_rows_forward(float* out, const float* inp, const float* weight, const f
       const float* w = weight + n * K;
       const float* b = bias ? bias + n : nullptr;
       int64_t m = 0;
-      for (; m + 2 <= M; m += 2) dot_tile<2>(out + m * N + n, N, inp + m * K, w, K, cols, b);
-      if (m < M) dot_tile<1>(out + m * N + n, N, inp + m * K, w, K, cols, b);
+      for (; m + 2 <= M; m += 2) dot_tile<2>(out + m * N + n, N, inp + m * K, w, K, K, cols, b);
+      if (m < M) dot_tile<1>(out + m * N + n, N, inp + m * K, w, K, K, cols, b);
     }
   });
 }
@@ -402,26 +402,12 @@ void few_rows_forward(float* out, const float* inp, const float* weight, const f
 // GEMM would pack K or V (as much memory traffic as the product) and compute MR rows to keep one;
 // here each is read once where it lies. c (1,N) (+)= a (1,K) · B (K,N).
 
-// B with contiguous columns (B(p,j) = b[p + j*b.cs], keys' rows for S = q·K^T): a dot product per
-// column, kDotCols columns at a time sharing each load of a. Needs a with unit stride.
+// B with contiguous columns (B(p,j) = b[p + j*b.cs], keys' rows for S = q·K^T): the few-row
+// forward's dot products, B's columns as the weight rows. Needs a with unit stride.
 void one_row_dots(int64_t N, int64_t K, View a, View b, float* c, bool accumulate) {
-  for (int64_t j0 = 0; j0 < N; j0 += kDotCols) {
-    const int64_t cols = std::min<int64_t>(kDotCols, N - j0);
-    const float* col[kDotCols];
-    for (int j = 0; j < kDotCols; j++) col[j] = b.p + std::min<int64_t>(j0 + j, N - 1) * b.cs;
-    vf acc[kDotCols];
-    for (int j = 0; j < kDotCols; j++) acc[j] = zero();
-    int64_t p = 0;
-    for (; p + kWidth <= K; p += kWidth) {
-      const vf av = load(a.p + p);
-      for (int j = 0; j < kDotCols; j++) acc[j] = fma(av, load(col[j] + p), acc[j]);
-    }
-    for (int64_t j = 0; j < cols; j++) {
-      float s = reduce_add(acc[j]);
-      for (int64_t t = p; t < K; t++) s += a.p[t] * col[j][t];  // the K % kWidth tail
-      c[j0 + j] = accumulate ? c[j0 + j] + s : s;
-    }
-  }
+  for (int64_t j0 = 0; j0 < N; j0 += kDotCols)
+    dot_tile<1>(c + j0, 0, a.p, b.p + j0 * b.cs, b.cs, K, std::min<int64_t>(kDotCols, N - j0),
+                accumulate ? c + j0 : nullptr);
 }
 
 // B with contiguous rows (B(p,j) = b[p*b.rs + j], values' rows for y = P·V): c's columns in

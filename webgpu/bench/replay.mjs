@@ -39,8 +39,8 @@ export async function runSteps(trainer, n) {
 export const median = (xs) => [...xs].sort((a, b) => a - b)[xs.length >> 1];
 
 /**
- * Decode rounds (python_ref/decode_bench.py's ROUNDS, passed in the job): runs each of `modes` ({name: async
- * () => {ms, tokens}}) in turn, at least rounds.min times, then more while the first mode's runs add up to less
+ * Decode rounds (python_ref/decode_bench.py's ROUNDS, passed in the job): runs each of `modes` ({name: () =>
+ * {ms, tokens}, or a promise of it}) in turn, at least rounds.min times, then more while the first mode's runs add up to less
  * than rounds.seconds, at most rounds.max. Returns {name: {ms: the median, roundsMs, tokens}}; throws if a
  * mode gave different tokens in two rounds.
  */
