@@ -41,24 +41,29 @@ def test_non_finite_or_huge_logits_go_to_the_host(driver):
 
 
 def test_generate_gives_the_recompute_decoders_tokens(driver):
-    """The KV cache with GPU sampling against the host's sampling of every token (RecomputeDecoder)."""
-    for g in driver["generate"]:
-        print(f"T={g['temperature']} top-k {g['topK']}, {g['maxNewTokens']} tokens after {g['prompt']!r}"
+    """The KV cache with GPU sampling against the host's sampling of every token (RecomputeDecoder): with
+    the decode chain and a sampler dispatch a step, and with each batch in one workgroup (decode_tokens.js)."""
+    runs = driver["generate"]
+    for g in runs:
+        print(f"{'one workgroup' if g['oneWorkgroup'] else 'decode chain'}: T={g['temperature']} top-k {g['topK']}, "
+              f"{g['maxNewTokens']} tokens after {g['prompt']!r}"
               f"{'' if g['refused'] is None else ', one step of each batch refused'}: same {g['same']}; "
               f"{g['batches']} batches ({g['prefills']} opened by a prefill) of {g['steps']} steps, "
               f"{g['uncertain']} cut short, {g['hostDecodes']} decodes sampled on the host (batches of "
               f"{g['batchMs']} ms)")
         assert g["same"] and g["streamed"] and g["count"] == g["maxNewTokens"]
-    plain, refused, greedy, full, cold, one, newline, hurried = driver["generate"]
-    # tiny's ctx of 32: the window restarts every 16 tokens, and each restart's prefill opens a batch
-    assert plain["prefills"] >= 4 and plain["hostDecodes"] == 0 and plain["uncertain"] == 0
-    assert refused["uncertain"] > 0, "the host's path for an uncertain step is exercised"
-    assert greedy["uncertain"] == greedy["batches"], "and for an uncertain first step after a prefill"
-    assert full["batches"] > 0 and one["batches"] == one["prefills"] == 1
-    assert cold["batches"] == 0 and cold["hostDecodes"] > 0, "outside the kernel's temperatures the host samples"
-    assert newline["batches"] > newline["prefills"], "a one-byte prompt opens with a batch of its own"
-    # no time for more than a step a batch, but in the second, sized before the first's time was known
-    assert hurried["steps"] == hurried["count"] and hurried["batches"] == hurried["count"] - 1
+    assert [g["oneWorkgroup"] for g in runs] == [False] * 8 + [True] * 8
+    for path in (runs[:8], runs[8:]):
+        plain, refused, greedy, full, cold, one, newline, hurried = path
+        # tiny's ctx of 32: the window restarts every 16 tokens, and each restart's prefill opens a batch
+        assert plain["prefills"] >= 4 and plain["hostDecodes"] == 0 and plain["uncertain"] == 0
+        assert refused["uncertain"] > 0, "the host's path for an uncertain step is exercised"
+        assert greedy["uncertain"] == greedy["batches"], "and for an uncertain first step after a prefill"
+        assert full["batches"] > 0 and one["batches"] == one["prefills"] == 1
+        assert cold["batches"] == 0 and cold["hostDecodes"] > 0, "outside the kernel's temperatures the host samples"
+        assert newline["batches"] > newline["prefills"], "a one-byte prompt opens with a batch of its own"
+        # no time for more than a step a batch, but in the second, sized before the first's time was known
+        assert hurried["steps"] == hurried["count"] and hurried["batches"] == hurried["count"] - 1
 
 
 def test_training_goes_on_after_generating(driver):

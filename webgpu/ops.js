@@ -16,6 +16,7 @@ import { attentionDecodeQkv, attentionDecodeQkvFits } from "./kernels/attention_
 import { mlpDecode, mlpDecodeFits, mlpDecodeGrid } from "./kernels/mlp_decode.js";
 import { logitsDecode, logitsDecodeFits, logitsDecodeGrid } from "./kernels/logits_decode.js";
 import { sampleDecode, sampleDecodeFits, sampleDecodeServes } from "./kernels/sample_decode.js";
+import { decodeTokens, decodeTokensFits } from "./kernels/decode_tokens.js";
 import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
@@ -36,6 +37,7 @@ const attentionDecodeFor = memoised(attentionDecode);
 const attentionDecodeQkvFor = memoised(attentionDecodeQkv);
 const mlpDecodeFor = memoised(mlpDecode);
 const logitsDecodeFor = memoised(logitsDecode);
+const decodeTokensFor = memoised(decodeTokens);
 const matmulGroupFor = memoised(matmulGroupKernel);
 const matmulPairFor = memoised(matmulPairKernel);
 // a decode chain kernel's summedRow uniforms (decode_row.js) for row {baseOff, biasOff, partsOff, nparts, storeOff}
@@ -501,6 +503,19 @@ export class Ops {
     if (!sampleDecodeFits(V)) throw new Error(`sampleDecode: a vocabulary of ${V} is more than one workgroup's`);
     return plan.add(sampleDecode, { V, logits_off: logitsOff, step, ...sampleDecodeValues(temperature, topK) },
       [logits, draws, tokens, samples], [1, 1]);
+  }
+
+  /**
+   * Up to DECODE_BATCH tokens decoded and sampled in one dispatch of one workgroup (decode_tokens.js):
+   * model {nLayer, nHead, dModel, ctx, vocabSize}; values: the kernel's uniforms (steps first..steps-1
+   * at positions past + s, the parameters' offsets, the KV cache's layout, the sampling's); buffers:
+   * tokens, params, kv (every layer's q/k/v views), draws, samples. Returns the dispatch index, whose
+   * steps and sampling a batch replaces.
+   */
+  decodeTokens(plan, { model, values, tokens, params, kv, draws, samples }) {
+    if (!decodeTokensFits(model, this.workgroupLimit)) throw new Error(`decodeTokens: the model does not fit one workgroup of this device`);
+    const { nLayer, nHead, dModel, ctx } = model;
+    return plan.add(decodeTokensFor({ nLayer, nHead, dModel, ctx }), values, [tokens, params, kv, draws, samples], [1, 1]);
   }
 
   /**

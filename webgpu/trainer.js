@@ -7,6 +7,7 @@
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
 import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount, decodeChainParts, sampleDecodeValues } from "./ops.js";
 import { sampleDecodeFits, sampleDecodeServes, sampleRecordFloats } from "./kernels/sample_decode.js";
+import { decodeTokensFits } from "./kernels/decode_tokens.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileCount, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
@@ -20,6 +21,9 @@ export const DECODE_BATCH = 16;
 // holds only as many steps as the last one ran in this long (a software adapter's step of a large
 // model takes ~0.7 s), so tokens keep streaming and Stop is heard within it.
 const BATCH_MS = 50;
+// The widest model whose batches decode in one workgroup (Trainer._decodesInOneWorkgroup): measured
+// against the decode chain on an H200 (docs/performance.md §40).
+const DECODE_IN_ONE_WORKGROUP_MAX_WIDTH = 64;
 /** What a batch's commands were recorded for (Trainer._takeAhead). */
 const batchKey = (pos, n, prefill) => `batch ${pos} ${n} ${prefill}`;
 const U = () => GPUBufferUsage;
@@ -46,6 +50,13 @@ const sameQkv = ({ qkv, stride, q, k, v }) => ({ qkv, stride, q, k, v });
 
 /** Floats a slot of n floats takes in a buffer of several (q, k and v's views): bind-group offsets are multiples of 256 bytes. */
 const slotFloats = (n) => Math.ceil(n / 64) * 64;
+
+/** Layer l's q, k and v views (n floats each) in `kv`, the buffer of every layer's (Trainer._activations' qkvLayers). */
+function qkvLayerViews(kv, l, n) {
+  const stride = slotFloats(n), at = 4 * 3 * l * stride;
+  const view = (i) => ({ buffer: kv, offset: at + 4 * i * stride, size: 4 * n });
+  return { qkv: { buffer: kv, offset: at, size: 4 * 3 * stride }, stride, q: view(0), k: view(1), v: view(2) };
+}
 
 /** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows, `batches` of them in one dispatch. */
 const weightGradSplits = (M, N, rows, batches = 1) => chooseSplits(M, N, rows, chooseTile("backward_weight", M, N, rows), batches);
@@ -225,12 +236,13 @@ function trainerBuffers(config, deferWeightGrads) {
   add("decay mask", 4 * Math.ceil(P / 32));
   add("unused binding", 16); // Ops' stand-ins for an unused optional input and output
   add("unused output", 16);
-  const activations = (label, B, T, kvT, kept = [], ownQkv = true) => {
+  const activations = (label, B, T, kvT, kept = [], ownQkv = true, qkvLayers = false) => {
     const s = activationFloats(m, B, T, kvT);
     for (const k of kept) add(`${label} ${activationLabel(k)}`, 4 * L * slotFloats(s.layer[k]));
+    if (qkvLayers) add(`${label} qkv`, 4 * L * 3 * slotFloats(s.qkv));
     for (let l = 0; l < L; l++) {
       for (const [k, n] of Object.entries(s.layer)) if (!kept.includes(k)) add(`${label} ${activationLabel(k)}`, 4 * n);
-      if (ownQkv) add(`${label} qkv`, 4 * 3 * slotFloats(s.qkv));
+      if (ownQkv && !qkvLayers) add(`${label} qkv`, 4 * 3 * slotFloats(s.qkv));
     }
     for (let l = 0; l <= L; l++) add(`${label} res${l}`, 4 * s.res);
     for (const [k, n] of Object.entries(s.top)) add(`${label} ${activationLabel(k)}`, 4 * n);
@@ -245,7 +257,7 @@ function trainerBuffers(config, deferWeightGrads) {
     ["token order", V + 1 + rows], ["norm partials", normPartialCount(V, T, C)], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
-  activations("generate", 1, 1, T);
+  activations("generate", 1, 1, T, [], true, decodeTokensFits(m));
   add("generate partial rows", 4 * decodeChainParts(C, m.nHead).floats);
   activations("prefill", 1, T, T, [], false); // its q, k and v are generation's
   add("logits readback", 4 * V, false);
@@ -351,7 +363,7 @@ export class Trainer {
    *   blocks; by default where that pays (defersWeightGradients)
    */
   constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined,
-    deferWeightGrads = undefined } = {}) {
+    deferWeightGrads = undefined, decodeInOneWorkgroup = undefined } = {}) {
     checkModel(config.model);
     this.device = device;
     this.cfg = config.model;
@@ -367,6 +379,7 @@ export class Trainer {
     this.stepCount = 0;
     this.batchesDrawn = 0;
     this.deferred = deferWeightGrads ?? defersWeightGradients(this.cfg, this.tr.batch * this.cfg.ctx);
+    this.decodeInOneWorkgroup = decodeInOneWorkgroup;
     matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
     if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
     this.ops = new Ops(device, { softwareTiles: matmulTiles === "software", subgroupWidth });
@@ -420,8 +433,10 @@ export class Trainer {
    * One activation set: what the forward saves for the backward, for B rows of T positions. kept:
    * layer activations held as one buffer of L slots each (in `kept`, by name), each layer's a view.
    * qkvOf: another set whose layers' q, k and v views these layers use (as large: kvT·B·C floats each).
+   * qkvLayers: every layer's q, k and v views in one buffer (`kv`), layer l's 3·stride floats from
+   * l·3·stride, for a kernel that reads every layer's KV cache (decode_tokens.js).
    */
-  _activations(label, B, T, kvT, keptNames = [], qkvOf = null) {
+  _activations(label, B, T, kvT, keptNames = [], qkvOf = null, qkvLayers = false) {
     const { nLayer: L } = this.cfg, S = U().STORAGE | U().COPY_SRC;
     const sizes = activationFloats(this.cfg, B, T, kvT);
     const make = (table) => Object.fromEntries(Object.entries(table).filter(([k]) => !keptNames.includes(k))
@@ -431,14 +446,15 @@ export class Trainer {
       return [k, { buffer: this.buffer(`${label} ${activationLabel(k)}`, 4 * L * slot, S), slot }];
     }));
     const view = (k, l) => ({ buffer: kept[k].buffer, offset: 4 * l * kept[k].slot, size: 4 * sizes.layer[k] });
+    const kv = qkvLayers ? this.buffer(`${label} qkv`, 4 * L * 3 * slotFloats(sizes.qkv), S) : null;
     const layers = [];
     for (let l = 0; l < L; l++) {
       layers.push({ ...make(sizes.layer), ...Object.fromEntries(keptNames.map((k) => [k, view(k, l)])),
-        ...(qkvOf ? sameQkv(qkvOf.layers[l]) : this._qkvViews(`${label} qkv`, sizes.qkv)) });
+        ...(qkvOf ? sameQkv(qkvOf.layers[l]) : kv ? qkvLayerViews(kv, l, sizes.qkv) : this._qkvViews(`${label} qkv`, sizes.qkv)) });
     }
     const ids = (name) => this.buffer(`${label} ${name}`, 4 * sizes.ids, U().STORAGE | U().COPY_DST);
     return {
-      B, T, kvT, layers, kept, res: Array.from({ length: L + 1 }, (_, l) => this.buffer(`${label} res${l}`, 4 * sizes.res, S)),
+      B, T, kvT, layers, kept, kv, res: Array.from({ length: L + 1 }, (_, l) => this.buffer(`${label} res${l}`, 4 * sizes.res, S)),
       ...make(sizes.top), tokens: ids("tokens"), targets: ids("targets"),
     };
   }
@@ -867,7 +883,7 @@ export class Trainer {
 
   _buildGeneration() {
     const ctx = this.cfg.ctx;
-    this.gen = this._activations("generate", 1, 1, ctx);
+    this.gen = this._activations("generate", 1, 1, ctx, [], null, decodeTokensFits(this.cfg));
     // the decode chain's partial rows between its dispatches (made where it does not serve too: the
     // buffers a trainer needs do not depend on the device)
     const { dModel: C, nHead: H } = this.cfg;
@@ -914,6 +930,37 @@ export class Trainer {
     sample(this.prefill.logits, 0); // a batch's first step after a prefill: its logits_off is the window's last row
     this.samplePlan.freeze();
     this.sampling = "0/0";
+    if (this._decodesInOneWorkgroup()) {
+      this.tokensPlan = new Plan(this.device, this.ops.pipelines, "decode tokens");
+      this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: this._decodeTokensValues(), tokens: this.gen.tokens, params: this.params,
+        kv: this.gen.kv, draws: this.genDraws, samples: this.genSamples });
+      this.tokensPlan.freeze();
+    }
+  }
+
+  /**
+   * Whether a batch's decoded tokens run in one dispatch of one workgroup (decode_tokens.js) instead
+   * of the decode chain's 1 + 2L dispatches and a sampler's each: where the model fits it and is small
+   * enough that one workgroup's work costs less than the chain's launches (DECODE_IN_ONE_WORKGROUP_MAX_WIDTH),
+   * or as the constructor's decodeInOneWorkgroup says.
+   */
+  _decodesInOneWorkgroup() {
+    const fits = decodeTokensFits(this.cfg); // as the generation's KV cache was laid out
+    if (this.decodeInOneWorkgroup === true && !fits) throw new Error("decodeInOneWorkgroup: this model does not fit one workgroup of this device");
+    return fits && (this.decodeInOneWorkgroup ?? this.cfg.dModel <= DECODE_IN_ONE_WORKGROUP_MAX_WIDTH);
+  }
+
+  /** decode_tokens.js's uniforms but for the steps' (set per batch) and the sampling's (per generation). */
+  _decodeTokensValues() {
+    const { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps } = this.cfg, o = this.offsets;
+    const block = o["blocks.0.ln1.weight"], at = (name) => o[`blocks.0.${name}`] - block;
+    const stride = this.gen.layers[0].stride;
+    return { past: 0, first: 0, steps: 0, V, wte_off: o["token_embedding.weight"], wpe_off: o["position_embedding.weight"], block_off: block,
+      block_stride: L > 1 ? o["blocks.1.ln1.weight"] - block : 0, ln1_w: at("ln1.weight"), ln1_b: at("ln1.bias"),
+      qkv_w: at("attn.q_proj.weight"), qkv_b: at("attn.q_proj.bias"), qkv_stride: this.projStride, o_w: at("attn.o_proj.weight"),
+      o_b: at("attn.o_proj.bias"), ln2_w: at("ln2.weight"), ln2_b: at("ln2.bias"), in_w: at("mlp.fc_in.weight"), in_b: at("mlp.fc_in.bias"),
+      out_w: at("mlp.fc_out.weight"), out_b: at("mlp.fc_out.bias"), lnf_w: o["ln_f.weight"], lnf_b: o["ln_f.bias"], kv_layer: 3 * stride,
+      kv_stride: stride, ln_eps: layerNormEps, scale: 1 / Math.sqrt(C / H), ...sampleDecodeValues(0, 0) };
   }
 
   /** Whether _decodeBatch serves this temperature (and the vocabulary): else the host samples every token. */
@@ -945,7 +992,11 @@ export class Trainer {
       this.prefillPlan.encode(pass);
       this.samplePlan.encode(pass, { first: DECODE_BATCH, end: DECODE_BATCH + 1 });
     }
-    for (let step = prefill ? 1 : 0; step < n; step++) {
+    if (this.tokensPlan && n > (prefill ? 1 : 0)) {
+      this.tokensPlan.update(0, { past: pos, first: prefill ? 1 : 0, steps: n });
+      this.tokensPlan.encode(pass);
+    }
+    for (let step = prefill ? 1 : 0; step < n && !this.tokensPlan; step++) {
       const plan = this._decodeSlot(step);
       this._placeDecodePlan(pos + step, plan);
       plan.encode(pass);
@@ -972,6 +1023,7 @@ export class Trainer {
     if (this.sampling !== sampling) {
       const values = sampleDecodeValues(temperature, topK);
       for (let i = 0; i < this.samplePlan.entries.length; i++) this.samplePlan.update(i, values);
+      if (this.tokensPlan) this.tokensPlan.update(0, values);
       this.sampling = sampling;
     }
     const commands = this._takeAhead(batchKey(pos, n, Boolean(prefill))) ?? this._batchCommands(pos, n, Boolean(prefill)).commands;
@@ -1208,7 +1260,7 @@ export class Trainer {
   }
 
   destroy() {
-    for (const p of [this.trainPlan, this.evalPlan, this.prefillPlan, this.samplePlan, ...(this.genSlots ?? [])]) if (p) p.destroy();
+    for (const p of [this.trainPlan, this.evalPlan, this.prefillPlan, this.samplePlan, this.tokensPlan, ...(this.genSlots ?? [])]) if (p) p.destroy();
     for (const b of this.buffers) b.destroy();
     this.buffers = [];
   }

@@ -5,7 +5,8 @@
 // - edges: rows whose uniform puts the threshold within 1e-9..1e-4 of a cumulative edge (or on it);
 // - unusable: rows with a NaN, an infinity or a logit past 2^61, which must never be certain;
 // - generate: Trainer.generate (KV cache, batches sampled on the GPU) against RecomputeDecoder (the
-//   host samples every token) for the same seeded model, and how the tokens were made;
+//   host samples every token) for the same seeded model, and how the tokens were made: with the
+//   decode chain and a sampler dispatch a step, and with a batch in one workgroup (decode_tokens.js);
 // - lossAfter: a training step's loss after all that generation.
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../../webgpu/node_gpu.js";
@@ -125,37 +126,42 @@ for (const bad of [NaN, Infinity, -Infinity, 2 ** 62]) {
 // generation: the seeded tiny model; its ctx of 32 makes batches end at window restarts
 const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
 const corpus = new Uint8Array(readFileSync(new URL("../../site/static/data/tinyshakespeare.txt", import.meta.url)));
-const trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus });
-const recompute = new RecomputeDecoder(trainer);
-const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
-let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
-const decodeBatch = trainer._decodeBatch.bind(trainer), decode = trainer._decode.bind(trainer);
-trainer._decodeBatch = async (...args) => {
-  const steps = await decodeBatch(...args);
-  if (refuse !== null && steps.length > refuse) steps[refuse].certain = false;
-  made.batches += 1;
-  made.prefills += args[3].prefill ? 1 : 0;
-  made.steps += steps.length;
-  made.uncertain += steps.some((s) => !s.certain) ? 1 : 0;
-  return steps;
-};
-trainer._decode = (...args) => { made.hostDecodes += 1; return decode(...args); };
 const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, null], [1e-4, 40, 20, null], [0.8, 40, 1, null],
   [0.8, 40, 40, null, "\n"], [0.8, 40, 40, null, "ROMEO:", 0]];
-for (const [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:", batchMs = Infinity] of RUNS) {
-  Object.keys(made).forEach((k) => { made[k] = 0; });
-  refuse = refused;
-  const job = { maxNewTokens, temperature, topK, seed: 7 }, streamed = [];
-  // full batches on SwiftShader too, whose steps take longer than a batch may (generate's batchMs),
-  // but in the last run: no time for more than one step a batch
-  const kv = Array.from(await trainer.generate(Array.from(Buffer.from(prompt)), { ...job, batchMs, onToken: (t, l) => streamed.push([t, l.length]) }));
-  const host = Array.from(await recompute.generate(Array.from(Buffer.from(prompt)), job));
-  out.generate.push({ temperature, topK, maxNewTokens, refused, prompt, batchMs: String(batchMs), same: kv.join() === host.join(), count: kv.length,
-    streamed: streamed.every(([t, n], i) => t === kv[i] && n === V) && streamed.length === kv.length, ...made });
+let trainer;
+for (const oneWorkgroup of [false, true]) {
+  trainer?.destroy();
+  trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus, decodeInOneWorkgroup: oneWorkgroup });
+  const recompute = new RecomputeDecoder(trainer);
+  const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
+  let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
+  const decodeBatch = trainer._decodeBatch.bind(trainer), decode = trainer._decode.bind(trainer);
+  trainer._decodeBatch = async (...args) => {
+    const steps = await decodeBatch(...args);
+    if (refuse !== null && steps.length > refuse) steps[refuse].certain = false;
+    made.batches += 1;
+    made.prefills += args[3].prefill ? 1 : 0;
+    made.steps += steps.length;
+    made.uncertain += steps.some((s) => !s.certain) ? 1 : 0;
+    return steps;
+  };
+  trainer._decode = (...args) => { made.hostDecodes += 1; return decode(...args); };
+  for (const [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:", batchMs = Infinity] of RUNS) {
+    Object.keys(made).forEach((k) => { made[k] = 0; });
+    refuse = refused;
+    const job = { maxNewTokens, temperature, topK, seed: 7 }, streamed = [];
+    // full batches on SwiftShader too, whose steps take longer than a batch may (generate's batchMs),
+    // but in the last run: no time for more than one step a batch
+    const kv = Array.from(await trainer.generate(Array.from(Buffer.from(prompt)), { ...job, batchMs, onToken: (t, l) => streamed.push([t, l.length]) }));
+    const host = Array.from(await recompute.generate(Array.from(Buffer.from(prompt)), job));
+    out.generate.push({ oneWorkgroup: Boolean(trainer.tokensPlan), temperature, topK, maxNewTokens, refused, prompt, batchMs: String(batchMs),
+      same: kv.join() === host.join(), count: kv.length,
+      streamed: streamed.every(([t, n], i) => t === kv[i] && n === V) && streamed.length === kv.length, ...made });
+  }
+  recompute.destroy();
 }
 // training goes on after generating (the page's flow)
 out.lossAfter = await (await trainer.step()).loss;
-recompute.destroy();
 trainer.destroy();
 device.destroy();
 console.log(JSON.stringify(out));

@@ -35,8 +35,13 @@ export const SAMPLE_DECODE_UNIFORMS = [["V", "u32"], ["top_k", "u32"], ["greedy"
 // logits: the decoded token's (V) at logits_off; draws: a uniform in [0, 1) per step, as f32;
 // tokens: [0] becomes the sampled token, which the next step's embedding reads; samples: step's
 // record at step · sampleRecordFloats(V).
-export const sampleDecode = kernel("sample_decode", SAMPLE_DECODE_UNIFORMS,
-  [["logits", "read"], ["draws", "read"], ["tokens", "rw", "u32"], ["samples", "rw"]], /* wgsl */ `${workgroupSum(THREADS)}
+/**
+ * WGSL (module scope) of sample_logits(li, V, top_k, greedy, temperature, u), which samples a token
+ * from the logits in workgroup array `logit4` (vec4s, the lowest f32 past V: the caller fills it
+ * and puts a barrier after) and returns (token, certain) to every invocation. Needs kernel.js's
+ * workgroupSum(THREADS) (wg_sum) in scope. Call from uniform control flow.
+ */
+export const SAMPLE_LOGITS = /* wgsl */ `
 const ULP = 1.1920929e-7;        // 2^-23
 const F64_ULP4 = 8.881784e-16;   // 2^-50: float64's rounding of a, with room
 const NONE = 0xffffffffu;
@@ -47,31 +52,18 @@ var<workgroup> scan: array<f32, ${2 * THREADS}>; // prefix sums, two buffers a r
 var<workgroup> top: u32;                 // the largest logit's index (the lowest of ties)
 var<workgroup> pick: atomic<u32>;        // the first index whose prefix sum exceeds the threshold
 var<workgroup> unusable: atomic<u32>;    // 1 where a logit is not finite or past 2^60
+var<workgroup> sampled: vec2<u32>;       // (token, certain)
 
 // the prefix sum before index i (0 before the first) in the scan's buffer at src
 fn prefix_before(src: u32, i: u32) -> f32 { return select(0.0, scan[src + max(i, 1u) - 1u], i > 0u); }
 
-@compute @workgroup_size(${THREADS})
-fn sample_decode(@builtin(local_invocation_index) li: u32) {
-  let V = p.V;
+fn sample_logits(li: u32, V: u32, top_k: u32, greedy: u32, temperature: f32, u: f32) -> vec2<u32> {
   let valid = li < V;
-  if (li == 0u) { atomicStore(&pick, NONE); }
-  var x = 0.0;
-  let out = p.step * (V + 4u);
-  if (valid) {
-    x = logits[p.logits_off + li];
-    // biased exponent past 127 + 60: inf, NaN or |x| ≥ 2^61 (read from the bits: WGSL may assume no NaN)
-    if (((bitcast<u32>(x) >> 23u) & 0xffu) > 187u) { atomicStore(&unusable, 1u); }
-    samples[out + 4u + li] = x;
-  }
-  if (li < ${THREADS / 4}u) {
-    var four = vec4<f32>(LOWEST);
-    for (var c = 0u; c < 4u; c++) {
-      if (4u * li + c < V) { four[c] = logits[p.logits_off + 4u * li + c]; }
-    }
-    logit4[li] = four;
-  }
+  if (li == 0u) { atomicStore(&pick, NONE); atomicStore(&unusable, 0u); }
+  let x = logit4[li / 4u][li % 4u];
+  // biased exponent past 127 + 60: inf, NaN or |x| ≥ 2^61 (read from the bits: WGSL may assume no NaN)
   workgroupBarrier();
+  if (valid && ((bitcast<u32>(x) >> 23u) & 0xffu) > 187u) { atomicStore(&unusable, 1u); }
   // rank: how many logits come before this one in python's stable descending order (a loop of one
   // logit at a time took the dispatch 22 µs on an H200, docs/performance.md §38)
   let xv = vec4<f32>(x);
@@ -87,13 +79,13 @@ fn sample_decode(@builtin(local_invocation_index) li: u32) {
   workgroupBarrier();
   let best = top;
   let m = logit4[best / 4u][best % 4u];
-  let kept = valid && (p.top_k == 0u || rank < p.top_k);
+  let kept = valid && (top_k == 0u || rank < top_k);
   var prob = 0.0;
   var err = 0.0;
-  if (kept && p.greedy == 0u) {
-    let a = (x - m) / p.temperature;
+  if (kept && greedy == 0u) {
+    let a = (x - m) / temperature;
     prob = exp(a);
-    err = prob * ((16.0 + 8.0 * abs(a)) * ULP + (abs(x) + abs(m)) / p.temperature * F64_ULP4);
+    err = prob * ((16.0 + 8.0 * abs(a)) * ULP + (abs(x) + abs(m)) / temperature * F64_ULP4);
   }
   // inclusive prefix sums of the kept probabilities in byte order
   scan[li] = prob;
@@ -109,7 +101,7 @@ fn sample_decode(@builtin(local_invocation_index) li: u32) {
   }
   let err_sum = wg_sum(err, li);
   let total = scan[src + ${THREADS - 1}u];
-  let t = draws[p.step] * total;
+  let t = u * total;
   let cum = scan[src + li];
   let before = prefix_before(src, li);
   if (valid && cum > t && before <= t) { atomicMin(&pick, li); }
@@ -118,8 +110,8 @@ fn sample_decode(@builtin(local_invocation_index) li: u32) {
   if (li == 0u) {
     var token = best;
     var certain = atomicLoad(&unusable) == 0u;
-    if (p.greedy == 0u) {
-      let kept_count = select(min(p.top_k, V), V, p.top_k == 0u);
+    if (greedy == 0u) {
+      let kept_count = select(min(top_k, V), V, top_k == 0u);
       let sum_err = err_sum + total * (0.25 * ULP + f32(kept_count) * F64_ULP4);
       let margin = 2.0 * sum_err + total * (8.0 * ULP);
       certain = certain && chosen < V;
@@ -130,9 +122,35 @@ fn sample_decode(@builtin(local_invocation_index) li: u32) {
         token = chosen;
       }
     }
-    tokens[0] = token;
-    samples[out] = f32(token);
-    samples[out + 1u] = select(0.0, 1.0, certain);
+    sampled = vec2<u32>(token, select(0u, 1u, certain));
+  }
+  return workgroupUniformLoad(&sampled);
+}`;
+
+// logits: the decoded token's (V) at logits_off; draws: a uniform in [0, 1) per step, as f32;
+// tokens: [0] becomes the sampled token, which the next step's embedding reads; samples: step's
+// record at step · sampleRecordFloats(V).
+export const sampleDecode = kernel("sample_decode", SAMPLE_DECODE_UNIFORMS,
+  [["logits", "read"], ["draws", "read"], ["tokens", "rw", "u32"], ["samples", "rw"]], /* wgsl */ `${workgroupSum(THREADS)}${SAMPLE_LOGITS}
+
+@compute @workgroup_size(${THREADS})
+fn sample_decode(@builtin(local_invocation_index) li: u32) {
+  let V = p.V;
+  let out = p.step * (V + 4u);
+  if (li < V) { samples[out + 4u + li] = logits[p.logits_off + li]; }
+  if (li < ${THREADS / 4}u) {
+    var four = vec4<f32>(LOWEST);
+    for (var c = 0u; c < 4u; c++) {
+      if (4u * li + c < V) { four[c] = logits[p.logits_off + 4u * li + c]; }
+    }
+    logit4[li] = four;
+  }
+  workgroupBarrier();
+  let picked = sample_logits(li, V, p.top_k, p.greedy, p.temperature, draws[p.step]);
+  if (li == 0u) {
+    tokens[0] = picked.x;
+    samples[out] = f32(picked.x);
+    samples[out + 1u] = f32(picked.y);
   }
 }
 `);

@@ -1,0 +1,59 @@
+// Drives webgpu/kernels/decode_tokens.js (a batch of decoded tokens in one workgroup) under Node (npm
+// `webgpu`, Dawn on SwiftShader) for tests/test_webgpu_decode_tokens.py; prints one JSON object with,
+// per model shape: the largest difference between the logits each generated token was sampled from
+// and the full forward of the same window (RecomputeDecoder.lastLogits), whether the tokens are the
+// recompute decoder's and the decode chain's (a second trainer with the same weights and
+// decodeInOneWorkgroup false), and whether the batches ran in one workgroup.
+import { readFileSync } from "node:fs";
+import { nodeDevice } from "../../webgpu/node_gpu.js";
+import { Trainer } from "../../webgpu/trainer.js";
+import { RecomputeDecoder } from "../../webgpu/recompute_decoder.js";
+import { configFromPresets } from "../../site/static/js/model_config.js";
+
+const { device } = await nodeDevice();
+const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
+// the tiny preset; a width whose q/k/v and fc_in products take two passes and whose fc_out takes
+// rounds of loads in a loop (C = 128); one whose outputs and rows divide unevenly (C = 80, 5 heads of
+// 16, 3 layers). Short windows, so that generation restarts them (a prefill opens the batch after).
+const SHAPES = {
+  tiny: {},
+  wide: { nLayer: 2, nHead: 4, dModel: 128, ctx: 20 },
+  uneven: { nLayer: 3, nHead: 5, dModel: 80, ctx: 24 },
+};
+const out = {};
+for (const [name, model] of Object.entries(SHAPES)) {
+  const config = configFromPresets(presets, "tiny", { model });
+  const trainer = new Trainer(device, config, { decodeInOneWorkgroup: true });
+  const chain = new Trainer(device, config, { decodeInOneWorkgroup: false });
+  const recompute = new RecomputeDecoder(trainer);
+  const prompt = Array.from(Buffer.from("ROMEO:"));
+  const seen = [];
+  const job = { maxNewTokens: 30, temperature: 0.8, topK: 40, seed: 5, batchMs: Infinity };
+  const kv = Array.from(await trainer.generate(prompt, { ...job, onToken: (t, logits) => seen.push(logits.slice()) }));
+  // each token's logits against the full forward of the window it was sampled after (docs/determinism.md's
+  // context policy: a full window restarts from its last ctx/2 tokens)
+  const ctx = config.model.ctx;
+  let window = [], maxDiff = 0, maxLogit = 0;
+  const advance = (t) => {
+    if (window.length >= ctx) window = window.slice(window.length - Math.floor(ctx / 2));
+    window.push(t);
+  };
+  prompt.forEach(advance);
+  for (let i = 0; i < kv.length; i++) {
+    const full = await recompute.lastLogits(window);
+    for (let j = 0; j < full.length; j++) {
+      maxDiff = Math.max(maxDiff, Math.abs(full[j] - seen[i][j]));
+      maxLogit = Math.max(maxLogit, Math.abs(full[j]));
+    }
+    advance(kv[i]);
+  }
+  const host = Array.from(await recompute.generate(prompt, job));
+  const chained = Array.from(await chain.generate(prompt, job));
+  out[name] = { model: config.model, oneWorkgroup: Boolean(trainer.tokensPlan), chainOneWorkgroup: Boolean(chain.tokensPlan),
+    tokens: kv.length, maxDiff, maxLogit, sameAsRecompute: kv.join() === host.join(), sameAsChain: kv.join() === chained.join() };
+  recompute.destroy();
+  chain.destroy();
+  trainer.destroy();
+}
+device.destroy();
+console.log(JSON.stringify(out));

@@ -1,0 +1,32 @@
+"""webgpu/kernels/decode_tokens.js: a batch of decoded tokens (every block, the logits and the sampler) in
+one dispatch of one workgroup, under Node (npm `webgpu`: Dawn on SwiftShader), driven by
+tests/js/decode_tokens_driver.mjs. Each generated token's logits must be the full forward's of its window,
+and its tokens those of the recompute decoder and of the decode chain."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import ROOT, swiftshader_env
+
+DRIVER = ROOT / "tests/js/decode_tokens_driver.mjs"
+
+
+@pytest.fixture(scope="module")
+def driver():
+    r = subprocess.run(["node", str(DRIVER)], env=swiftshader_env(), capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("shape", ["tiny", "wide", "uneven"])
+def test_tokens_in_one_workgroup_match_the_full_forward(driver, shape):
+    r = driver[shape]
+    m = r["model"]
+    print(f"{shape} (L={m['nLayer']}, H={m['nHead']}, C={m['dModel']}, ctx={m['ctx']}): {r['tokens']} tokens in one "
+          f"workgroup; logits vs the full forward: max abs difference {r['maxDiff']:.3g} (largest logit "
+          f"{r['maxLogit']:.3g}); tokens as the recompute decoder's {r['sameAsRecompute']}, as the decode chain's "
+          f"{r['sameAsChain']}")
+    assert r["oneWorkgroup"] and not r["chainOneWorkgroup"]
+    assert r["maxDiff"] < 2e-6 * max(1.0, r["maxLogit"])
+    assert r["sameAsRecompute"] and r["sameAsChain"] and r["tokens"] == 30
