@@ -30,3 +30,12 @@ def test_tokens_in_one_workgroup_match_the_full_forward(driver, shape):
     assert r["oneWorkgroup"] and not r["chainOneWorkgroup"]
     assert r["maxDiff"] < 2e-6 * max(1.0, r["maxLogit"])
     assert r["sameAsRecompute"] and r["sameAsChain"] and r["tokens"] == 30
+
+
+def test_the_rule_takes_tiny_once_its_kernel_has_compiled(driver):
+    """By the rule the kernel compiles in the background (a software adapter takes seconds over it) and batches
+    take the decode chain until then: both give the recompute decoder's tokens."""
+    r = driver["rule"]
+    print(f"tiny by the rule: compiled in the background {r['pending']}, then in one workgroup {r['oneWorkgroup']}; "
+          f"tokens before and after as the recompute decoder's {r['same']}")
+    assert r == {"pending": True, "oneWorkgroup": True, "same": True}

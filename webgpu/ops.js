@@ -512,6 +512,11 @@ export class Ops {
    * tokens, params, kv (every layer's q/k/v views), draws, samples. Returns the dispatch index, whose
    * steps and sampling a batch replaces.
    */
+  /** Compiles decodeTokens' pipeline for `model` without blocking (PipelineCache.prepare). */
+  prepareDecodeTokens({ nLayer, nHead, dModel, ctx }) {
+    return this.pipelines.prepare(decodeTokensFor({ nLayer, nHead, dModel, ctx }));
+  }
+
   decodeTokens(plan, { model, values, tokens, params, kv, draws, samples }) {
     if (!decodeTokensFits(model, this.workgroupLimit)) throw new Error(`decodeTokens: the model does not fit one workgroup of this device`);
     const { nLayer, nHead, dModel, ctx } = model;

@@ -14,6 +14,24 @@ export class PipelineCache {
   get(k) {
     let entry = this.byName.get(k.name);
     if (entry) return entry;
+    const { layout, descriptor } = this._describe(k);
+    entry = { kernel: k, layout, pipeline: this.device.createComputePipeline(descriptor) };
+    this.byName.set(k.name, entry);
+    return entry;
+  }
+
+  /**
+   * Compiles k's pipeline without blocking (createComputePipelineAsync), for a kernel whose first use
+   * can wait: a software adapter takes seconds over a big one. Resolves when get(k) finds it.
+   */
+  async prepare(k) {
+    if (this.byName.has(k.name)) return;
+    const { layout, descriptor } = this._describe(k);
+    const pipeline = await this.device.createComputePipelineAsync(descriptor);
+    if (!this.byName.has(k.name)) this.byName.set(k.name, { kernel: k, layout, pipeline });
+  }
+
+  _describe(k) {
     const device = this.device;
     const layout = device.createBindGroupLayout({
       label: k.name,
@@ -24,13 +42,8 @@ export class PipelineCache {
         }))],
     });
     const module = device.createShaderModule({ label: k.name, code: k.code });
-    const pipeline = device.createComputePipeline({
-      label: k.name, layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }),
-      compute: { module, entryPoint: k.entryPoint },
-    });
-    entry = { kernel: k, layout, pipeline };
-    this.byName.set(k.name, entry);
-    return entry;
+    return { layout, descriptor: { label: k.name, layout: device.createPipelineLayout({ bindGroupLayouts: [layout] }),
+      compute: { module, entryPoint: k.entryPoint } } };
   }
 }
 

@@ -930,19 +930,33 @@ export class Trainer {
     sample(this.prefill.logits, 0); // a batch's first step after a prefill: its logits_off is the window's last row
     this.samplePlan.freeze();
     this.sampling = "0/0";
-    if (this._decodesInOneWorkgroup()) {
-      this.tokensPlan = new Plan(this.device, this.ops.pipelines, "decode tokens");
-      this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: this._decodeTokensValues(), tokens: this.gen.tokens, params: this.params,
-        kv: this.gen.kv, draws: this.genDraws, samples: this.genSamples });
-      this.tokensPlan.freeze();
+    this.samplingValues = sampleDecodeValues(0, 0);
+    if (!this._decodesInOneWorkgroup()) return;
+    // By the rule, the kernel compiles in the background, and batches take the decode chain until it is
+    // ready: a software adapter spends seconds on it, which a first token should not wait for. Asked for
+    // (decodeInOneWorkgroup true), it is ready before the first batch.
+    if (this.decodeInOneWorkgroup === true) this._buildTokensPlan();
+    else {
+      // a failure leaves the chain in place (this.tokensError says why): the chain is what the rule replaces
+      this.tokensReady = this.ops.prepareDecodeTokens(this.cfg)
+        .then(() => { if (this.buffers.length) this._buildTokensPlan(); }, (e) => { this.tokensError = e; });
     }
+  }
+
+  /** The plan of decode_tokens.js's one dispatch (a batch's steps), with the current sampling. */
+  _buildTokensPlan() {
+    this.tokensPlan = new Plan(this.device, this.ops.pipelines, "decode tokens");
+    this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: { ...this._decodeTokensValues(), ...this.samplingValues },
+      tokens: this.gen.tokens, params: this.params, kv: this.gen.kv, draws: this.genDraws, samples: this.genSamples });
+    this.tokensPlan.freeze();
   }
 
   /**
    * Whether a batch's decoded tokens run in one dispatch of one workgroup (decode_tokens.js) instead
    * of the decode chain's 1 + 2L dispatches and a sampler's each: where the model fits it and is small
    * enough that one workgroup's work costs less than the chain's launches (DECODE_IN_ONE_WORKGROUP_MAX_WIDTH),
-   * or as the constructor's decodeInOneWorkgroup says.
+   * or as the constructor's decodeInOneWorkgroup says. By the rule, from when its pipeline is ready
+   * (this.tokensReady).
    */
   _decodesInOneWorkgroup() {
     const fits = decodeTokensFits(this.cfg); // as the generation's KV cache was laid out
@@ -960,7 +974,7 @@ export class Trainer {
       qkv_w: at("attn.q_proj.weight"), qkv_b: at("attn.q_proj.bias"), qkv_stride: this.projStride, o_w: at("attn.o_proj.weight"),
       o_b: at("attn.o_proj.bias"), ln2_w: at("ln2.weight"), ln2_b: at("ln2.bias"), in_w: at("mlp.fc_in.weight"), in_b: at("mlp.fc_in.bias"),
       out_w: at("mlp.fc_out.weight"), out_b: at("mlp.fc_out.bias"), lnf_w: o["ln_f.weight"], lnf_b: o["ln_f.bias"], kv_layer: 3 * stride,
-      kv_stride: stride, ln_eps: layerNormEps, scale: 1 / Math.sqrt(C / H), ...sampleDecodeValues(0, 0) };
+      kv_stride: stride, ln_eps: layerNormEps, scale: 1 / Math.sqrt(C / H) };
   }
 
   /** Whether _decodeBatch serves this temperature (and the vocabulary): else the host samples every token. */
@@ -1025,6 +1039,7 @@ export class Trainer {
       for (let i = 0; i < this.samplePlan.entries.length; i++) this.samplePlan.update(i, values);
       if (this.tokensPlan) this.tokensPlan.update(0, values);
       this.sampling = sampling;
+      this.samplingValues = values;
     }
     const commands = this._takeAhead(batchKey(pos, n, Boolean(prefill))) ?? this._batchCommands(pos, n, Boolean(prefill)).commands;
     if (prefill) {

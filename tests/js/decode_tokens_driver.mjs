@@ -55,5 +55,22 @@ for (const [name, model] of Object.entries(SHAPES)) {
   chain.destroy();
   trainer.destroy();
 }
+// the rule: the tiny preset's batches take the decode chain until the kernel has compiled in the
+// background, then one workgroup, with the same tokens
+{
+  const config = configFromPresets(presets, "tiny");
+  const trainer = new Trainer(device, config);
+  const recompute = new RecomputeDecoder(trainer);
+  const job = { maxNewTokens: 20, temperature: 0.8, topK: 40, seed: 9, batchMs: Infinity };
+  const prompt = Array.from(Buffer.from("ROMEO:"));
+  const first = Array.from(await trainer.generate(prompt, job));
+  const pending = trainer.tokensReady !== undefined;
+  await trainer.tokensReady;
+  const second = Array.from(await trainer.generate(prompt, job));
+  const host = Array.from(await recompute.generate(prompt, job));
+  out.rule = { pending, oneWorkgroup: Boolean(trainer.tokensPlan), same: first.join() === host.join() && second.join() === host.join() };
+  recompute.destroy();
+  trainer.destroy();
+}
 device.destroy();
 console.log(JSON.stringify(out));

@@ -38,6 +38,7 @@ async function run(job) {
   };
   // warm-up: pipelines compile and the decode plan is recorded on first use
   await timed(trainer, job.warmupTokens);
+  await trainer.tokensReady; // where tiny's batches decode in one workgroup, its pipeline compiles in the background
   await timed(recompute, job.warmupTokens);
   // rounds of each mode in turn, the median kept: one round of 512 tokens on an H200 read the same
   // code at 307 and 498 tokens/s a minute apart (docs/performance.md §35), as the host's speed moved,

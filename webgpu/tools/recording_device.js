@@ -38,6 +38,7 @@ export function recordingDevice({ limits, adapterInfo } = {}) {
       return {};
     },
     createBindGroupLayout: inert, createPipelineLayout: inert, createComputePipeline: inert, createBindGroup: inert,
+    createComputePipelineAsync: async () => ({}),
     createCommandEncoder: () => ({ beginComputePass: () => pass, copyBufferToBuffer() {}, finish: inert }),
     queue: { writeBuffer() {}, submit() {}, onSubmittedWorkDone: async () => {} },
     destroy() {},
