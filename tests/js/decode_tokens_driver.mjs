@@ -13,12 +13,14 @@ import { configFromPresets } from "../../site/static/js/model_config.js";
 const { device } = await nodeDevice();
 const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
 // the tiny preset; a width whose q/k/v and fc_in products take two passes and whose fc_out takes
-// rounds of loads in a loop (C = 128); one whose outputs and rows divide unevenly (C = 80, 5 heads of
-// 16, 3 layers). Short windows, so that generation restarts them (a prefill opens the batch after).
+// rounds of loads in a loop (C = 128); one whose outputs, rows and heads divide unevenly (C = 84, 7
+// heads of 12 whose 3 vec4s do not divide the invocations, 3 layers: the decode chain does not take it,
+// so the second trainer decodes with one-row products). Short windows, so that generation restarts
+// them (a prefill opens the batch after).
 const SHAPES = {
   tiny: {},
   wide: { nLayer: 2, nHead: 4, dModel: 128, ctx: 20 },
-  uneven: { nLayer: 3, nHead: 5, dModel: 80, ctx: 24 },
+  uneven: { nLayer: 3, nHead: 7, dModel: 84, ctx: 24 },
 };
 const out = {};
 for (const [name, model] of Object.entries(SHAPES)) {

@@ -1,6 +1,6 @@
 // Several decoded tokens in one dispatch of one workgroup: for each step, the token's embedding, every
-// block (ln1, q/k/v into the KV cache, attention head by head, o_proj, ln2, fc_in + GELU, fc_out, the
-// residual adds), ln_f, the tied head's logits and the sampler (sample_decode.js's rule), whose
+// block (ln1, q/k/v into the KV cache, every head's attention at once, o_proj, ln2, fc_in + GELU,
+// fc_out, the residual adds), ln_f, the tied head's logits and the sampler (sample_decode.js's rule), whose
 // token the next step embeds. The decode chain (decode_row.js) takes 1 + 2L dependent dispatches a
 // token and each costs 6.5-8 µs on an H200 before any work (docs/performance.md §36-38), so a small
 // model's token was mostly launches: here a token costs one workgroup's work, which for a model of
@@ -23,12 +23,11 @@ const workgroupBytes = (C, H, kvT) => 4 * (C + C + 4 * C) + 4 * THREADS + 4 * H 
 
 /**
  * Whether the kernel serves a model (nLayer, nHead, dModel C, ctx, vocabSize V) on a device with
- * `limit` bytes of workgroup memory: the vocabulary is one invocation's logit each, a head's D/4
- * lanes divide the invocations, and one invocation writes each vec4 of the row's q, k and v.
+ * `limit` bytes of workgroup memory: the vocabulary is one invocation's logit each, heads are whole
+ * vec4s, and one invocation writes each vec4 of the row's q, k and v.
  */
 export function decodeTokensFits({ nHead: H, dModel: C, ctx, vocabSize: V }, limit = 16384) {
-  const D = C / H;
-  return C % 4 === 0 && D % 4 === 0 && THREADS % (D / 4) === 0 && 3 * (C / 4) <= THREADS && V <= THREADS
+  return C % 4 === 0 && (C / H) % 4 === 0 && 3 * (C / 4) <= THREADS && V <= THREADS
     && workgroupBytes(C, H, ctx) <= limit;
 }
 
