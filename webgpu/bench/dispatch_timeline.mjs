@@ -7,7 +7,9 @@
 // time between dispatches (Dawn's barrier and the next launch).
 // --decode: a decoded token's dispatches instead (the KV cache's plan at the window's last position,
 // ctx − 1 keys cached by a prefill, and the GPU's sampling of the next token: a batch of one step),
-// each timed token queued behind an untimed one, as in generation.
+// each timed token queued behind an untimed one, as in generation. These are the decode chain's
+// dispatches, at every preset: where a batch decodes in one workgroup by the rule (tiny,
+// decode_tokens.js), its one dispatch is timed whole by decode_paths.mjs.
 //   node webgpu/bench/dispatch_timeline.mjs large,huge [out.json] [R=20] [WARMUP=20] [--decode]
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
@@ -93,7 +95,7 @@ async function decodeRounds(trainer) {
 
 const out = {};
 for (const name of names.split(",")) {
-  const trainer = new Trainer(device, configFromPresets(presets, name), { corpus });
+  const trainer = new Trainer(device, configFromPresets(presets, name), { corpus, decodeInOneWorkgroup: decode ? false : undefined });
   const { entries, round } = await (decode ? decodeRounds : trainingRounds)(trainer);
   const n = entries.length;
   const querySet = device.createQuerySet({ type: "timestamp", count: 2 * n });
