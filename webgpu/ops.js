@@ -505,6 +505,11 @@ export class Ops {
       [logits, draws, tokens, samples], [1, 1]);
   }
 
+  /** Compiles decodeTokens' pipeline for `model` without blocking (PipelineCache.prepare). */
+  prepareDecodeTokens({ nLayer, nHead, dModel, ctx }) {
+    return this.pipelines.prepare(decodeTokensFor({ nLayer, nHead, dModel, ctx }));
+  }
+
   /**
    * Up to DECODE_BATCH tokens decoded and sampled in one dispatch of one workgroup (decode_tokens.js):
    * model {nLayer, nHead, dModel, ctx, vocabSize}; values: the kernel's uniforms (steps first..steps-1
@@ -512,11 +517,6 @@ export class Ops {
    * tokens, params, kv (every layer's q/k/v views), draws, samples. Returns the dispatch index, whose
    * steps and sampling a batch replaces.
    */
-  /** Compiles decodeTokens' pipeline for `model` without blocking (PipelineCache.prepare). */
-  prepareDecodeTokens({ nLayer, nHead, dModel, ctx }) {
-    return this.pipelines.prepare(decodeTokensFor({ nLayer, nHead, dModel, ctx }));
-  }
-
   decodeTokens(plan, { model, values, tokens, params, kv, draws, samples }) {
     if (!decodeTokensFits(model, this.workgroupLimit)) throw new Error(`decodeTokens: the model does not fit one workgroup of this device`);
     const { nLayer, nHead, dModel, ctx } = model;

@@ -51,11 +51,17 @@ const sameQkv = ({ qkv, stride, q, k, v }) => ({ qkv, stride, q, k, v });
 /** Floats a slot of n floats takes in a buffer of several (q, k and v's views): bind-group offsets are multiples of 256 bytes. */
 const slotFloats = (n) => Math.ceil(n / 64) * 64;
 
+/** q, k and v views of n floats each, a slot apart from byte `at` of `buffer`: {stride (floats), q, k, v}. */
+function qkvSlots(buffer, at, n) {
+  const stride = slotFloats(n);
+  const view = (i) => ({ buffer, offset: at + 4 * i * stride, size: 4 * n });
+  return { stride, q: view(0), k: view(1), v: view(2) };
+}
+
 /** Layer l's q, k and v views (n floats each) in `kv`, the buffer of every layer's (Trainer._activations' qkvLayers). */
 function qkvLayerViews(kv, l, n) {
-  const stride = slotFloats(n), at = 4 * 3 * l * stride;
-  const view = (i) => ({ buffer: kv, offset: at + 4 * i * stride, size: 4 * n });
-  return { qkv: { buffer: kv, offset: at, size: 4 * 3 * stride }, stride, q: view(0), k: view(1), v: view(2) };
+  const at = 4 * 3 * l * slotFloats(n);
+  return { qkv: { buffer: kv, offset: at, size: 4 * 3 * slotFloats(n) }, ...qkvSlots(kv, at, n) };
 }
 
 /** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows, `batches` of them in one dispatch. */
@@ -463,8 +469,7 @@ export class Trainer {
   _qkvViews(label, n, views = 3) {
     const stride = slotFloats(n);
     const qkv = this.buffer(label, 4 * views * stride, U().STORAGE | U().COPY_SRC);
-    const view = (i) => ({ buffer: qkv, offset: 4 * i * stride, size: 4 * n });
-    return { qkv, stride, q: view(0), k: view(1), v: view(2) };
+    return { qkv, ...qkvSlots(qkv, 0, n) };
   }
 
   /** Forward pass of `rows` = B·T positions at absolute positions past.. (past > 0 only with a KV cache). */
@@ -929,8 +934,7 @@ export class Trainer {
     for (let step = 0; step < DECODE_BATCH; step++) sample(this.gen.logits, step);
     sample(this.prefill.logits, 0); // a batch's first step after a prefill: its logits_off is the window's last row
     this.samplePlan.freeze();
-    this.sampling = "0/0";
-    this.samplingValues = sampleDecodeValues(0, 0);
+    this.sampling = sampleDecodeValues(0, 0); // the samplers' uniforms as last set
     if (!this._decodesInOneWorkgroup()) return;
     // By the rule, the kernel compiles in the background, and batches take the decode chain until it is
     // ready: a software adapter spends seconds on it, which a first token should not wait for. Asked for
@@ -939,14 +943,14 @@ export class Trainer {
     else {
       // a failure leaves the chain in place (this.tokensError says why): the chain is what the rule replaces
       this.tokensReady = this.ops.prepareDecodeTokens(this.cfg)
-        .then(() => { if (this.buffers.length) this._buildTokensPlan(); }, (e) => { this.tokensError = e; });
+        .then(() => { if (this.buffers.length) this._buildTokensPlan(); }, (e) => { this.tokensError = e; }); // no buffers: destroyed
     }
   }
 
   /** The plan of decode_tokens.js's one dispatch (a batch's steps), with the current sampling. */
   _buildTokensPlan() {
     this.tokensPlan = new Plan(this.device, this.ops.pipelines, "decode tokens");
-    this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: { ...this._decodeTokensValues(), ...this.samplingValues },
+    this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: { ...this._decodeTokensValues(), ...this.sampling },
       tokens: this.gen.tokens, params: this.params, kv: this.gen.kv, draws: this.genDraws, samples: this.genSamples });
     this.tokensPlan.freeze();
   }
@@ -1006,15 +1010,19 @@ export class Trainer {
       this.prefillPlan.encode(pass);
       this.samplePlan.encode(pass, { first: DECODE_BATCH, end: DECODE_BATCH + 1 });
     }
-    if (this.tokensPlan && n > (prefill ? 1 : 0)) {
-      this.tokensPlan.update(0, { past: pos, first: prefill ? 1 : 0, steps: n });
-      this.tokensPlan.encode(pass);
-    }
-    for (let step = prefill ? 1 : 0; step < n && !this.tokensPlan; step++) {
-      const plan = this._decodeSlot(step);
-      this._placeDecodePlan(pos + step, plan);
-      plan.encode(pass);
-      this.samplePlan.encode(pass, { first: step, end: step + 1 });
+    const first = prefill ? 1 : 0;
+    if (this.tokensPlan) {
+      if (n > first) {
+        this.tokensPlan.update(0, { past: pos, first, steps: n });
+        this.tokensPlan.encode(pass);
+      }
+    } else {
+      for (let step = first; step < n; step++) {
+        const plan = this._decodeSlot(step);
+        this._placeDecodePlan(pos + step, plan);
+        plan.encode(pass);
+        this.samplePlan.encode(pass, { first: step, end: step + 1 });
+      }
     }
     pass.end();
     enc.copyBufferToBuffer(this.genSamples, 0, this.genSamplesRead, 0, 4 * n * sampleRecordFloats(this.cfg.vocabSize));
@@ -1033,13 +1041,11 @@ export class Trainer {
    * depend on its tokens).
    */
   async _decodeBatch(token, pos, n, { temperature, topK, stream, prefill = null, next = null }) {
-    const sampling = `${temperature}/${topK}`, V = this.cfg.vocabSize;
-    if (this.sampling !== sampling) {
-      const values = sampleDecodeValues(temperature, topK);
+    const values = sampleDecodeValues(temperature, topK), V = this.cfg.vocabSize;
+    if (Object.keys(values).some((k) => values[k] !== this.sampling[k])) {
       for (let i = 0; i < this.samplePlan.entries.length; i++) this.samplePlan.update(i, values);
       if (this.tokensPlan) this.tokensPlan.update(0, values);
-      this.sampling = sampling;
-      this.samplingValues = values;
+      this.sampling = values;
     }
     const commands = this._takeAhead(batchKey(pos, n, Boolean(prefill))) ?? this._batchCommands(pos, n, Boolean(prefill)).commands;
     if (prefill) {

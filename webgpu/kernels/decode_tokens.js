@@ -8,7 +8,7 @@
 // samples it (Trainer.generate), as after the chain's sampler.
 import { kernel, range, workgroupSum } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
-import { SAMPLE_LOGITS } from "./sample_decode.js";
+import { SAMPLE_LOGITS, sampleStep } from "./sample_decode.js";
 
 const THREADS = 256;
 const LOADS = 32; // vec4 loads an invocation issues before the first product waits on one (a round)
@@ -233,24 +233,11 @@ ${fcOut.math}
 ${lnf.loads}
 ${logits.loads}
 ${lnf.math}
-    // the tied head: logits into the sampler's scan buffer, then its vec4s (the lowest f32 past V)
+    // the tied head: logits into the sampler's scan buffer, which sampleStep reads before it scans
 ${logits.math}
     let out = s * (p.V + 4u);
-    if (li < p.V) { samples[out + 4u + li] = scan[li]; }
-    if (li < ${THREADS / 4}u) {
-      var four = vec4f(LOWEST);
-      for (var c = 0u; c < 4u; c++) {
-        if (4u * li + c < p.V) { four[c] = scan[4u * li + c]; }
-      }
-      logit4[li] = four;
-    }
-    workgroupBarrier();
-    let picked = sample_logits(li, p.V, p.top_k, p.greedy, p.temperature, draw);
-    if (li == 0u) {
-      Tokens[0] = picked.x;
-      samples[out] = f32(picked.x);
-      samples[out + 1u] = f32(picked.y);
-    }
+${sampleStep({ logitAt: (i) => `scan[${i}]`, V: "p.V", out: "out", topK: "p.top_k", greedy: "p.greedy", temperature: "p.temperature",
+    draw: "draw", storeToken: "Tokens[0] = picked.x;" })}
     if (picked.y == 0u) { break; }
     token = picked.x;
   }

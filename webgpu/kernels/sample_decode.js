@@ -32,9 +32,6 @@ export const sampleRecordFloats = (V) => 4 + V;
 
 export const SAMPLE_DECODE_UNIFORMS = [["V", "u32"], ["top_k", "u32"], ["greedy", "u32"], ["step", "u32"], ["logits_off", "u32"], ["temperature", "f32"]];
 
-// logits: the decoded token's (V) at logits_off; draws: a uniform in [0, 1) per step, as f32;
-// tokens: [0] becomes the sampled token, which the next step's embedding reads; samples: step's
-// record at step · sampleRecordFloats(V).
 /**
  * WGSL (module scope) of sample_logits(li, V, top_k, greedy, temperature, u), which samples a token
  * from the logits in workgroup array `logit4` (vec4s, the lowest f32 past V: the caller fills it
@@ -127,6 +124,30 @@ fn sample_logits(li: u32, V: u32, top_k: u32, greedy: u32, temperature: f32, u: 
   return workgroupUniformLoad(&sampled);
 }`;
 
+/**
+ * WGSL statements (uniform control flow; li in scope, and SAMPLE_LOGITS at module scope) sampling one
+ * step from V logits at logitAt(i) (a WGSL f32 expression, i < V; V a WGSL u32 expression): the
+ * step's record at `out` of `samples` (its logits, then the token and whether it is certain),
+ * storeToken (WGSL statements, invocation 0) where the next step reads the token, and `picked`
+ * (token, certain) left in scope.
+ */
+export const sampleStep = ({ logitAt, V, out, topK, greedy, temperature, draw, storeToken }) => /* wgsl */ `
+  if (li < ${V}) { samples[${out} + 4u + li] = ${logitAt("li")}; }
+  if (li < ${THREADS / 4}u) {
+    var four = vec4<f32>(LOWEST);
+    for (var c = 0u; c < 4u; c++) {
+      if (4u * li + c < ${V}) { four[c] = ${logitAt("4u * li + c")}; }
+    }
+    logit4[li] = four;
+  }
+  workgroupBarrier();
+  let picked = sample_logits(li, ${V}, ${topK}, ${greedy}, ${temperature}, ${draw});
+  if (li == 0u) {
+    ${storeToken}
+    samples[${out}] = f32(picked.x);
+    samples[${out} + 1u] = f32(picked.y);
+  }`;
+
 // logits: the decoded token's (V) at logits_off; draws: a uniform in [0, 1) per step, as f32;
 // tokens: [0] becomes the sampled token, which the next step's embedding reads; samples: step's
 // record at step · sampleRecordFloats(V).
@@ -137,20 +158,7 @@ export const sampleDecode = kernel("sample_decode", SAMPLE_DECODE_UNIFORMS,
 fn sample_decode(@builtin(local_invocation_index) li: u32) {
   let V = p.V;
   let out = p.step * (V + 4u);
-  if (li < V) { samples[out + 4u + li] = logits[p.logits_off + li]; }
-  if (li < ${THREADS / 4}u) {
-    var four = vec4<f32>(LOWEST);
-    for (var c = 0u; c < 4u; c++) {
-      if (4u * li + c < V) { four[c] = logits[p.logits_off + 4u * li + c]; }
-    }
-    logit4[li] = four;
-  }
-  workgroupBarrier();
-  let picked = sample_logits(li, V, p.top_k, p.greedy, p.temperature, draws[p.step]);
-  if (li == 0u) {
-    tokens[0] = picked.x;
-    samples[out] = f32(picked.x);
-    samples[out + 1u] = f32(picked.y);
-  }
+${sampleStep({ logitAt: (i) => `logits[p.logits_off + ${i}]`, V: "V", out: "out", topK: "p.top_k", greedy: "p.greedy",
+    temperature: "p.temperature", draw: "draws[p.step]", storeToken: "tokens[0] = picked.x;" })}
 }
 `);
