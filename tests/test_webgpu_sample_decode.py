@@ -48,15 +48,23 @@ def test_generate_gives_the_recompute_decoders_tokens(driver):
         print(f"{'one workgroup' if g['oneWorkgroup'] else 'decode chain'}: T={g['temperature']} top-k {g['topK']}, "
               f"{g['maxNewTokens']} tokens after {g['prompt']!r}"
               f"{'' if g['refused'] is None else ', one step of each batch refused'}: same {g['same']}; "
-              f"{g['batches']} batches ({g['prefills']} opened by a prefill) of {g['steps']} steps, "
+              f"{g['batches']} batches ({g['prefills']} opened by a "
+              f"{'window upload' if g['oneWorkgroup'] else 'prefill'}) of {g['steps']} steps, "
               f"{g['uncertain']} cut short, {g['hostDecodes']} decodes sampled on the host (batches of "
               f"{g['batchMs']} ms)")
         assert g["same"] and g["streamed"] and g["count"] == g["maxNewTokens"]
     assert [g["oneWorkgroup"] for g in runs] == [False] * 8 + [True] * 8
-    for path in (runs[:8], runs[8:]):
+    for chain, path in ((True, runs[:8]), (False, runs[8:])):
         plain, refused, greedy, full, cold, one, newline, hurried = path
-        # tiny's ctx of 32: the window restarts every 16 tokens, and each restart's prefill opens a batch
-        assert plain["prefills"] >= 4 and plain["hostDecodes"] == 0 and plain["uncertain"] == 0
+        assert plain["hostDecodes"] == 0 and plain["uncertain"] == 0
+        if chain:
+            # tiny's ctx of 32: the window restarts every 16 tokens, and each restart's prefill opens a batch
+            assert plain["prefills"] >= 4
+        else:
+            # the kernel restarts the window itself: only the prompt is uploaded, and batches of 1, 2, 4, 8,
+            # then 16 steps make the 70 tokens
+            assert plain["prefills"] == 1 and plain["batches"] == 8
+            assert refused["prefills"] == refused["uncertain"] + 1, "each host-sampled token uploads the window"
         assert refused["uncertain"] > 0, "the host's path for an uncertain step is exercised"
         assert greedy["uncertain"] == greedy["batches"], "and for an uncertain first step after a prefill"
         assert full["batches"] > 0 and one["batches"] == one["prefills"] == 1

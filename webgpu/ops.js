@@ -511,16 +511,17 @@ export class Ops {
   }
 
   /**
-   * Up to DECODE_BATCH tokens decoded and sampled in one dispatch of one workgroup (decode_tokens.js):
-   * model {nLayer, nHead, dModel, ctx, vocabSize}; values: the kernel's uniforms (steps first..steps-1
-   * at positions past + s, the parameters' offsets, the KV cache's layout, the sampling's); buffers:
-   * tokens, params, kv (every layer's q/k/v views), draws, samples. Returns the dispatch index, whose
-   * steps and sampling a batch replaces.
+   * Up to DECODE_BATCH tokens decoded and sampled in one dispatch of one workgroup (decode_tokens.js),
+   * the window kept on the GPU: model {nLayer, nHead, dModel, ctx, vocabSize}; values: the kernel's
+   * uniforms (the batch's steps and whether to rebuild the window first, the parameters' offsets, the
+   * KV cache's layout, the sampling's); buffers: window, params, kv (every layer's q/k/v views), draws,
+   * samples, rows (the rebuild's scratch). Returns the dispatch index, whose steps and sampling a
+   * batch replaces.
    */
-  decodeTokens(plan, { model, values, tokens, params, kv, draws, samples }) {
+  decodeTokens(plan, { model, values, window, params, kv, draws, samples, rows }) {
     if (!decodeTokensFits(model, this.workgroupLimit)) throw new Error(`decodeTokens: the model does not fit one workgroup of this device`);
     const { nLayer, nHead, dModel, ctx } = model;
-    return plan.add(decodeTokensFor({ nLayer, nHead, dModel, ctx }), values, [tokens, params, kv, draws, samples], [1, 1]);
+    return plan.add(decodeTokensFor({ nLayer, nHead, dModel, ctx }), values, [window, params, kv, draws, samples, rows], [1, 1]);
   }
 
   /**

@@ -7,7 +7,7 @@
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
 import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount, decodeChainParts, sampleDecodeValues } from "./ops.js";
 import { sampleDecodeFits, sampleDecodeServes, sampleRecordFloats } from "./kernels/sample_decode.js";
-import { decodeTokensFits } from "./kernels/decode_tokens.js";
+import { decodeRowsFloats, decodeTokensFits } from "./kernels/decode_tokens.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileCount, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
@@ -270,6 +270,13 @@ function trainerBuffers(config, deferWeightGrads) {
   add("generate draws", 4 * DECODE_BATCH);
   add("generate samples", 4 * DECODE_BATCH * sampleRecordFloats(V));
   add("samples readback", 4 * DECODE_BATCH * sampleRecordFloats(V), false);
+  if (decodeTokensFits(m)) {
+    add("generate window", 4 * (1 + T));
+    add("generate rows", 4 * decodeRowsFloats(m));
+    add("generate draws ahead", 4 * DECODE_BATCH);
+    add("generate samples ahead", 4 * DECODE_BATCH * sampleRecordFloats(V));
+    add("samples readback ahead", 4 * DECODE_BATCH * sampleRecordFloats(V), false);
+  }
   add("state readback", 4 * P, false); // exportState() and weights(): one at a time
   return list;
 }
@@ -367,9 +374,12 @@ export class Trainer {
    *   probeSubgroups() found on the device (subgroups.js), 1 (none) where it has not run
    *   deferWeightGrads: the Linears' weight gradients at the end of the backward, batched over the
    *   blocks; by default where that pays (defersWeightGradients)
+   *   decodeInOneWorkgroup: a batch's decoded tokens in one workgroup (decode_tokens.js) or the decode
+   *   chain; by default by the rule (_decodesInOneWorkgroup)
+   *   decodeAhead: in one workgroup, submit the next batch before this one's tokens are read (default true)
    */
   constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined,
-    deferWeightGrads = undefined, decodeInOneWorkgroup = undefined } = {}) {
+    deferWeightGrads = undefined, decodeInOneWorkgroup = undefined, decodeAhead = true } = {}) {
     checkModel(config.model);
     this.device = device;
     this.cfg = config.model;
@@ -386,6 +396,7 @@ export class Trainer {
     this.batchesDrawn = 0;
     this.deferred = deferWeightGrads ?? defersWeightGradients(this.cfg, this.tr.batch * this.cfg.ctx);
     this.decodeInOneWorkgroup = decodeInOneWorkgroup;
+    this.decodeAhead = decodeAhead;
     matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
     if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
     this.ops = new Ops(device, { softwareTiles: matmulTiles === "software", subgroupWidth });
@@ -911,6 +922,21 @@ export class Trainer {
     this.genLogits = this.buffer("logits readback", 4 * this.cfg.vocabSize, U().MAP_READ | U().COPY_DST);
     this.genToken = new Uint32Array(1);
     this._buildSampler();
+    if (decodeTokensFits(this.cfg)) { // decode_tokens.js's window (its length, then its tokens) and its rebuild's scratch
+      this.genWindow = this.buffer("generate window", 4 * (1 + ctx), U().STORAGE | U().COPY_DST);
+      this.genRows = this.buffer("generate rows", 4 * decodeRowsFloats(this.cfg), U().STORAGE);
+      this.genWindowValues = new Uint32Array(1 + ctx);
+      // two batches' draws and records, so that the next batch runs while this one's are read
+      const bytes = 4 * DECODE_BATCH * sampleRecordFloats(this.cfg.vocabSize);
+      this.tokenSlots = [{ draws: this.genDraws, samples: this.genSamples, read: this.genSamplesRead },
+        { draws: this.buffer("generate draws ahead", 4 * DECODE_BATCH, U().STORAGE | U().COPY_DST),
+          samples: this.buffer("generate samples ahead", bytes, U().STORAGE | U().COPY_SRC),
+          read: this.buffer("samples readback ahead", bytes, U().MAP_READ | U().COPY_DST) }];
+      for (const slot of this.tokenSlots) Object.assign(slot, { drawValues: new Float32Array(DECODE_BATCH), commands: null });
+      this.tokensSlot = 1; // the slot of the batch submitted last
+      this.tokensFlight = null; // the batch submitted ahead: {slot, n, read}
+    }
+    this._startTokensPlan();
   }
 
   /**
@@ -935,7 +961,11 @@ export class Trainer {
     sample(this.prefill.logits, 0); // a batch's first step after a prefill: its logits_off is the window's last row
     this.samplePlan.freeze();
     this.sampling = sampleDecodeValues(0, 0); // the samplers' uniforms as last set
-    if (!this._decodesInOneWorkgroup()) return;
+  }
+
+  /** Builds decode_tokens.js's plan where the rule (or the constructor) takes it. */
+  _startTokensPlan() {
+    if (!this.samplePlan || !this._decodesInOneWorkgroup()) return;
     // By the rule, the kernel compiles in the background, and batches take the decode chain until it is
     // ready: a software adapter spends seconds on it, which a first token should not wait for. Asked for
     // (decodeInOneWorkgroup true), it is ready before the first batch.
@@ -950,8 +980,10 @@ export class Trainer {
   /** The plan of decode_tokens.js's one dispatch (a batch's steps), with the current sampling. */
   _buildTokensPlan() {
     this.tokensPlan = new Plan(this.device, this.ops.pipelines, "decode tokens");
-    this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: { ...this._decodeTokensValues(), ...this.sampling },
-      tokens: this.gen.tokens, params: this.params, kv: this.gen.kv, draws: this.genDraws, samples: this.genSamples });
+    for (const { draws, samples } of this.tokenSlots) {
+      this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: { ...this._decodeTokensValues(), ...this.sampling },
+        window: this.genWindow, params: this.params, kv: this.gen.kv, draws, samples, rows: this.genRows });
+    }
     this.tokensPlan.freeze();
   }
 
@@ -973,7 +1005,7 @@ export class Trainer {
     const { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps } = this.cfg, o = this.offsets;
     const block = o["blocks.0.ln1.weight"], at = (name) => o[`blocks.0.${name}`] - block;
     const stride = this.gen.layers[0].stride;
-    return { past: 0, first: 0, steps: 0, V, wte_off: o["token_embedding.weight"], wpe_off: o["position_embedding.weight"], block_off: block,
+    return { rebuild: 0, steps: 0, V, wte_off: o["token_embedding.weight"], wpe_off: o["position_embedding.weight"], block_off: block,
       block_stride: L > 1 ? o["blocks.1.ln1.weight"] - block : 0, ln1_w: at("ln1.weight"), ln1_b: at("ln1.bias"),
       qkv_w: at("attn.q_proj.weight"), qkv_b: at("attn.q_proj.bias"), qkv_stride: this.projStride, o_w: at("attn.o_proj.weight"),
       o_b: at("attn.o_proj.bias"), ln2_w: at("ln2.weight"), ln2_b: at("ln2.bias"), in_w: at("mlp.fc_in.weight"), in_b: at("mlp.fc_in.bias"),
@@ -1010,19 +1042,11 @@ export class Trainer {
       this.prefillPlan.encode(pass);
       this.samplePlan.encode(pass, { first: DECODE_BATCH, end: DECODE_BATCH + 1 });
     }
-    const first = prefill ? 1 : 0;
-    if (this.tokensPlan) {
-      if (n > first) {
-        this.tokensPlan.update(0, { past: pos, first, steps: n });
-        this.tokensPlan.encode(pass);
-      }
-    } else {
-      for (let step = first; step < n; step++) {
-        const plan = this._decodeSlot(step);
-        this._placeDecodePlan(pos + step, plan);
-        plan.encode(pass);
-        this.samplePlan.encode(pass, { first: step, end: step + 1 });
-      }
+    for (let step = prefill ? 1 : 0; step < n; step++) {
+      const plan = this._decodeSlot(step);
+      this._placeDecodePlan(pos + step, plan);
+      plan.encode(pass);
+      this.samplePlan.encode(pass, { first: step, end: step + 1 });
     }
     pass.end();
     enc.copyBufferToBuffer(this.genSamples, 0, this.genSamplesRead, 0, 4 * n * sampleRecordFloats(this.cfg.vocabSize));
@@ -1041,28 +1065,104 @@ export class Trainer {
    * depend on its tokens).
    */
   async _decodeBatch(token, pos, n, { temperature, topK, stream, prefill = null, next = null }) {
-    const values = sampleDecodeValues(temperature, topK), V = this.cfg.vocabSize;
-    if (Object.keys(values).some((k) => values[k] !== this.sampling[k])) {
-      for (let i = 0; i < this.samplePlan.entries.length; i++) this.samplePlan.update(i, values);
-      if (this.tokensPlan) this.tokensPlan.update(0, values);
-      this.sampling = values;
-    }
+    this._setSampling(temperature, topK);
     const commands = this._takeAhead(batchKey(pos, n, Boolean(prefill))) ?? this._batchCommands(pos, n, Boolean(prefill)).commands;
     if (prefill) {
       this._uploadPrefillTokens(prefill);
-      this.samplePlan.update(DECODE_BATCH, { logits_off: pos * V });
+      this.samplePlan.update(DECODE_BATCH, { logits_off: pos * this.cfg.vocabSize });
     }
-    if (temperature !== 0) for (let step = 0; step < n; step++) this.genDrawValues[step] = stream.peekUniform(step);
-    this.device.queue.writeBuffer(this.genDraws, 0, this.genDrawValues);
+    this._uploadDraws(n, temperature, stream);
     this.genToken[0] = token;
     this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
     this.device.queue.submit([commands]);
     const read = mapForReading(this.genSamplesRead, "sampled tokens");
     if (next) this.ahead = this._batchCommands(next.pos, next.n, next.prefill);
     await read;
-    const R = sampleRecordFloats(V);
-    const records = new Float32Array(this.genSamplesRead.getMappedRange(0, 4 * n * R)).slice();
-    this.genSamplesRead.unmap();
+    return this._readSamples(this.genSamplesRead, n);
+  }
+
+  /**
+   * Decodes the window's last token and samples the n − 1 tokens after it in one dispatch of one
+   * workgroup (decode_tokens.js), as _decodeBatch, but the window lives on the GPU: the kernel appends
+   * each token and restarts a full window itself, so a batch does not end where the window does.
+   * upload: the host's window replaces the GPU's, whose KV rows the kernel rebuilds first (a prompt,
+   * or a token the host sampled). next (> 0): the steps of the batch after this one, which is
+   * submitted before this one's records are read (decodeAhead), going on from the GPU's window as if
+   * every token of this one were certain; the call after takes it where it needs no upload (its n is
+   * then the one asked for here), else waits it out unread.
+   */
+  async _tokensBatch(window, n, { temperature, topK, stream, upload, next = 0 }) {
+    this._setSampling(temperature, topK);
+    let flight = this.tokensFlight;
+    this.tokensFlight = null;
+    if (flight && upload) {
+      await this._landTokens(flight);
+      flight = null;
+    }
+    flight ??= this._submitTokens(n, { window: upload ? window : null, temperature, stream, drawsFrom: 0 });
+    if (next > 0 && this.decodeAhead) this.tokensFlight = this._submitTokens(next, { window: null, temperature, stream, drawsFrom: flight.n });
+    await flight.read;
+    return this._readSamples(this.tokenSlots[flight.slot].read, flight.n);
+  }
+
+  /**
+   * Submits a batch of n steps in the slot after the last one's: its steps, its window (where given:
+   * uploaded and rebuilt first) and its draws (from drawsFrom draws ahead of the stream). Returns
+   * {slot, n, read}; the slot's next commands are recorded while the GPU runs.
+   */
+  _submitTokens(n, { window, temperature, stream, drawsFrom }) {
+    const index = (this.tokensSlot = 1 - this.tokensSlot), slot = this.tokenSlots[index];
+    this.tokensPlan.update(index, { steps: n, rebuild: window ? 1 : 0 });
+    if (window) {
+      this.genWindowValues[0] = window.length;
+      this.genWindowValues.set(window, 1);
+      this.device.queue.writeBuffer(this.genWindow, 0, this.genWindowValues, 0, 1 + window.length);
+    }
+    if (temperature !== 0) for (let step = 0; step < n; step++) slot.drawValues[step] = stream.peekUniform(drawsFrom + step);
+    this.device.queue.writeBuffer(slot.draws, 0, slot.drawValues);
+    this.device.queue.submit([slot.commands ?? this._tokensCommands(index)]);
+    const read = mapForReading(slot.read, "sampled tokens");
+    slot.commands = this._tokensCommands(index);
+    return { slot: index, n, read };
+  }
+
+  /** Waits out a batch submitted ahead whose records are not wanted (the window changed under it). */
+  async _landTokens(flight = this.tokensFlight) {
+    if (flight === this.tokensFlight) this.tokensFlight = null;
+    if (!flight) return;
+    await flight.read;
+    this.tokenSlots[flight.slot].read.unmap();
+  }
+
+  /** Slot `index`'s batch: its dispatch, then every step's record copied out. */
+  _tokensCommands(index) {
+    const slot = this.tokenSlots[index], enc = this.device.createCommandEncoder({ label: "decode tokens" });
+    const pass = enc.beginComputePass();
+    this.tokensPlan.encode(pass, { first: index, end: index + 1 });
+    pass.end();
+    enc.copyBufferToBuffer(slot.samples, 0, slot.read, 0, 4 * DECODE_BATCH * sampleRecordFloats(this.cfg.vocabSize));
+    return enc.finish();
+  }
+
+  /** The samplers' uniforms for a temperature and top-k, uploaded where they changed. */
+  _setSampling(temperature, topK) {
+    const values = sampleDecodeValues(temperature, topK);
+    if (Object.keys(values).every((k) => values[k] === this.sampling[k])) return;
+    for (const plan of [this.samplePlan, this.tokensPlan]) for (let i = 0; plan && i < plan.entries.length; i++) plan.update(i, values);
+    this.sampling = values;
+  }
+
+  /** A batch's n uniforms (step s the one s draws ahead of the stream; none at temperature 0). */
+  _uploadDraws(n, temperature, stream) {
+    if (temperature !== 0) for (let step = 0; step < n; step++) this.genDrawValues[step] = stream.peekUniform(step);
+    this.device.queue.writeBuffer(this.genDraws, 0, this.genDrawValues);
+  }
+
+  /** The n step records of a batch mapped in `read` as {token, certain, logits}; unmaps it. */
+  _readSamples(read, n) {
+    const V = this.cfg.vocabSize, R = sampleRecordFloats(V);
+    const records = new Float32Array(read.getMappedRange(0, 4 * n * R)).slice();
+    read.unmap();
     return Array.from({ length: n }, (_, s) => ({
       token: records[s * R], certain: records[s * R + 1] === 1, logits: records.subarray(s * R + 4, s * R + 4 + V),
     }));
@@ -1165,8 +1265,10 @@ export class Trainer {
    * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
    * 0.., and the cache is rebuilt (one prefill forward); prompt tokens go through the same policy.
    * Where the GPU's sampler serves (_samplesOnGpu), up to DECODE_BATCH tokens are decoded and sampled
-   * in one submit (_decodeBatch), a (re)built window's prefill first in it; the host samples only the
-   * tokens the GPU could not tell for certain: the tokens are sampleToken's either way.
+   * in one submit: by the decode chain (_decodeBatch), a (re)built window's prefill first in it, or in
+   * one workgroup (_tokensBatch), which keeps the window and restarts it on the GPU, the next batch
+   * submitted before this one is read. The host samples only the tokens the GPU could not tell for
+   * certain: the tokens are sampleToken's either way.
    * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
    * batchMs: the time a batch's steps may take, by the last batch's (tests give Infinity: full batches).
    */
@@ -1202,10 +1304,35 @@ export class Trainer {
       advance(token);
       return true;
     };
+    // a batch's steps: each certain token emitted, and the first uncertain one's logits kept for the host
+    // to sample; restarts: the chain's batches end where the window restarts (the kernel restarts it itself)
+    const take = async (steps, restarts) => {
+      for (const step of steps) {
+        if (aborted()) return;
+        if (!step.certain) { logits = step.logits.slice(); return; }
+        if (temperature !== 0) stream.drawn += 1;
+        if (!emit(step.token, step.logits)) return;
+        if (restarts && restarted) { logits = await restart(); return; } // only a batch's last step restarts
+      }
+    };
+    let synced = false; // whether the GPU's window (decode_tokens.js) is the host's
     while (out.length < maxNewTokens && !aborted()) {
       if (logits) {
+        synced = false;
         if (!emit(sampleToken(logits, temperature, topK, stream), logits)) break;
         logits = restarted ? await restart() : onGpu ? null : await this._decode(window.at(-1), window.length - 1);
+        continue;
+      }
+      if (this.tokensPlan) { // one workgroup: the window, restarts included, stays on the GPU
+        // a batch submitted ahead goes on from the GPU's window: its steps were set one batch before
+        const n = synced && this.tokensFlight ? this.tokensFlight.n : Math.min(cap, maxNewTokens - out.length);
+        cap = Math.min(2 * cap, DECODE_BATCH, timeCap);
+        const next = Math.min(cap, maxNewTokens - out.length - n), started = performance.now();
+        const steps = await this._tokensBatch(window, n, { temperature, topK, stream, upload: !synced, next });
+        timeCap = Math.max(1, Math.floor(batchMs / ((performance.now() - started) / n)));
+        synced = true;
+        prefill = false;
+        await take(steps, false);
         continue;
       }
       // the window's last token is sampled, not decoded: a batch decodes it and samples the next n
@@ -1221,14 +1348,9 @@ export class Trainer {
       const steps = await this._decodeBatch(window[w - 1], w - 1, n, { temperature, topK, stream, prefill: prefill ? window : null, next });
       timeCap = Math.max(1, Math.floor(batchMs / ((performance.now() - started) / n)));
       prefill = false;
-      for (const step of steps) {
-        if (aborted()) break;
-        if (!step.certain) { logits = step.logits.slice(); break; }
-        if (temperature !== 0) stream.drawn += 1;
-        if (!emit(step.token, step.logits)) break;
-        if (restarted) { logits = await restart(); break; } // only a batch's last step restarts
-      }
+      await take(steps, true);
     }
+    await this._landTokens(); // a batch submitted ahead of an abort, or of the last uncertain token
     return Uint8Array.from(out);
   }
 

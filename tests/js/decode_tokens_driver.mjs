@@ -3,7 +3,8 @@
 // per model shape: the largest difference between the logits each generated token was sampled from
 // and the full forward of the same window (RecomputeDecoder.lastLogits), whether the tokens are the
 // recompute decoder's and the decode chain's (a second trainer with the same weights and
-// decodeInOneWorkgroup false), and whether the batches ran in one workgroup.
+// decodeInOneWorkgroup false), and whether the batches ran in one workgroup; then the same for a
+// long prompt and generation on the tiny preset, with batches submitted ahead and not.
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../../webgpu/node_gpu.js";
 import { Trainer } from "../../webgpu/trainer.js";
@@ -23,18 +24,14 @@ const SHAPES = {
   uneven: { nLayer: 3, nHead: 7, dModel: 84, ctx: 24 },
 };
 const out = {};
-for (const [name, model] of Object.entries(SHAPES)) {
-  const config = configFromPresets(presets, "tiny", { model });
-  const trainer = new Trainer(device, config, { decodeInOneWorkgroup: true });
-  const chain = new Trainer(device, config, { decodeInOneWorkgroup: false });
-  const recompute = new RecomputeDecoder(trainer);
-  const prompt = Array.from(Buffer.from("ROMEO:"));
+
+/** Generates with `trainer`; returns its tokens and the largest difference between each token's logits and the full forward of its window. */
+async function generateChecked(trainer, recompute, prompt, job) {
   const seen = [];
-  const job = { maxNewTokens: 30, temperature: 0.8, topK: 40, seed: 5, batchMs: Infinity };
   const kv = Array.from(await trainer.generate(prompt, { ...job, onToken: (t, logits) => seen.push(logits.slice()) }));
   // each token's logits against the full forward of the window it was sampled after (docs/determinism.md's
   // context policy: a full window restarts from its last ctx/2 tokens)
-  const ctx = config.model.ctx;
+  const ctx = trainer.cfg.ctx;
   let window = [], maxDiff = 0, maxLogit = 0;
   const advance = (t) => {
     if (window.length >= ctx) window = window.slice(window.length - Math.floor(ctx / 2));
@@ -49,6 +46,17 @@ for (const [name, model] of Object.entries(SHAPES)) {
     }
     advance(kv[i]);
   }
+  return { kv, maxDiff, maxLogit };
+}
+
+for (const [name, model] of Object.entries(SHAPES)) {
+  const config = configFromPresets(presets, "tiny", { model });
+  const trainer = new Trainer(device, config, { decodeInOneWorkgroup: true });
+  const chain = new Trainer(device, config, { decodeInOneWorkgroup: false });
+  const recompute = new RecomputeDecoder(trainer);
+  const prompt = Array.from(Buffer.from("ROMEO:"));
+  const job = { maxNewTokens: 30, temperature: 0.8, topK: 40, seed: 5, batchMs: Infinity };
+  const { kv, maxDiff, maxLogit } = await generateChecked(trainer, recompute, prompt, job);
   const host = Array.from(await recompute.generate(prompt, job));
   const chained = Array.from(await chain.generate(prompt, job));
   out[name] = { model: config.model, oneWorkgroup: Boolean(trainer.tokensPlan), chainOneWorkgroup: Boolean(chain.tokensPlan),
@@ -56,6 +64,24 @@ for (const [name, model] of Object.entries(SHAPES)) {
   recompute.destroy();
   chain.destroy();
   trainer.destroy();
+}
+// the window the kernel keeps: a prompt longer than the context (the upload rebuilds 28 rows), 100
+// tokens (six restarts inside batches), with each batch submitted ahead of the last one's read and without
+{
+  const config = configFromPresets(presets, "tiny");
+  const ahead = new Trainer(device, config, { decodeInOneWorkgroup: true });
+  const behind = new Trainer(device, config, { decodeInOneWorkgroup: true, decodeAhead: false });
+  const recompute = new RecomputeDecoder(ahead);
+  const prompt = Array.from(Buffer.from("ROMEO:\nWhat light through yonder window breaks? It is"));
+  const job = { maxNewTokens: 100, temperature: 0.8, topK: 40, seed: 3, batchMs: Infinity };
+  const { kv, maxDiff, maxLogit } = await generateChecked(ahead, recompute, prompt, job);
+  const host = Array.from(await recompute.generate(prompt, job));
+  const notAhead = Array.from(await behind.generate(prompt, job));
+  out.window = { prompt: prompt.length, tokens: kv.length, maxDiff, maxLogit, sameAsRecompute: kv.join() === host.join(),
+    sameNotAhead: notAhead.join() === host.join() };
+  recompute.destroy();
+  behind.destroy();
+  ahead.destroy();
 }
 // the rule: the tiny preset's batches take the decode chain until the kernel has compiled in the
 // background, then one workgroup, with the same tokens

@@ -123,7 +123,7 @@ for (const bad of [NaN, Infinity, -Infinity, 2 ** 62]) {
   }
 }
 
-// generation: the seeded tiny model; its ctx of 32 makes batches end at window restarts
+// generation: the seeded tiny model; its ctx of 32 makes the chain's batches end at window restarts
 const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
 const corpus = new Uint8Array(readFileSync(new URL("../../site/static/data/tinyshakespeare.txt", import.meta.url)));
 const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, null], [1e-4, 40, 20, null], [0.8, 40, 1, null],
@@ -135,16 +135,20 @@ for (const oneWorkgroup of [false, true]) {
   const recompute = new RecomputeDecoder(trainer);
   const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
   let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
-  const decodeBatch = trainer._decodeBatch.bind(trainer), decode = trainer._decode.bind(trainer);
-  trainer._decodeBatch = async (...args) => {
-    const steps = await decodeBatch(...args);
+  const decode = trainer._decode.bind(trainer);
+  // a batch of either path: the chain's (_decodeBatch, `prefill` where a rebuilt window opens it) or one
+  // workgroup's (_tokensBatch, `upload` where the host's window replaces the GPU's, counted as prefills)
+  const counted = (batch, opened) => async (...args) => {
+    const steps = await batch(...args);
     if (refuse !== null && steps.length > refuse) steps[refuse].certain = false;
     made.batches += 1;
-    made.prefills += args[3].prefill ? 1 : 0;
+    made.prefills += opened(args) ? 1 : 0;
     made.steps += steps.length;
     made.uncertain += steps.some((s) => !s.certain) ? 1 : 0;
     return steps;
   };
+  trainer._decodeBatch = counted(trainer._decodeBatch.bind(trainer), (args) => Boolean(args[3].prefill));
+  trainer._tokensBatch = counted(trainer._tokensBatch.bind(trainer), (args) => args[2].upload);
   trainer._decode = (...args) => { made.hostDecodes += 1; return decode(...args); };
   for (const [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:", batchMs = Infinity] of RUNS) {
     Object.keys(made).forEach((k) => { made[k] = 0; });

@@ -31,7 +31,7 @@ export function decodeTokensFits({ nHead: H, dModel: C, ctx, vocabSize: V }, lim
     && workgroupBytes(C, H, ctx) <= limit;
 }
 
-export const DECODE_TOKENS_UNIFORMS = ["past", "first", "steps", "V", "top_k", "greedy", "wte_off", "wpe_off", "block_off",
+export const DECODE_TOKENS_UNIFORMS = ["rebuild", "steps", "V", "top_k", "greedy", "wte_off", "wpe_off", "block_off",
   "block_stride", "ln1_w", "ln1_b", "qkv_w", "qkv_b", "qkv_stride", "o_w", "o_b", "ln2_w", "ln2_b", "in_w", "in_b", "out_w",
   "out_b", "lnf_w", "lnf_b", "kv_layer", "kv_stride"].map((n) => [n, "u32"]).concat([["temperature", "f32"], ["ln_eps", "f32"], ["scale", "f32"]]);
 
@@ -160,12 +160,157 @@ ${valueSums("v", "jr")}
       workgroupBarrier();`;
 }
 
-// Tokens: [0] the token of step `first` in, the last sampled one out; P: the parameters (manifest
-// order: wte at wte_off, wpe at wpe_off, block l's at block_off + l·block_stride with its tensors at
-// the *_w, *_b offsets from there; q, k, v weights and biases qkv_stride apart; ln_f at lnf_w, lnf_b);
-// KV: layer l's q, k and v rows (kvT, C) at l·kv_layer + {0, 1, 2}·kv_stride, this token's at row
-// past + s; draws: step s's uniform at s; samples: step s's record (sample_decode.js) at s·(V + 4).
-// Steps first..steps-1, step s at position past + s. Every offset a multiple of 4 floats.
+/** Floats of the kernel's scratch for rebuilding a window: every row's residual, LayerNorm output and fc_in output. */
+export const decodeRowsFloats = ({ dModel: C, ctx }) => 6 * C * ctx;
+
+// The window's rebuild (rows 0..R-1 of the KV cache from Window's tokens, positions 0..R-1): a prompt,
+// a window after a restart, or one the host sampled into. Every phase spreads the R rows' work over the
+// invocations, so a weight row is read once for the rows an invocation takes, and the rows' activations
+// live in `Rows` (vec4s: residuals at RES, LayerNorm and attention outputs at XS, fc_in's at HID), with a
+// storageBarrier between phases. It replaces the prefill's forward plan, 3 + 9L dispatches.
+
+// WGSL: layer l's parameters (blk) and its q, k and v rows in KV (vec4 indices)
+const LAYER_BASES = /* wgsl */ `    let blk = p.block_off + l * p.block_stride;
+    let q_base = l * p.kv_layer / 4u;
+    let k_base = q_base + p.kv_stride / 4u;
+    let v_base = k_base + p.kv_stride / 4u;`;
+
+// The largest divisor of n that is at most `most`: the k-steps a round of a loop's loads takes.
+const roundOf = (n, most) => Math.max(...range(most).map((u) => u + 1).filter((u) => n % u === 0));
+
+// WGSL: for each row r < R and vec4 c < C4, Rows[dst] row r = LayerNorm(Rows[src] row r) (weight, bias at
+// P's w, b). Each lane loads its row once, in rounds of loads issued together.
+const rowsNormalised = (C4, src, dst, w, b) => {
+  const U = roundOf(C4, 16);
+  const loads = range(U).map((u) => `        let x${u} = Rows[${src} + r * C4 + k0 + ${u}u];`).join("\n");
+  return /* wgsl */ `
+    for (var i = li; i < R * C4; i += THREADS) {
+      let r = i / C4;
+      let c = i % C4;
+      var sum = 0.0;
+      for (var k0 = 0u; k0 < C4; k0 += ${U}u) {
+${loads}
+        sum += ${range(U).map((u) => `(x${u}.x + x${u}.y) + (x${u}.z + x${u}.w)`).join(" + ")};
+      }
+      let mean = sum / f32(C);
+      var sq = 0.0;
+      for (var k0 = 0u; k0 < C4; k0 += ${U}u) {
+${loads}
+${range(U).map((u) => `        let d${u} = x${u} - mean;\n        sq += dot(d${u}, d${u});`).join("\n")}
+      }
+      let rstd = 1.0 / sqrt(sq / f32(C) + p.ln_eps);
+      Rows[${dst} + r * C4 + c] = (Rows[${src} + r * C4 + c] - mean) * rstd * P[(${w}) / 4u + c] + P[(${b}) / 4u + c];
+    }
+    storageBarrier();`;
+};
+
+/**
+ * WGSL of a product over R rows: for each row r and vec4 o4 of N4 outputs, y = (Σ_k Rows[src + r·K4 + k]
+ * · P[weight(4·o4 + j) + k] for j < 4) + bias(o4) (a WGSL vec4f), then store(y) (statements; r, o4 in
+ * scope). A lane takes one vec4 of outputs for a block of RB rows, so that each weight it loads serves
+ * RB rows; RB is the fewest rows that keep a window restart's ctx/2 rows to one pass of the
+ * invocations. Its loads go out in rounds of U k-steps at once: a round waits on memory once.
+ */
+const rowsProduct = ({ N4, K4, kvT, src, weight, bias, store }) => {
+  const RB = [1, 2, 4].find((rb) => N4 * Math.ceil(Math.floor(kvT / 2) / rb) <= THREADS) ?? 4;
+  const U = roundOf(K4, Math.max(1, Math.floor(24 / (4 + RB)))); // ≤ 24 vec4 loads in flight a lane
+  return /* wgsl */ `
+    for (var t = li; t < ${N4}u * ((R + ${RB - 1}u) / ${RB}u); t += THREADS) {
+      let o4 = t % ${N4}u;
+      let r0 = (t / ${N4}u) * ${RB}u;
+${range(RB).map((m) => `      let x${m}_row = ${src} + min(r0 + ${m}u, R - 1u) * ${K4}u;`).join("\n")}
+${range(4).map((j) => `      let w${j} = ${weight(`(4u * o4 + ${j}u)`)};`).join("\n")}
+${range(RB).map((m) => `      var a${m} = mat4x4f();`).join("\n")}
+      for (var k0 = 0u; k0 < ${K4}u; k0 += ${U}u) {
+${range(U).map((u) => range(4).map((j) => `        let w${j}_${u} = P[w${j} + k0 + ${u}u];`).join("\n")).join("\n")}
+${range(U).map((u) => range(RB).map((m) => `        let x${m}_${u} = Rows[x${m}_row + k0 + ${u}u];`).join("\n")).join("\n")}
+${range(U).map((u) => range(RB).map((m) => range(4).map((j) => `        a${m}[${j}] += x${m}_${u} * w${j}_${u};`).join("\n")).join("\n")).join("\n")}
+      }
+${range(RB).map((m) => `      if (r0 + ${m}u < R) {
+        let r = r0 + ${m}u;
+        let y = vec4f(${range(4).map((j) => `(a${m}[${j}].x + a${m}[${j}].y) + (a${m}[${j}].z + a${m}[${j}].w)`).join(", ")}) + ${bias};
+        ${store}
+      }`).join("\n")}
+    }
+    storageBarrier();`;
+};
+
+/**
+ * WGSL of every row's attention over its keys 0..r (causal), into Rows[XS]: lane (r, h, d) of a head's
+ * vec4 d keeps a running max and Σexp over the keys (one pass) and its vec4 of the weighted values,
+ * KU keys a round with their loads issued together (a key past r rereads key r, masked out).
+ */
+const rowsAttention = (H, D4) => {
+  const KU = Math.max(1, Math.min(4, Math.floor(16 / (D4 + 1))));
+  return /* wgsl */ `
+    for (var i = li; i < R * ${H * D4}u; i += THREADS) {
+      let r = i / ${H * D4}u;
+      let hd = i % ${H * D4}u;
+      let h = hd / ${D4}u;
+      let qb = q_base + r * C4 + h * ${D4}u;
+${range(D4).map((d) => `      let q${d} = KV[qb + ${d}u];`).join("\n")}
+      var mx = -1.0e30;
+      var lsum = 0.0;
+      var acc = vec4f(0.0);
+      for (var j0 = 0u; j0 <= r; j0 += ${KU}u) {
+${range(KU).map((u) => `        let j${u} = min(j0 + ${u}u, r);
+${range(D4).map((d) => `        let k${u}_${d} = KV[k_base + j${u} * C4 + h * ${D4}u + ${d}u];`).join("\n")}
+        let v${u} = KV[v_base + j${u} * C4 + hd];`).join("\n")}
+${range(KU).map((u) => `        let s${u} = (${range(D4).map((d) => `dot(q${d}, k${u}_${d})`).join(" + ")}) * p.scale;`).join("\n")}
+        let m = max(mx, ${range(KU).map((u) => `s${u}`).reduce((a, b) => `max(${a}, ${b})`)});
+        let shrink = exp(mx - m);
+${range(KU).map((u) => `        let e${u} = select(0.0, exp(s${u} - m), j0 + ${u}u <= r);`).join("\n")}
+        lsum = lsum * shrink + ${range(KU).map((u) => `e${u}`).join(" + ")};
+        acc = acc * shrink + ${range(KU).map((u) => `e${u} * v${u}`).join(" + ")};
+        mx = m;
+      }
+      Rows[XS + r * C4 + hd] = acc / lsum;
+    }
+    storageBarrier();`;
+};
+
+/** WGSL of fn rebuild_window(R, li): the KV cache's rows 0..R-1 from Window's tokens 0..R-1 (every layer). */
+function rebuildWindow(NL, H, C, kvT) {
+  const C4 = C / 4, blk = (name) => `blk + p.${name}`;
+  const qkv = rowsProduct({ N4: 3 * C4, K4: C4, kvT, src: "XS", weight: (o) => `(${blk("qkv_w")} + (${o} / C) * p.qkv_stride + (${o} % C) * C) / 4u`,
+    bias: `P[(${blk("qkv_b")} + (o4 / C4) * p.qkv_stride) / 4u + o4 % C4]`,
+    store: "KV[q_base + (o4 / C4) * (p.kv_stride / 4u) + r * C4 + o4 % C4] = y;" });
+  const oProj = rowsProduct({ N4: C4, K4: C4, kvT, src: "XS", weight: (o) => `(${blk("o_w")} + ${o} * C) / 4u`, bias: `P[(${blk("o_b")}) / 4u + o4]`,
+    store: "Rows[RES + r * C4 + o4] += y;" });
+  const fcIn = rowsProduct({ N4: 4 * C4, K4: C4, kvT, src: "XS", weight: (o) => `(${blk("in_w")} + ${o} * C) / 4u`, bias: `P[(${blk("in_b")}) / 4u + o4]`,
+    store: `Rows[HID + r * ${4 * C4}u + o4] = vec4f(gelu(y.x), gelu(y.y), gelu(y.z), gelu(y.w));` });
+  const fcOut = rowsProduct({ N4: C4, K4: 4 * C4, kvT, src: "HID", weight: (o) => `(${blk("out_w")} + ${o} * 4u * C) / 4u`,
+    bias: `P[(${blk("out_b")}) / 4u + o4]`, store: "Rows[RES + r * C4 + o4] += y;" });
+  return /* wgsl */ `
+fn rebuild_window(R: u32, li: u32) {
+  for (var i = li; i < R * C4; i += THREADS) {
+    let r = i / C4;
+    Rows[RES + i] = P[(p.wte_off + Window[1u + r] * C) / 4u + i % C4] + P[p.wpe_off / 4u + i];
+  }
+  storageBarrier();
+  for (var l = 0u; l < ${NL}u; l++) {
+${LAYER_BASES}
+${rowsNormalised(C4, "RES", "XS", blk("ln1_w"), blk("ln1_b"))}
+${qkv}
+${rowsAttention(H, C4 / H)}
+${oProj}
+${rowsNormalised(C4, "RES", "XS", blk("ln2_w"), blk("ln2_b"))}
+${fcIn}
+${fcOut}
+  }
+}
+`;
+}
+
+// Window: [0] the window's length w (its last token the next to decode, at position w - 1), then its
+// tokens; the kernel appends each sampled token, restarting a full window from its last ctx/2 tokens
+// (docs/determinism.md's context policy) and rebuilding their KV rows itself. P: the parameters
+// (manifest order: wte at wte_off, wpe at wpe_off, block l's at block_off + l·block_stride with its
+// tensors at the *_w, *_b offsets from there; q, k, v weights and biases qkv_stride apart; ln_f at
+// lnf_w, lnf_b); KV: layer l's q, k and v rows (kvT, C) at l·kv_layer + {0, 1, 2}·kv_stride; draws:
+// step s's uniform at s; samples: step s's record (sample_decode.js) at s·(V + 4); Rows: the rebuild's
+// scratch (decodeRowsFloats). With `rebuild`, rows 0..w-2 are rebuilt first (a window the host wrote).
+// Every offset a multiple of 4 floats.
 export function decodeTokens({ nLayer: NL, nHead: H, dModel: C, ctx: kvT }) {
   const C4 = C / 4, D = C / H;
   const blk = (name) => `blk + p.${name}`;
@@ -183,21 +328,31 @@ export function decodeTokens({ nLayer: NL, nHead: H, dModel: C, ctx: kvT }) {
   const logits = product({ name: "logit", N: THREADS, K4: C4, src: "xs", weightRow: (o) => `(p.wte_off + min(${o}, p.V - 1u) * C) / 4u`,
     epilogue: (o, v) => `scan[${o}] = ${v};` });
   return kernel(`decode_tokens_l${NL}_h${H}_c${C}_k${kvT}`, DECODE_TOKENS_UNIFORMS,
-    [["Tokens", "rw", "u32"], ["P", "read", "vec4f"], ["KV", "rw", "vec4f"], ["draws", "read"], ["samples", "rw"]], /* wgsl */ `${GELU_FNS}${workgroupSum(THREADS)}${SAMPLE_LOGITS}
+    [["Window", "rw", "u32"], ["P", "read", "vec4f"], ["KV", "rw", "vec4f"], ["draws", "read"], ["samples", "rw"], ["Rows", "rw", "vec4f"]],
+    /* wgsl */ `${GELU_FNS}${workgroupSum(THREADS)}${SAMPLE_LOGITS}
 const THREADS = ${THREADS}u;
 const C = ${C}u;
 const C4 = ${C4}u;
+const KV_T = ${kvT}u;
+const KEPT = ${Math.floor(kvT / 2)}u; // the tokens a full window restarts from
+const RES = 0u;
+const XS = ${kvT * C4}u;
+const HID = ${2 * kvT * C4}u;
+var<workgroup> window_length: u32;
 var<workgroup> scores: array<f32, ${H * kvT}>; // each head's scores
 var<workgroup> vparts: array<vec4f, THREADS>; // each value lane's sum
 var<workgroup> res: array<f32, C>;      // the residual stream
 var<workgroup> xs: array<f32, C>;       // a LayerNorm's output, or the heads' attention output
 var<workgroup> work: array<f32, ${4 * C}>; // q, k and v, then fc_in's GELU
-
+${rebuildWindow(NL, H, C, kvT)}
 @compute @workgroup_size(THREADS)
 fn decode_tokens(@builtin(local_invocation_index) li: u32) {
-  var token = Tokens[0];
-  for (var s = p.first; s < p.steps; s++) {
-    let pos = p.past + s;
+  if (li == 0u) { window_length = Window[0]; }
+  var w = workgroupUniformLoad(&window_length);
+  if (p.rebuild != 0u) { rebuild_window(w - 1u, li); }
+  var token = Window[w];
+  for (var s = 0u; s < p.steps; s++) {
+    let pos = w - 1u;
     let draw = draws[s]; // loaded now, used by the sampler at the step's end
     for (var c = li; c < C4; c += THREADS) {
       let e = P[(p.wte_off + token * C) / 4u + c] + P[(p.wpe_off + pos * C) / 4u + c];
@@ -205,10 +360,7 @@ fn decode_tokens(@builtin(local_invocation_index) li: u32) {
     }
     workgroupBarrier();
     for (var l = 0u; l < ${NL}u; l++) {
-      let blk = p.block_off + l * p.block_stride;
-      let q_base = l * p.kv_layer / 4u;
-      let k_base = q_base + p.kv_stride / 4u;
-      let v_base = k_base + p.kv_stride / 4u;
+${LAYER_BASES}
 ${ln1.loads}
 ${qkv.loads}
 ${ln1.math}
@@ -237,10 +389,23 @@ ${lnf.math}
 ${logits.math}
     let out = s * (p.V + 4u);
 ${sampleStep({ logitAt: (i) => `scan[${i}]`, V: "p.V", out: "out", topK: "p.top_k", greedy: "p.greedy", temperature: "p.temperature",
-    draw: "draw", storeToken: "Tokens[0] = picked.x;" })}
+    draw: "draw" })}
     if (picked.y == 0u) { break; }
+    // the token joins the window; a full one restarts from its last KEPT tokens, at positions 0..
+    if (w == KV_T) {
+      var kept = 0u;
+      if (li < KEPT) { kept = Window[1u + KV_T - KEPT + li]; }
+      storageBarrier();
+      if (li < KEPT) { Window[1u + li] = kept; }
+      storageBarrier();
+      w = KEPT;
+      rebuild_window(KEPT, li);
+    }
+    if (li == 0u) { Window[1u + w] = picked.x; }
+    w += 1u;
     token = picked.x;
   }
+  if (li == 0u) { Window[0] = w; }
 }
 `, "decode_tokens");
 }

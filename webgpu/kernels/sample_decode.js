@@ -128,10 +128,10 @@ fn sample_logits(li: u32, V: u32, top_k: u32, greedy: u32, temperature: f32, u: 
  * WGSL statements (uniform control flow; li in scope, and SAMPLE_LOGITS at module scope) sampling one
  * step from V logits at logitAt(i) (a WGSL f32 expression, i < V; V a WGSL u32 expression): the
  * step's record at `out` of `samples` (its logits, then the token and whether it is certain),
- * storeToken (WGSL statements, invocation 0) where the next step reads the token, and `picked`
+ * storeToken (WGSL statements, invocation 0; none by default) where the next step reads the token, and `picked`
  * (token, certain) left in scope.
  */
-export const sampleStep = ({ logitAt, V, out, topK, greedy, temperature, draw, storeToken }) => /* wgsl */ `
+export const sampleStep = ({ logitAt, V, out, topK, greedy, temperature, draw, storeToken = "" }) => /* wgsl */ `
   if (li < ${V}) { samples[${out} + 4u + li] = ${logitAt("li")}; }
   if (li < ${THREADS / 4}u) {
     var four = vec4<f32>(LOWEST);
