@@ -511,7 +511,7 @@ export class Ops {
   }
 
   /**
-   * Up to DECODE_BATCH tokens decoded and sampled in one dispatch of one workgroup (decode_tokens.js),
+   * Up to TOKENS_BATCH tokens decoded and sampled in one dispatch of one workgroup (decode_tokens.js),
    * the window kept on the GPU: model {nLayer, nHead, dModel, ctx, vocabSize}; values: the kernel's
    * uniforms (the batch's steps and whether to rebuild the window first, the parameters' offsets, the
    * KV cache's layout, the sampling's); buffers: window, params, kv (every layer's q/k/v views), draws,

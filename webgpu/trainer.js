@@ -17,6 +17,9 @@ const LOSS_RING = 8;
 // for a token (submit, the wait for the logits, sampling) cost as much as a tiny model's GPU work
 // (docs/performance.md §37–38); a batch streams to the page as one burst.
 export const DECODE_BATCH = 16;
+// The most steps of a batch in one workgroup (decode_tokens.js), whose window restarts do not end a
+// batch: fewer batches, fewer submits between a 512-token generation's steps (docs/performance.md §41).
+export const TOKENS_BATCH = 64;
 // A batch's tokens reach the page together, when its last step is done: on a slow adapter a batch
 // holds only as many steps as the last one ran in this long (a software adapter's step of a large
 // model takes ~0.7 s), so tokens keep streaming and Stop is heard within it.
@@ -273,9 +276,11 @@ function trainerBuffers(config, deferWeightGrads) {
   if (decodeTokensFits(m)) {
     add("generate window", 4 * (1 + T));
     add("generate rows", 4 * decodeRowsFloats(m));
-    add("generate draws ahead", 4 * DECODE_BATCH);
-    add("generate samples ahead", 4 * DECODE_BATCH * sampleRecordFloats(V));
-    add("samples readback ahead", 4 * DECODE_BATCH * sampleRecordFloats(V), false);
+    for (const i of [0, 1]) {
+      add(`tokens draws ${i}`, 4 * TOKENS_BATCH);
+      add(`tokens samples ${i}`, 4 * TOKENS_BATCH * sampleRecordFloats(V));
+      add(`tokens readback ${i}`, 4 * TOKENS_BATCH * sampleRecordFloats(V), false);
+    }
   }
   add("state readback", 4 * P, false); // exportState() and weights(): one at a time
   return list;
@@ -927,12 +932,12 @@ export class Trainer {
       this.genRows = this.buffer("generate rows", 4 * decodeRowsFloats(this.cfg), U().STORAGE);
       this.genWindowValues = new Uint32Array(1 + ctx);
       // two batches' draws and records, so that the next batch runs while this one's are read
-      const bytes = 4 * DECODE_BATCH * sampleRecordFloats(this.cfg.vocabSize);
-      this.tokenSlots = [{ draws: this.genDraws, samples: this.genSamples, read: this.genSamplesRead },
-        { draws: this.buffer("generate draws ahead", 4 * DECODE_BATCH, U().STORAGE | U().COPY_DST),
-          samples: this.buffer("generate samples ahead", bytes, U().STORAGE | U().COPY_SRC),
-          read: this.buffer("samples readback ahead", bytes, U().MAP_READ | U().COPY_DST) }];
-      for (const slot of this.tokenSlots) Object.assign(slot, { drawValues: new Float32Array(DECODE_BATCH), commands: null });
+      const bytes = 4 * TOKENS_BATCH * sampleRecordFloats(this.cfg.vocabSize);
+      this.tokenSlots = [0, 1].map((i) => ({
+        draws: this.buffer(`tokens draws ${i}`, 4 * TOKENS_BATCH, U().STORAGE | U().COPY_DST),
+        samples: this.buffer(`tokens samples ${i}`, bytes, U().STORAGE | U().COPY_SRC),
+        read: this.buffer(`tokens readback ${i}`, bytes, U().MAP_READ | U().COPY_DST),
+        drawValues: new Float32Array(TOKENS_BATCH), commands: null }));
       this.tokensSlot = 1; // the slot of the batch submitted last
       this.tokensFlight = null; // the batch submitted ahead: {slot, n, read}
     }
@@ -1140,7 +1145,7 @@ export class Trainer {
     const pass = enc.beginComputePass();
     this.tokensPlan.encode(pass, { first: index, end: index + 1 });
     pass.end();
-    enc.copyBufferToBuffer(slot.samples, 0, slot.read, 0, 4 * DECODE_BATCH * sampleRecordFloats(this.cfg.vocabSize));
+    enc.copyBufferToBuffer(slot.samples, 0, slot.read, 0, 4 * TOKENS_BATCH * sampleRecordFloats(this.cfg.vocabSize));
     return enc.finish();
   }
 
@@ -1265,8 +1270,8 @@ export class Trainer {
    * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
    * 0.., and the cache is rebuilt (one prefill forward); prompt tokens go through the same policy.
    * Where the GPU's sampler serves (_samplesOnGpu), up to DECODE_BATCH tokens are decoded and sampled
-   * in one submit: by the decode chain (_decodeBatch), a (re)built window's prefill first in it, or in
-   * one workgroup (_tokensBatch), which keeps the window and restarts it on the GPU, the next batch
+   * in one submit by the decode chain (_decodeBatch), a (re)built window's prefill first in it, or up
+   * to TOKENS_BATCH in one workgroup (_tokensBatch), which keeps the window and restarts it on the GPU, the next batch
    * submitted before this one is read. The host samples only the tokens the GPU could not tell for
    * certain: the tokens are sampleToken's either way.
    * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
@@ -1293,10 +1298,10 @@ export class Trainer {
     };
     let logits = onGpu ? null : await rebuild(); // the logits the host samples the next token from, if any
     const out = [];
-    // batches grow 1, 2, 4 .. DECODE_BATCH steps (fewer where the last one's steps took BATCH_MS): a
+    // batches grow 1, 2, 4 .. DECODE_BATCH (or TOKENS_BATCH) steps (fewer where the last one's steps took BATCH_MS): a
     // batch's first token reaches onToken when its last step is done, and the playground's first token
     // on a software adapter took 16 steps' time
-    let cap = 1, timeCap = DECODE_BATCH;
+    let cap = 1, timeCap = TOKENS_BATCH;
     const emit = (token, from) => {
       out.push(token);
       if (onToken) onToken(token, from);
@@ -1326,7 +1331,7 @@ export class Trainer {
       if (this.tokensPlan) { // one workgroup: the window, restarts included, stays on the GPU
         // a batch submitted ahead goes on from the GPU's window: its steps were set one batch before
         const n = synced && this.tokensFlight ? this.tokensFlight.n : Math.min(cap, maxNewTokens - out.length);
-        cap = Math.min(2 * cap, DECODE_BATCH, timeCap);
+        cap = Math.min(2 * cap, TOKENS_BATCH, timeCap);
         const next = Math.min(cap, maxNewTokens - out.length - n), started = performance.now();
         const steps = await this._tokensBatch(window, n, { temperature, topK, stream, upload: !synced, next });
         timeCap = Math.max(1, Math.floor(batchMs / ((performance.now() - started) / n)));

@@ -7,7 +7,7 @@
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../node_gpu.js";
 import { Plan } from "../plan.js";
-import { Trainer, DECODE_BATCH } from "../trainer.js";
+import { Trainer, TOKENS_BATCH } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 import { sampleDecodeValues } from "../ops.js";
 import { raiseClocks, replayMicroseconds } from "./replay.mjs";
@@ -24,7 +24,7 @@ trainer.ops.decodeTokens(plan, { model: trainer.cfg, values: { ...trainer._decod
   window: trainer.genWindow, params: trainer.params, kv: trainer.gen.kv, draws: slot.draws, samples: slot.samples, rows: trainer.genRows });
 plan.freeze();
 // a mid-range uniform for every step: its token is certain but for rare ties, so that no batch stops early
-device.queue.writeBuffer(slot.draws, 0, new Float32Array(DECODE_BATCH).fill(0.5));
+device.queue.writeBuffer(slot.draws, 0, new Float32Array(TOKENS_BATCH).fill(0.5));
 const setWindow = (length) => device.queue.writeBuffer(trainer.genWindow, 0, Uint32Array.from({ length: 1 + ctx }, (_, i) => (i === 0 ? length : 10 + (i % 50))));
 
 await raiseClocks(device, trainer.ops);
