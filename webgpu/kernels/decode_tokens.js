@@ -6,7 +6,7 @@
 // model's token was mostly launches: here a token costs one workgroup's work, which for a model of
 // a few MB is less. A step whose token the sampler cannot call certain ends the loop; the host
 // samples it (Trainer.generate), as after the chain's sampler.
-import { kernel, range, workgroupSum } from "./kernel.js";
+import { kernel, range } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
 import { SAMPLE_LOGITS, sampleStep } from "./sample_decode.js";
 
@@ -19,7 +19,7 @@ const HOISTED = 16; // vec4 loads of a product an invocation may issue ahead of 
 const lanesFor = (N) => Math.max(1, Math.min(8, 2 ** Math.floor(Math.log2(THREADS / N))));
 
 /** Bytes of workgroup memory for width C, H heads and a window of kvT keys. */
-const workgroupBytes = (C, H, kvT) => 4 * (C + C + 4 * C) + 4 * THREADS + 4 * H * kvT + 16 * THREADS + 16 * (THREADS / 4) + 4 * 2 * THREADS + 32;
+const workgroupBytes = (C, H, kvT) => 4 * (C + C + 4 * C) + 4 * THREADS + 4 * H * kvT + 16 * THREADS + 16 * (THREADS / 4) + 8 * 2 * THREADS + 32;
 
 /**
  * Whether the kernel serves a model (nLayer, nHead, dModel C, ctx, vocabSize V) on a device with
@@ -326,10 +326,10 @@ export function decodeTokens({ nLayer: NL, nHead: H, dModel: C, ctx: kvT }) {
   const fcOut = product({ name: "fcout", N: C, K4: C, src: "work", weightRow: (o) => `(${blk("out_w")} + ${o} * 4u * C) / 4u`,
     bias: (o) => scalarP(`${blk("out_b")} + ${o}`), epilogue: (o, v) => `res[${o}] = res[${o}] + ${v};` });
   const logits = product({ name: "logit", N: THREADS, K4: C4, src: "xs", weightRow: (o) => `(p.wte_off + min(${o}, p.V - 1u) * C) / 4u`,
-    epilogue: (o, v) => `scan[${o}] = ${v};` });
+    epilogue: (o, v) => `scan[${o}].x = ${v};` });
   return kernel(`decode_tokens_l${NL}_h${H}_c${C}_k${kvT}`, DECODE_TOKENS_UNIFORMS,
     [["Window", "rw", "u32"], ["P", "read", "vec4f"], ["KV", "rw", "vec4f"], ["draws", "read"], ["samples", "rw"], ["Rows", "rw", "vec4f"]],
-    /* wgsl */ `${GELU_FNS}${workgroupSum(THREADS)}${SAMPLE_LOGITS}
+    /* wgsl */ `${GELU_FNS}${SAMPLE_LOGITS}
 const THREADS = ${THREADS}u;
 const C = ${C}u;
 const C4 = ${C4}u;
@@ -341,6 +341,7 @@ const HID = ${2 * kvT * C4}u;
 var<workgroup> window_length: u32;
 var<workgroup> scores: array<f32, ${H * kvT}>; // each head's scores
 var<workgroup> vparts: array<vec4f, THREADS>; // each value lane's sum
+var<workgroup> red: array<f32, THREADS>; // a product's lanes' partial sums
 var<workgroup> res: array<f32, C>;      // the residual stream
 var<workgroup> xs: array<f32, C>;       // a LayerNorm's output, or the heads' attention output
 var<workgroup> work: array<f32, ${4 * C}>; // q, k and v, then fc_in's GELU
@@ -388,7 +389,7 @@ ${lnf.math}
     // the tied head: logits into the sampler's scan buffer, which sampleStep reads before it scans
 ${logits.math}
     let out = s * (p.V + 4u);
-${sampleStep({ logitAt: (i) => `scan[${i}]`, V: "p.V", out: "out", topK: "p.top_k", greedy: "p.greedy", temperature: "p.temperature",
+${sampleStep({ logitAt: (i) => `scan[${i}].x`, V: "p.V", out: "out", topK: "p.top_k", greedy: "p.greedy", temperature: "p.temperature",
     draw: "draw" })}
     if (picked.y == 0u) { break; }
     // the token joins the window; a full one restarts from its last KEPT tokens, at positions 0..

@@ -12,11 +12,13 @@
 // - a = (x − m)/T in f32: |a|·3·2^-24; in float64 (x/T − m/T): (|x| + |m|)/T·2^-52.
 // - exp(a): WGSL allows 3 + 2|a| ULP; the bound takes 16 + 8|a| ULP (2^-23 each, relative).
 // - prefix sums, each a tree of depth 8: 8·2^-24·S; python's sequential cumsum in float64: n·2^-53·S.
+//   The error terms are summed in the same scan (a second lane of it), so that their sum costs no
+//   barriers of its own; any order bounds them alike.
 // - the threshold u·S: u rounded to f32 and the product, 2·2^-24·S; the differences, 2^-24·S each;
 //   the margin takes 2^-20·S for them.
 // A token is certain where the threshold lies more than twice the sums' bound plus that margin from
 // both edges: 2 of the test's 1,600 random rows fall back to the host (tests/test_webgpu_sample_decode.py).
-import { kernel, workgroupSum } from "./kernel.js";
+import { kernel } from "./kernel.js";
 
 const THREADS = 256;
 
@@ -35,8 +37,8 @@ export const SAMPLE_DECODE_UNIFORMS = [["V", "u32"], ["top_k", "u32"], ["greedy"
 /**
  * WGSL (module scope) of sample_logits(li, V, top_k, greedy, temperature, u), which samples a token
  * from the logits in workgroup array `logit4` (vec4s, the lowest f32 past V: the caller fills it
- * and puts a barrier after) and returns (token, certain) to every invocation. Needs kernel.js's
- * workgroupSum(THREADS) (wg_sum) in scope. Call from uniform control flow.
+ * and puts a barrier after) and returns (token, certain) to every invocation. Call from uniform
+ * control flow.
  */
 export const SAMPLE_LOGITS = /* wgsl */ `
 const ULP = 1.1920929e-7;        // 2^-23
@@ -45,14 +47,14 @@ const NONE = 0xffffffffu;
 const LOWEST = -3.40282346e38f;
 // the logits 4 at a time (the rank loop's loads), past V the lowest f32 (a logit that low is unusable anyway)
 var<workgroup> logit4: array<vec4<f32>, ${THREADS / 4}>;
-var<workgroup> scan: array<f32, ${2 * THREADS}>; // prefix sums, two buffers a round
+var<workgroup> scan: array<vec2<f32>, ${2 * THREADS}>; // prefix sums of (probability, its error), two buffers a round
 var<workgroup> top: u32;                 // the largest logit's index (the lowest of ties)
 var<workgroup> pick: atomic<u32>;        // the first index whose prefix sum exceeds the threshold
 var<workgroup> unusable: atomic<u32>;    // 1 where a logit is not finite or past 2^60
 var<workgroup> sampled: vec2<u32>;       // (token, certain)
 
 // the prefix sum before index i (0 before the first) in the scan's buffer at src
-fn prefix_before(src: u32, i: u32) -> f32 { return select(0.0, scan[src + max(i, 1u) - 1u], i > 0u); }
+fn prefix_before(src: u32, i: u32) -> f32 { return select(0.0, scan[src + max(i, 1u) - 1u].x, i > 0u); }
 
 fn sample_logits(li: u32, V: u32, top_k: u32, greedy: u32, temperature: f32, u: f32) -> vec2<u32> {
   let valid = li < V;
@@ -85,7 +87,7 @@ fn sample_logits(li: u32, V: u32, top_k: u32, greedy: u32, temperature: f32, u: 
     err = prob * ((16.0 + 8.0 * abs(a)) * ULP + (abs(x) + abs(m)) / temperature * F64_ULP4);
   }
   // inclusive prefix sums of the kept probabilities in byte order
-  scan[li] = prob;
+  scan[li] = vec2<f32>(prob, err);
   workgroupBarrier();
   var src = 0u;
   for (var d = 1u; d < ${THREADS}u; d = d << 1u) {
@@ -96,10 +98,10 @@ fn sample_logits(li: u32, V: u32, top_k: u32, greedy: u32, temperature: f32, u: 
     src = dst;
     workgroupBarrier();
   }
-  let err_sum = wg_sum(err, li);
-  let total = scan[src + ${THREADS - 1}u];
+  let err_sum = scan[src + ${THREADS - 1}u].y;
+  let total = scan[src + ${THREADS - 1}u].x;
   let t = u * total;
-  let cum = scan[src + li];
+  let cum = scan[src + li].x;
   let before = prefix_before(src, li);
   if (valid && cum > t && before <= t) { atomicMin(&pick, li); }
   workgroupBarrier();
@@ -113,7 +115,7 @@ fn sample_logits(li: u32, V: u32, top_k: u32, greedy: u32, temperature: f32, u: 
       let margin = 2.0 * sum_err + total * (8.0 * ULP);
       certain = certain && chosen < V;
       if (certain) {
-        let upper = scan[src + chosen];
+        let upper = scan[src + chosen].x;
         let lower = prefix_before(src, chosen);
         certain = upper - t > margin && t - lower > margin;
         token = chosen;
@@ -152,7 +154,7 @@ export const sampleStep = ({ logitAt, V, out, topK, greedy, temperature, draw, s
 // tokens: [0] becomes the sampled token, which the next step's embedding reads; samples: step's
 // record at step · sampleRecordFloats(V).
 export const sampleDecode = kernel("sample_decode", SAMPLE_DECODE_UNIFORMS,
-  [["logits", "read"], ["draws", "read"], ["tokens", "rw", "u32"], ["samples", "rw"]], /* wgsl */ `${workgroupSum(THREADS)}${SAMPLE_LOGITS}
+  [["logits", "read"], ["draws", "read"], ["tokens", "rw", "u32"], ["samples", "rw"]], /* wgsl */ `${SAMPLE_LOGITS}
 
 @compute @workgroup_size(${THREADS})
 fn sample_decode(@builtin(local_invocation_index) li: u32) {
