@@ -33,15 +33,16 @@ def test_tokens_in_one_workgroup_match_the_full_forward(driver, shape):
 
 
 def test_the_window_kept_on_the_gpu_restarts_inside_batches(driver):
-    """The kernel keeps the window: a prompt longer than the context is uploaded and its rows rebuilt in the
-    kernel, and 100 tokens restart the window inside batches; with each batch submitted ahead of the last
-    one's read (decodeAhead) and without, the tokens are the recompute decoder's."""
+    """The kernel keeps the window: a prompt that leaves a full window is uploaded and its 31 rows (the most)
+    rebuilt in the kernel, and 100 tokens restart the window inside batches; with each batch submitted ahead
+    of the last one's read (decodeAhead) and without, the tokens are the recompute decoder's."""
     r = driver["window"]
-    print(f"tiny, a prompt of {r['prompt']} bytes, {r['tokens']} tokens: logits vs the full forward: max abs "
+    print(f"tiny, a prompt of {r['prompt']} bytes ({r['rebuilt']} rows rebuilt), {r['tokens']} tokens: logits vs "
+          f"the full forward: max abs "
           f"difference {r['maxDiff']:.3g} (largest logit {r['maxLogit']:.3g}); as the recompute decoder's "
           f"{r['sameAsRecompute']}, not ahead {r['sameNotAhead']}")
     assert r["maxDiff"] < 2e-6 * max(1.0, r["maxLogit"])
-    assert r["sameAsRecompute"] and r["sameNotAhead"] and r["tokens"] == 100
+    assert r["rebuilt"] == 31 and r["sameAsRecompute"] and r["sameNotAhead"] and r["tokens"] == 100
 
 
 def test_the_rule_takes_tiny_once_its_kernel_has_compiled(driver):

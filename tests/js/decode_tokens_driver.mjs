@@ -65,19 +65,26 @@ for (const [name, model] of Object.entries(SHAPES)) {
   chain.destroy();
   trainer.destroy();
 }
-// the window the kernel keeps: a prompt longer than the context (the upload rebuilds 28 rows), 100
-// tokens (six restarts inside batches), with each batch submitted ahead of the last one's read and without
+// the window the kernel keeps: a prompt that leaves a full window (the upload rebuilds ctx − 1 = 31
+// rows, the most), then 100 tokens (seven restarts, inside batches), with each batch submitted ahead of
+// the last one's read and without
 {
   const config = configFromPresets(presets, "tiny");
   const ahead = new Trainer(device, config, { decodeInOneWorkgroup: true });
   const behind = new Trainer(device, config, { decodeInOneWorkgroup: true, decodeAhead: false });
   const recompute = new RecomputeDecoder(ahead);
-  const prompt = Array.from(Buffer.from("ROMEO:\nWhat light through yonder window breaks? It is"));
+  const uploads = []; // the window length of each upload (its rows but the last are rebuilt)
+  const batch = ahead._tokensBatch.bind(ahead);
+  ahead._tokensBatch = (window, n, options) => {
+    if (options.upload) uploads.push(window.length);
+    return batch(window, n, options);
+  };
+  const prompt = Array.from(Buffer.from("ROMEO:\nBut soft, what light through yonder windo")); // 48 bytes: a window of 32 left
   const job = { maxNewTokens: 100, temperature: 0.8, topK: 40, seed: 3, batchMs: Infinity };
   const { kv, maxDiff, maxLogit } = await generateChecked(ahead, recompute, prompt, job);
   const host = Array.from(await recompute.generate(prompt, job));
   const notAhead = Array.from(await behind.generate(prompt, job));
-  out.window = { prompt: prompt.length, tokens: kv.length, maxDiff, maxLogit, sameAsRecompute: kv.join() === host.join(),
+  out.window = { prompt: prompt.length, rebuilt: uploads[0] - 1, tokens: kv.length, maxDiff, maxLogit, sameAsRecompute: kv.join() === host.join(),
     sameNotAhead: notAhead.join() === host.join() };
   recompute.destroy();
   behind.destroy();
