@@ -1076,7 +1076,7 @@ export class Trainer {
       this._uploadPrefillTokens(prefill);
       this.samplePlan.update(DECODE_BATCH, { logits_off: pos * this.cfg.vocabSize });
     }
-    this._uploadDraws(n, temperature, stream);
+    this._uploadDraws(this.genDraws, this.genDrawValues, n, { temperature, stream });
     this.genToken[0] = token;
     this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
     this.device.queue.submit([commands]);
@@ -1098,13 +1098,9 @@ export class Trainer {
    */
   async _tokensBatch(window, n, { temperature, topK, stream, upload, next = 0 }) {
     this._setSampling(temperature, topK);
-    let flight = this.tokensFlight;
+    if (upload) await this._landTokens();
+    const flight = this.tokensFlight ?? this._submitTokens(n, { window: upload ? window : null, temperature, stream, drawsFrom: 0 });
     this.tokensFlight = null;
-    if (flight && upload) {
-      await this._landTokens(flight);
-      flight = null;
-    }
-    flight ??= this._submitTokens(n, { window: upload ? window : null, temperature, stream, drawsFrom: 0 });
     if (next > 0 && this.decodeAhead) this.tokensFlight = this._submitTokens(next, { window: null, temperature, stream, drawsFrom: flight.n });
     await flight.read;
     return this._readSamples(this.tokenSlots[flight.slot].read, flight.n);
@@ -1123,17 +1119,17 @@ export class Trainer {
       this.genWindowValues.set(window, 1);
       this.device.queue.writeBuffer(this.genWindow, 0, this.genWindowValues, 0, 1 + window.length);
     }
-    if (temperature !== 0) for (let step = 0; step < n; step++) slot.drawValues[step] = stream.peekUniform(drawsFrom + step);
-    this.device.queue.writeBuffer(slot.draws, 0, slot.drawValues);
+    this._uploadDraws(slot.draws, slot.drawValues, n, { temperature, stream, from: drawsFrom });
     this.device.queue.submit([slot.commands ?? this._tokensCommands(index)]);
     const read = mapForReading(slot.read, "sampled tokens");
     slot.commands = this._tokensCommands(index);
     return { slot: index, n, read };
   }
 
-  /** Waits out a batch submitted ahead whose records are not wanted (the window changed under it). */
-  async _landTokens(flight = this.tokensFlight) {
-    if (flight === this.tokensFlight) this.tokensFlight = null;
+  /** Waits out the batch submitted ahead, if any, whose records are not wanted (the window changed under it). */
+  async _landTokens() {
+    const flight = this.tokensFlight;
+    this.tokensFlight = null;
     if (!flight) return;
     await flight.read;
     this.tokenSlots[flight.slot].read.unmap();
@@ -1157,10 +1153,10 @@ export class Trainer {
     this.sampling = values;
   }
 
-  /** A batch's n uniforms (step s the one s draws ahead of the stream; none at temperature 0). */
-  _uploadDraws(n, temperature, stream) {
-    if (temperature !== 0) for (let step = 0; step < n; step++) this.genDrawValues[step] = stream.peekUniform(step);
-    this.device.queue.writeBuffer(this.genDraws, 0, this.genDrawValues);
+  /** A batch's n uniforms into `draws` through `values` (step s the one from + s draws ahead of the stream; none at temperature 0). */
+  _uploadDraws(draws, values, n, { temperature, stream, from = 0 }) {
+    if (temperature !== 0) for (let step = 0; step < n; step++) values[step] = stream.peekUniform(from + step);
+    this.device.queue.writeBuffer(draws, 0, values);
   }
 
   /** The n step records of a batch mapped in `read` as {token, certain, logits}; unmaps it. */
@@ -1336,7 +1332,6 @@ export class Trainer {
         const steps = await this._tokensBatch(window, n, { temperature, topK, stream, upload: !synced, next });
         timeCap = Math.max(1, Math.floor(batchMs / ((performance.now() - started) / n)));
         synced = true;
-        prefill = false;
         await take(steps, false);
         continue;
       }
