@@ -7,7 +7,7 @@
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
 import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount, decodeChainParts, sampleDecodeValues } from "./ops.js";
 import { sampleDecodeFits, sampleDecodeServes, sampleRecordFloats } from "./kernels/sample_decode.js";
-import { decodeRowsFloats, decodeTokensFits } from "./kernels/decode_tokens.js";
+import { decodeRowsFloats, decodeShadowFloats, decodeTokensFits, decodeTokensShadows } from "./kernels/decode_tokens.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileCount, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
@@ -248,7 +248,7 @@ function trainerBuffers(config, deferWeightGrads) {
   const activations = (label, B, T, kvT, kept = [], ownQkv = true, qkvLayers = false) => {
     const s = activationFloats(m, B, T, kvT);
     for (const k of kept) add(`${label} ${activationLabel(k)}`, 4 * L * slotFloats(s.layer[k]));
-    if (qkvLayers) add(`${label} qkv`, 4 * L * 3 * slotFloats(s.qkv));
+    if (qkvLayers) add(`${label} qkv`, 4 * (L * 3 * slotFloats(s.qkv) + decodeShadowFloats(m)));
     for (let l = 0; l < L; l++) {
       for (const [k, n] of Object.entries(s.layer)) if (!kept.includes(k)) add(`${label} ${activationLabel(k)}`, 4 * n);
       if (ownQkv && !qkvLayers) add(`${label} qkv`, 4 * 3 * slotFloats(s.qkv));
@@ -382,9 +382,12 @@ export class Trainer {
    *   decodeInOneWorkgroup: a batch's decoded tokens in one workgroup (decode_tokens.js) or the decode
    *   chain; by default by the rule (_decodesInOneWorkgroup)
    *   decodeAhead: in one workgroup, submit the next batch before this one's tokens are read (default true)
+   *   decodeNextWindow: in one workgroup, each step computes its token's row of the next window, so
+   *   that a restart copies rows instead of rebuilding them (default true, where decodeTokensShadows
+   *   says they fit; false for a benchmark's column)
    */
   constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined,
-    deferWeightGrads = undefined, decodeInOneWorkgroup = undefined, decodeAhead = true } = {}) {
+    deferWeightGrads = undefined, decodeInOneWorkgroup = undefined, decodeAhead = true, decodeNextWindow = true } = {}) {
     checkModel(config.model);
     this.device = device;
     this.cfg = config.model;
@@ -402,6 +405,7 @@ export class Trainer {
     this.deferred = deferWeightGrads ?? defersWeightGradients(this.cfg, this.tr.batch * this.cfg.ctx);
     this.decodeInOneWorkgroup = decodeInOneWorkgroup;
     this.decodeAhead = decodeAhead;
+    this.decodeNextWindow = decodeNextWindow && decodeTokensShadows(this.cfg);
     matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
     if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
     this.ops = new Ops(device, { softwareTiles: matmulTiles === "software", subgroupWidth });
@@ -456,7 +460,8 @@ export class Trainer {
    * layer activations held as one buffer of L slots each (in `kept`, by name), each layer's a view.
    * qkvOf: another set whose layers' q, k and v views these layers use (as large: kvT·B·C floats each).
    * qkvLayers: every layer's q, k and v views in one buffer (`kv`), layer l's 3·stride floats from
-   * l·3·stride, for a kernel that reads every layer's KV cache (decode_tokens.js).
+   * l·3·stride, for a kernel that reads every layer's KV cache (decode_tokens.js), which keeps the
+   * next window's rows past them (decodeShadowFloats).
    */
   _activations(label, B, T, kvT, keptNames = [], qkvOf = null, qkvLayers = false) {
     const { nLayer: L } = this.cfg, S = U().STORAGE | U().COPY_SRC;
@@ -468,7 +473,7 @@ export class Trainer {
       return [k, { buffer: this.buffer(`${label} ${activationLabel(k)}`, 4 * L * slot, S), slot }];
     }));
     const view = (k, l) => ({ buffer: kept[k].buffer, offset: 4 * l * kept[k].slot, size: 4 * sizes.layer[k] });
-    const kv = qkvLayers ? this.buffer(`${label} qkv`, 4 * L * 3 * slotFloats(sizes.qkv), S) : null;
+    const kv = qkvLayers ? this.buffer(`${label} qkv`, 4 * (L * 3 * slotFloats(sizes.qkv) + decodeShadowFloats(this.cfg)), S) : null;
     const layers = [];
     for (let l = 0; l < L; l++) {
       layers.push({ ...make(sizes.layer), ...Object.fromEntries(keptNames.map((k) => [k, view(k, l)])),
@@ -977,7 +982,7 @@ export class Trainer {
     if (this.decodeInOneWorkgroup === true) this._buildTokensPlan();
     else {
       // a failure leaves the chain in place (this.tokensError says why): the chain is what the rule replaces
-      this.tokensReady = this.ops.prepareDecodeTokens(this.cfg)
+      this.tokensReady = this.ops.prepareDecodeTokens(this.cfg, this.decodeNextWindow)
         .then(() => { if (this.buffers.length) this._buildTokensPlan(); }, (e) => { this.tokensError = e; }); // no buffers: destroyed
     }
   }
@@ -987,7 +992,7 @@ export class Trainer {
     this.tokensPlan = new Plan(this.device, this.ops.pipelines, "decode tokens");
     for (const { draws, samples } of this.tokenSlots) {
       this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: { ...this._decodeTokensValues(), ...this.sampling },
-        window: this.genWindow, params: this.params, kv: this.gen.kv, draws, samples, rows: this.genRows });
+        window: this.genWindow, params: this.params, kv: this.gen.kv, draws, samples, rows: this.genRows, next: this.decodeNextWindow });
     }
     this.tokensPlan.freeze();
   }

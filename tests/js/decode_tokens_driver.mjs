@@ -16,12 +16,13 @@ const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json"
 // the tiny preset; a width whose q/k/v and fc_in products take two passes and whose fc_out takes
 // rounds of loads in a loop (C = 128); one whose outputs, rows and heads divide unevenly (C = 84, 7
 // heads of 12 whose 3 vec4s do not divide the invocations, 3 layers: the decode chain does not take it,
-// so the second trainer decodes with one-row products). Short windows, so that generation restarts
-// them (a prefill opens the batch after).
+// so the second trainer decodes with one-row products; an odd window, whose restart keeps 12 tokens
+// from position 13). Short windows, so that generation restarts them. Tiny and uneven compute the next
+// window's rows in each step; wide's two rows would not fit, so its restarts rebuild them.
 const SHAPES = {
   tiny: {},
   wide: { nLayer: 2, nHead: 4, dModel: 128, ctx: 20 },
-  uneven: { nLayer: 3, nHead: 7, dModel: 84, ctx: 24 },
+  uneven: { nLayer: 3, nHead: 7, dModel: 84, ctx: 25 },
 };
 const out = {};
 
@@ -60,6 +61,7 @@ for (const [name, model] of Object.entries(SHAPES)) {
   const host = Array.from(await recompute.generate(prompt, job));
   const chained = Array.from(await chain.generate(prompt, job));
   out[name] = { model: config.model, oneWorkgroup: Boolean(trainer.tokensPlan), chainOneWorkgroup: Boolean(chain.tokensPlan),
+    nextWindow: trainer.decodeNextWindow,
     tokens: kv.length, maxDiff, maxLogit, sameAsRecompute: kv.join() === host.join(), sameAsChain: kv.join() === chained.join() };
   recompute.destroy();
   chain.destroy();

@@ -1,5 +1,6 @@
 // The WGSL trainer's two ways to decode a batch, side by side under Node (npm `webgpu`, Dawn): each
-// batch's steps in one workgroup (decode_tokens.js; with the next batch submitted ahead, and without)
+// batch's steps in one workgroup (decode_tokens.js; with the next batch submitted ahead, and without;
+// with the next window's rows computed by each step, and with a restart that rebuilds them instead)
 // and the decode chain with a sampler dispatch a step, with the recompute decoder beside them; same seeded weights, prompt and sampling, rounds of the three
 // in turn (replay.mjs roundsInTurn), median tokens/s. docs/performance.md §40 measured the rule
 // (DECODE_IN_ONE_WORKGROUP_MAX_WIDTH in trainer.js) with it. A software adapter's figures say nothing.
@@ -29,6 +30,7 @@ for (const name of names) {
   }
   const one = new Trainer(device, config, { decodeInOneWorkgroup: true });
   const behind = new Trainer(device, config, { decodeInOneWorkgroup: true, decodeAhead: false });
+  const rebuild = new Trainer(device, config, { decodeInOneWorkgroup: true, decodeNextWindow: false });
   const chain = new Trainer(device, config, { decodeInOneWorkgroup: false });
   const recompute = new RecomputeDecoder(chain);
   const timed = async (decoder, maxNewTokens) => {
@@ -36,18 +38,20 @@ for (const name of names) {
     const tokens = await decoder.generate([10], { maxNewTokens, ...SAMPLING });
     return { ms: performance.now() - t0, tokens: Array.from(tokens) };
   };
-  for (const decoder of [one, behind, chain, recompute]) await timed(decoder, 16); // pipelines and plans on first use
-  const r = await roundsInTurn({ one: () => timed(one, newTokens), behind: () => timed(behind, newTokens),
+  for (const decoder of [one, behind, rebuild, chain, recompute]) await timed(decoder, 16); // pipelines and plans on first use
+  const r = await roundsInTurn({ one: () => timed(one, newTokens), behind: () => timed(behind, newTokens), rebuild: () => timed(rebuild, newTokens),
     chain: () => timed(chain, newTokens), recompute: () => timed(recompute, newTokens) }, ROUNDS);
   const rate = (mode) => Math.round(newTokens / (r[mode].ms / 1e3));
   const ratio = (mode) => +(rate(mode) / rate("recompute")).toFixed(2);
-  console.log(JSON.stringify({ preset: name, oneWorkgroup: rate("one"), oneNotAhead: rate("behind"), chain: rate("chain"),
+  console.log(JSON.stringify({ preset: name, oneWorkgroup: rate("one"), oneNotAhead: rate("behind"), oneRebuilding: rate("rebuild"),
+    nextWindowRows: one.decodeNextWindow, chain: rate("chain"),
     recompute: rate("recompute"), oneVsRecompute: ratio("one"), oneNotAheadVsRecompute: ratio("behind"), chainVsRecompute: ratio("chain"),
-    sameTokens: ["behind", "chain", "recompute"].every((mode) => r[mode].tokens.join() === r.one.tokens.join()),
+    sameTokens: ["behind", "rebuild", "chain", "recompute"].every((mode) => r[mode].tokens.join() === r.one.tokens.join()),
     rounds: r.one.roundsMs.length }));
   recompute.destroy();
   one.destroy();
   behind.destroy();
+  rebuild.destroy();
   chain.destroy();
 }
 device.destroy();

@@ -1,45 +1,86 @@
 // What a one-workgroup decode batch (decode_tokens.js) spends its time on, under Node (npm `webgpu`, Dawn):
 // the window's rebuild of R rows alone (a batch of no steps), and a batch of 16 steps in the steady state,
-// where the window restarts once every 16 tokens (tiny's ctx of 32) and so includes one rebuild of 16 rows.
-// Each figure is replayMicroseconds' (replays in one submit less one alone): no host round trip in it.
+// where the window restarts once every 16 tokens (tiny's ctx of 32). Both variants of the kernel: each
+// step computing its token's row of the next window too, whose restart copies rows ("next"), and the
+// restart rebuilding 16 rows ("rebuild"). Each figure is replayMicroseconds' (replays in one submit
+// less one alone): no host round trip in it.
 //   node webgpu/bench/decode_tokens_parts.mjs [preset, default tiny]
-// Prints one JSON line: µs of each rebuild, of the batch of 16, and of a step less the restart's rebuild.
+// Then the same batch's token on the model with 1-4 layers (the kernel's default variant): the slope
+// is what a layer costs a step, the rest (the embedding, ln_f, the head and the sampler) its intercept;
+// and with widths of 16-64 (heads of 16): a step bound by its work grows as C², one bound by its
+// chains of dependent loads and barriers hardly grows, less where the weights fit in L1.
+// Prints one JSON line: µs of each rebuild, of the batch of 16 and of a token (the batch ÷ 16) per
+// variant, of a step less the restart's rebuild (the rebuilding variant), and of a token by layers.
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../node_gpu.js";
 import { Plan } from "../plan.js";
 import { Trainer, TOKENS_BATCH } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 import { sampleDecodeValues } from "../ops.js";
-import { raiseClocks, replayMicroseconds } from "./replay.mjs";
+import { raiseClocks, replay, replayMicroseconds } from "./replay.mjs";
 
 const { device, info } = await nodeDevice();
 const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
 const name = process.argv[2] ?? "tiny";
 const config = configFromPresets(presets, name), ctx = config.model.ctx;
-const trainer = new Trainer(device, config, { decodeInOneWorkgroup: true });
-trainer._buildGeneration();
-const plan = new Plan(device, trainer.ops.pipelines, "decode tokens parts");
-const slot = trainer.tokenSlots[0];
-trainer.ops.decodeTokens(plan, { model: trainer.cfg, values: { ...trainer._decodeTokensValues(), ...sampleDecodeValues(0.8, 40) },
-  window: trainer.genWindow, params: trainer.params, kv: trainer.gen.kv, draws: slot.draws, samples: slot.samples, rows: trainer.genRows });
-plan.freeze();
-// a mid-range uniform for every step: its token is certain but for rare ties, so that no batch stops early
-device.queue.writeBuffer(slot.draws, 0, new Float32Array(TOKENS_BATCH).fill(0.5));
-const setWindow = (length) => device.queue.writeBuffer(trainer.genWindow, 0, Uint32Array.from({ length: 1 + ctx }, (_, i) => (i === 0 ? length : 10 + (i % 50))));
+const draws = new Float32Array(TOKENS_BATCH).fill(0.5);
+
+/** A trainer of `model` and its one-dispatch plans, keyed by variant ("next" only where it fits), with the steps' draws set. */
+function planned(model) {
+  const trainer = new Trainer(device, configFromPresets(presets, name, { model }), { decodeInOneWorkgroup: true });
+  trainer._buildGeneration();
+  const slot = trainer.tokenSlots[0];
+  const planOf = (next) => {
+    const plan = new Plan(device, trainer.ops.pipelines, `decode tokens parts ${next}`);
+    trainer.ops.decodeTokens(plan, { model: trainer.cfg, values: { ...trainer._decodeTokensValues(), ...sampleDecodeValues(0.8, 40) },
+      window: trainer.genWindow, params: trainer.params, kv: trainer.gen.kv, draws: slot.draws, samples: slot.samples, rows: trainer.genRows, next });
+    plan.freeze();
+    return plan;
+  };
+  // a mid-range uniform for every step: its token is certain but for rare ties, so that no batch stops early
+  device.queue.writeBuffer(slot.draws, 0, draws);
+  return { trainer, plans: { rebuild: planOf(false), ...(trainer.decodeNextWindow ? { next: planOf(true) } : {}) } };
+}
+const main = planned({});
+const layers = [1, 2, 3, 4].map((nLayer) => planned({ nLayer }));
+const widths = [16, 32, 48, 64].map((dModel) => planned({ dModel, nHead: dModel / 16 }));
+const trainer = main.trainer, variants = main.plans;
+const setWindow = (t, length) => device.queue.writeBuffer(t.genWindow, 0, Uint32Array.from({ length: 1 + ctx }, (_, i) => (i === 0 ? length : 10 + (i % 50))));
+
+/** µs of a batch of 16 steps of `plan` in the steady state, from a rebuilt window of ctx/2 + 1 (whose next window's rows are the steps' to make). */
+async function batchOf16(t, plan) {
+  setWindow(t, Math.floor(ctx / 2) + 1);
+  plan.update(0, { rebuild: 1, steps: 0 });
+  await replay(device, plan, 1);
+  plan.update(0, { rebuild: 0, steps: 16 });
+  return replayMicroseconds(device, plan, 40);
+}
 
 await raiseClocks(device, trainer.ops);
 const out = { adapter: [info.vendor, info.architecture, info.description].filter(Boolean).join(" "), preset: name, rebuildUs: {} };
+const plan = variants.rebuild;
 for (const rows of [1, 8, Math.floor(ctx / 2), ctx - 1]) {
-  setWindow(rows + 1);
+  setWindow(trainer, rows + 1);
   plan.update(0, { rebuild: 1, steps: 0 });
   out.rebuildUs[rows] = +(await replayMicroseconds(device, plan, 40)).toFixed(1);
 }
-setWindow(Math.floor(ctx / 2) + 1);
-plan.update(0, { rebuild: 0, steps: 16 });
-out.batchOf16Us = +(await replayMicroseconds(device, plan, 40)).toFixed(1);
-out.stepUs = +((out.batchOf16Us - out.rebuildUs[Math.floor(ctx / 2)] * (16 / (ctx - Math.floor(ctx / 2)))) / 16).toFixed(1);
+for (const [variant, p] of Object.entries(variants)) {
+  const us = await batchOf16(trainer, p);
+  out[variant] = { batchOf16Us: +us.toFixed(1), tokenUs: +(us / 16).toFixed(2) };
+}
+out.stepUs = +((out.rebuild.batchOf16Us - out.rebuildUs[Math.floor(ctx / 2)] * (16 / (ctx - Math.floor(ctx / 2)))) / 16).toFixed(1);
+out.tokenUsByLayers = {};
+for (const { trainer: t, plans } of layers) {
+  out.tokenUsByLayers[t.cfg.nLayer] = +((await batchOf16(t, plans.next ?? plans.rebuild)) / 16).toFixed(2);
+}
+out.tokenUsByWidth = {};
+for (const { trainer: t, plans } of widths) {
+  out.tokenUsByWidth[t.cfg.dModel] = +((await batchOf16(t, plans.next ?? plans.rebuild)) / 16).toFixed(2);
+}
 console.log(JSON.stringify(out));
-plan.destroy();
-trainer.destroy();
+for (const { trainer: t, plans } of [main, ...layers, ...widths]) {
+  for (const p of Object.values(plans)) p.destroy();
+  t.destroy();
+}
 device.destroy();
 process.exit(0);

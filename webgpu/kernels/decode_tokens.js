@@ -18,8 +18,12 @@ const HOISTED = 16; // vec4 loads of a product an invocation may issue ahead of 
 /** Invocations an output of a product with N outputs: a power of two, at most 8, all N in one pass where they fit. */
 const lanesFor = (N) => Math.max(1, Math.min(8, 2 ** Math.floor(Math.log2(THREADS / N))));
 
-/** Bytes of workgroup memory for width C, H heads and a window of kvT keys. */
-const workgroupBytes = (C, H, kvT) => 4 * (C + C + 4 * C) + 4 * THREADS + 4 * H * kvT + 16 * THREADS + 16 * (THREADS / 4) + 8 * 2 * THREADS + 32;
+/** Bytes of workgroup memory for width C, H heads, a window of kvT keys and `rows` rows a step (2: the next window's too). */
+const workgroupBytes = (C, H, kvT, rows = 1) => 4 * rows * (C + C + 4 * C) + 4 * rows * THREADS + 4 * H * (kvT + (rows - 1) * keptOf(kvT))
+  + 16 * THREADS + 16 * (THREADS / 4) + 8 * 2 * THREADS + 32;
+
+// A full window restarts from its last KEPT tokens (docs/determinism.md's context policy).
+const keptOf = (kvT) => Math.floor(kvT / 2);
 
 /**
  * Whether the kernel serves a model (nLayer, nHead, dModel C, ctx, vocabSize V) on a device with
@@ -31,6 +35,18 @@ export function decodeTokensFits({ nHead: H, dModel: C, ctx, vocabSize: V }, lim
     && workgroupBytes(C, H, ctx) <= limit;
 }
 
+/**
+ * Whether each step also computes the next window's row of its token (its KV rows at its position
+ * less ctx − ⌊ctx/2⌋), so that a window's restart copies rows instead of rebuilding them: where both
+ * rows fit WebGPU's default 16 KiB and half the invocations cover a row's q, k and v. A fixed rule,
+ * not the device's, since the generation's KV cache is laid out by it (decodeShadowFloats).
+ */
+export const decodeTokensShadows = (model) => decodeTokensFits(model) && model.dModel <= 128
+  && workgroupBytes(model.dModel, model.nHead, model.ctx, 2) <= 16384;
+
+/** Floats of the next window's q, k and v rows (every layer's, ⌊ctx/2⌋ each) past the KV cache's layers, where the kernel keeps them. */
+export const decodeShadowFloats = (model) => (decodeTokensShadows(model) ? 3 * model.nLayer * keptOf(model.ctx) * model.dModel : 0);
+
 export const DECODE_TOKENS_UNIFORMS = ["rebuild", "steps", "V", "top_k", "greedy", "wte_off", "wpe_off", "block_off",
   "block_stride", "ln1_w", "ln1_b", "qkv_w", "qkv_b", "qkv_stride", "o_w", "o_b", "ln2_w", "ln2_b", "in_w", "in_b", "out_w",
   "out_b", "lnf_w", "lnf_b", "kv_layer", "kv_stride"].map((n) => [n, "u32"]).concat([["temperature", "f32"], ["ln_eps", "f32"], ["scale", "f32"]]);
@@ -41,21 +57,24 @@ const scalarP = (i) => `P[(${i}) / 4u][(${i}) % 4u]`;
 const vec4At = (a, i) => `vec4f(${a}[4u * (${i})], ${a}[4u * (${i}) + 1u], ${a}[4u * (${i}) + 2u], ${a}[4u * (${i}) + 3u])`;
 
 /**
- * WGSL of a product with one row: for each output o < N, value = Σ_k src's vec4 k · P[weightRow(o) + k]
- * (k < K4; src an f32 workgroup array) plus bias(o) (a WGSL f32 expression; none where null), then
- * epilogue(o, value) (WGSL statements, once per output). lanesFor(N) invocations an output take a
- * strided share of the row and meet in a fixed order in `red`. Returns {loads, math}: where an
- * invocation's loads are few (≤ HOISTED vec4s), `loads` issues them all (names prefixed `name`), to
- * be placed ahead of the work before the product so that their latency hides behind it; else they
- * are in `math`, LOADS at a time. `math` runs the product: uniform control flow, ends with a barrier.
+ * WGSL of a product over the step's `rows` rows: for each output o < N and row r, value = Σ_k src's vec4
+ * k of row r · P[weightRow(o) + k] (k < K4; src an f32 workgroup array, its rows 4·K4 floats apart)
+ * plus bias(o) (a WGSL f32 expression; none where null), then epilogue(o, value, r) (WGSL statements,
+ * once per output and row). lanesFor(N) invocations an output take a strided share of the row and
+ * meet in a fixed order in `red`; each weight a lane loads serves every row. Returns {loads, math}:
+ * where an invocation's loads are few (≤ HOISTED vec4s), `loads` issues them all (names prefixed
+ * `name`), to be placed ahead of the work before the product so that their latency hides behind it;
+ * else they are in `math`, LOADS at a time. `math` runs the product: uniform control flow, ends with
+ * a barrier.
  */
-function product({ name, N, K4, src, weightRow, bias = null, epilogue }) {
+function product({ name, N, K4, src, weightRow, bias = null, epilogue, rows = 1 }) {
   const L = lanesFor(N), G = THREADS / L, passes = Math.ceil(N / G), steps = Math.ceil(K4 / L);
   const hoisted = passes * steps <= HOISTED;
+  const R = range(rows);
   const k = (k0, u) => `${name}_lane + (${k0} + ${u}u) * ${L}u`; // the vec4 of the row that step u of a round from k0 takes
   const weights = (n, k0, count, w) => range(count).map((u) => `let ${w(u)} = P[${name}_row${n} + min(${k(k0, u)}, ${K4 - 1}u)];`).join("\n");
-  const fmas = (k0, count, w) => range(count).map((u) =>
-    `acc += select(vec4f(0.0), ${vec4At(src, `min(${k(k0, u)}, ${K4 - 1}u)`)}, ${k(k0, u)} < ${K4}u) * ${w(u)};`).join("\n");
+  const fmas = (k0, count, w) => range(count).map((u) => R.map((r) =>
+    `acc${r} += select(vec4f(0.0), ${vec4At(src, `${r * K4}u + min(${k(k0, u)}, ${K4 - 1}u)`)}, ${k(k0, u)} < ${K4}u) * ${w(u)};`).join("\n")).join("\n");
   const head = (n) => `let ${name}_o${n} = min(${n * G}u + li / ${L}u, ${N - 1}u);
 let ${name}_row${n} = ${weightRow(`${name}_o${n}`)};${bias ? `\nlet ${name}_b${n} = ${bias(`${name}_o${n}`)};` : ""}`;
   const hw = (n) => (u) => `${name}_w${n}_${u}`;
@@ -67,17 +86,17 @@ let ${name}_row${n} = ${weightRow(`${name}_o${n}`)};${bias ? `\nlet ${name}_b${n
   {
     let o = ${name}_o${n};
     let lane = ${name}_lane;
-    var acc = vec4f(0.0);
+${R.map((r) => `    var acc${r} = vec4f(0.0);`).join("\n")}
 ${sums(n)}
-    let part = (acc.x + acc.y) + (acc.z + acc.w);
+${R.map((r) => `    let part${r} = (acc${r}.x + acc${r}.y) + (acc${r}.z + acc${r}.w);`).join("\n")}
 ${L === 1 ? `    if (${n * G}u + li < ${N}u) {
-      ${epilogue("o", value(n, "part"))}
-    }` : `    red[li] = part;
+${R.map((r) => `      ${epilogue("o", value(n, `part${r}`), r)}`).join("\n")}
+    }` : `${R.map((r) => `    red[${r * THREADS}u + li] = part${r};`).join("\n")}
     workgroupBarrier();
     if (lane == 0u && ${n * G}u + li / ${L}u < ${N}u) {
-      var dot = 0.0;
-      for (var u = 0u; u < ${L}u; u++) { dot += red[li + u]; }
-      ${epilogue("o", value(n, "dot"))}
+${R.map((r) => `      var dot${r} = 0.0;
+      for (var u = 0u; u < ${L}u; u++) { dot${r} += red[${r * THREADS}u + li + u]; }
+      ${epilogue("o", value(n, `dot${r}`), r)}`).join("\n")}
     }
     workgroupBarrier();`}
   }`;
@@ -86,85 +105,106 @@ ${L === 1 ? `    if (${n * G}u + li < ${N}u) {
 }
 
 /**
- * WGSL: xs = LayerNorm(res) with weight and bias at P's `w`, `b` (as layernorm_forward), as
- * {loads (an invocation's weight and bias, names prefixed `name`, to be placed ahead), math}. Every
- * invocation sums the row itself, in the same order: C reads of workgroup memory cost less than a
- * tree's barriers. math ends with a barrier.
+ * WGSL: xs = LayerNorm(res) with weight and bias at P's `w`, `b` (as layernorm_forward), for each of
+ * the step's `rows` rows (C floats apart; invocations li / SPAN take row li / SPAN), as {loads (an
+ * invocation's weight and bias, names prefixed `name`, to be placed ahead), math}. Every invocation
+ * sums its row itself, in the same order: C reads of workgroup memory cost less than a tree's
+ * barriers. math ends with a barrier.
  */
-const normalised = (name, w, b) => ({
-  loads: `let ${name}_w = ${scalarP(`${w} + min(li, C - 1u)`)};\nlet ${name}_b = ${scalarP(`${b} + min(li, C - 1u)`)};`,
-  math: /* wgsl */ `
+const normalised = (name, w, b, rows = 1) => {
+  const span = THREADS / rows, c = rows > 1 ? `li % ${span}u` : "li", base = rows > 1 ? `(li / ${span}u) * C` : "0u";
+  return {
+    loads: `let ${name}_w = ${scalarP(`${w} + min(${c}, C - 1u)`)};\nlet ${name}_b = ${scalarP(`${b} + min(${c}, C - 1u)`)};`,
+    math: /* wgsl */ `
   {
+    let base = ${base};
     var sum = 0.0;
-    for (var k = 0u; k < C4; k++) { let x = ${vec4At("res", "k")}; sum += (x.x + x.y) + (x.z + x.w); }
+    for (var k = 0u; k < C4; k++) { let x = ${vec4At("res", "base / 4u + k")}; sum += (x.x + x.y) + (x.z + x.w); }
     let mean = sum / f32(C);
     var sq = 0.0;
-    for (var k = 0u; k < C4; k++) { let d = ${vec4At("res", "k")} - mean; sq += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w); }
+    for (var k = 0u; k < C4; k++) { let d = ${vec4At("res", "base / 4u + k")} - mean; sq += (d.x * d.x + d.y * d.y) + (d.z * d.z + d.w * d.w); }
     let rstd = 1.0 / sqrt(sq / f32(C) + p.ln_eps);
-    if (li < C) { xs[li] = (res[li] - mean) * rstd * ${name}_w + ${name}_b; }
+    let c = ${c};
+    if (c < C) { xs[base + c] = (res[base + c] - mean) * rstd * ${name}_w + ${name}_b; }
   }
   workgroupBarrier();`,
-});
+  };
+};
 
 /**
- * WGSL of every head's attention for the query in `work` (q: its first C floats) over keys 0..keys-1
- * of the KV cache (rows from k_base, v_base), into xs. First a score an invocation (head, key); then
- * lane (g, c) of G key groups and C4 vec4s of the row finds its head's max and Σexp itself (each
- * lane in the same order) and sums the values of keys g, g + G, ...; the groups meet in order.
+ * WGSL of every head's attention for the step's `rows` queries in `work` (row r's q: its first C floats
+ * from r·4C) into xs (row r from r·C): row 0 over keys 0..keys-1 of the KV cache (rows from k_base,
+ * v_base), row 1 (the next window's) over skeys keys from sk_base, sv_base. First a score an
+ * invocation (row, head, key); then invocations li / SPAN take row li / SPAN: lane (g, c) of G key
+ * groups and C4 vec4s of the row finds its head's max and Σexp itself (each lane in the same order)
+ * and sums the values of keys g, g + G, ...; the groups meet in order.
  */
-function attendAll(H, D, kvT) {
-  const C4 = (H * D) / 4, D4 = D / 4, G = Math.floor(THREADS / C4);
-  const valueLoads = (n, jr) => range(UNROLL).map((u) => `        let ${n}${u} = KV[v_base + min(${jr} + ${u * G}u, keys - 1u) * C4 + c];`).join("\n");
+function attendAll(H, D, kvT, rows) {
+  const C4 = (H * D) / 4, D4 = D / 4, span = THREADS / rows, G = Math.floor(span / C4), kept = keptOf(kvT);
+  const ofRow = (main, next) => (rows > 1 ? `select(${main}, ${next}, r == 1u)` : main);
+  const valueLoads = (n, jr) => range(UNROLL).map((u) => `        let ${n}${u} = KV[vb + min(${jr} + ${u * G}u, n - 1u) * C4 + c];`).join("\n");
   const valueSums = (n, jr) => range(UNROLL).map((u) =>
-    `        acc += select(0.0, exp(scores[hs + min(${jr} + ${u * G}u, keys - 1u)] - mx), ${jr} + ${u * G}u < keys) * ${n}${u};`).join("\n");
+    `        acc += select(0.0, exp(scores[hs + min(${jr} + ${u * G}u, n - 1u)] - mx), ${jr} + ${u * G}u < n) * ${n}${u};`).join("\n");
   return /* wgsl */ `
-      for (var i = li; i < ${H}u * keys; i += THREADS) {
-        let h = i / keys;
-        let j = i % keys;
-        let kb = k_base + j * C4 + h * ${D4}u;
-        scores[h * ${kvT}u + j] = (${range(D4).map((d) => `dot(${vec4At("work", `h * ${D4}u + ${d}u`)}, KV[kb + ${d}u])`).join(" + ")}) * p.scale;
+      {
+      for (var i = li; i < ${H}u * ${rows > 1 ? "(keys + skeys)" : "keys"}; i += THREADS) {
+        let r = ${rows > 1 ? `select(0u, 1u, i >= ${H}u * keys)` : "0u"};
+        let n = ${ofRow("keys", "skeys")};
+        let ir = i - r * ${H}u * keys;
+        let h = ir / n;
+        let j = ir % n;
+        let kb = ${ofRow("k_base", "sk_base")} + j * C4 + h * ${D4}u;
+        scores[r * ${H * kvT}u + h * ${ofRow(`${kvT}u`, `${kept}u`)} + j] = (${range(D4).map((d) =>
+    `dot(${vec4At("work", `r * C + h * ${D4}u + ${d}u`)}, KV[kb + ${d}u])`).join(" + ")}) * p.scale;
       }
       workgroupBarrier();
       var lsum = 1.0;
-      if (li < ${G * C4}u) {
-        let c = li % C4;
-        let g = li / C4;
-        let hs = (c / ${D4}u) * ${kvT}u;
+      let r = ${rows > 1 ? `li / ${span}u` : "0u"};
+      let lr = li % ${span}u;
+      if (lr < ${G * C4}u) {
+        let c = lr % C4;
+        let g = lr / C4;
+        let n = ${ofRow("keys", "skeys")};
+        let vb = ${ofRow("v_base", "sv_base")};
+        let hs = r * ${H * kvT}u + (c / ${D4}u) * ${ofRow(`${kvT}u`, `${kept}u`)};
 ${valueLoads("f", "g")}
         // the head's max and Σexp, UNROLL scores loaded at once (a key past the last rereads it)
         var mx = -1.0e30;
-        for (var j = 0u; j < keys; j += ${UNROLL}u) {
-${range(UNROLL).map((u) => `          let m${u} = scores[hs + min(j + ${u}u, keys - 1u)];`).join("\n")}
+        for (var j = 0u; j < n; j += ${UNROLL}u) {
+${range(UNROLL).map((u) => `          let m${u} = scores[hs + min(j + ${u}u, n - 1u)];`).join("\n")}
           mx = max(mx, ${range(UNROLL).map((u) => `m${u}`).reduce((a, b) => `max(${a}, ${b})`)});
         }
         lsum = 0.0;
-        for (var j = 0u; j < keys; j += ${UNROLL}u) {
-${range(UNROLL).map((u) => `          let e${u} = select(0.0, exp(scores[hs + min(j + ${u}u, keys - 1u)] - mx), j + ${u}u < keys);`).join("\n")}
+        for (var j = 0u; j < n; j += ${UNROLL}u) {
+${range(UNROLL).map((u) => `          let e${u} = select(0.0, exp(scores[hs + min(j + ${u}u, n - 1u)] - mx), j + ${u}u < n);`).join("\n")}
 ${range(UNROLL).map((u) => `          lsum += e${u};`).join("\n")}
         }
         var acc = vec4f(0.0);
 ${valueSums("f", "g")}
-        for (var jr = g + ${UNROLL * G}u; jr < keys; jr += ${UNROLL * G}u) {
+        for (var jr = g + ${UNROLL * G}u; jr < n; jr += ${UNROLL * G}u) {
 ${valueLoads("v", "jr")}
 ${valueSums("v", "jr")}
         }
         vparts[li] = acc;
       }
       workgroupBarrier();
-      if (li < C4) {
+      if (lr < C4) {
         var total = vec4f(0.0);
-        for (var u = 0u; u < ${G}u; u++) { total += vparts[u * C4 + li]; }
+        for (var u = 0u; u < ${G}u; u++) { total += vparts[r * ${span}u + u * C4 + lr]; }
         let y = total / lsum;
-        xs[4u * li] = y.x; xs[4u * li + 1u] = y.y; xs[4u * li + 2u] = y.z; xs[4u * li + 3u] = y.w;
+        let at = r * C + 4u * lr;
+        xs[at] = y.x; xs[at + 1u] = y.y; xs[at + 2u] = y.z; xs[at + 3u] = y.w;
       }
-      workgroupBarrier();`;
+      workgroupBarrier();
+      }`;
 }
 
 /** Floats of the kernel's scratch for rebuilding a window: every row's residual, LayerNorm output and fc_in output. */
 export const decodeRowsFloats = ({ dModel: C, ctx }) => 6 * C * ctx;
 
-// The window's rebuild (rows 0..R-1 of the KV cache from Window's tokens, positions 0..R-1): a prompt,
-// a window after a restart, or one the host sampled into. Every phase spreads the R rows' work over the
+// The window's rebuild (rows 0..R-1 of the KV cache from Window's tokens first..first+R-1, at positions
+// 0..R-1): a prompt, a window after a restart, or one the host sampled into; with `next`, the next
+// window's rows (the shadow past the cache's layers) of a window the host sampled into. Every phase spreads the R rows' work over the
 // invocations, so a weight row is read once for the rows an invocation takes, and the rows' activations
 // live in `Rows` (vec4s: residuals at RES, LayerNorm and attention outputs at XS, fc_in's at HID), with a
 // storageBarrier between phases. It replaces the prefill's forward plan, 3 + 9L dispatches.
@@ -174,6 +214,11 @@ const LAYER_BASES = /* wgsl */ `    let blk = p.block_off + l * p.block_stride;
     let q_base = l * p.kv_layer / 4u;
     let k_base = q_base + p.kv_stride / 4u;
     let v_base = k_base + p.kv_stride / 4u;`;
+
+// WGSL: layer l's q, k and v rows of the next window (the shadow: KEPT rows a view, vec4 indices)
+const NEXT_BASES = /* wgsl */ `    let sq_base = next_base(l);
+    let sk_base = sq_base + KEPT * C4;
+    let sv_base = sk_base + KEPT * C4;`;
 
 // The largest divisor of n that is at most `most`: the k-steps a round of a loop's loads takes.
 const roundOf = (n, most) => Math.max(...range(most).map((u) => u + 1).filter((u) => n % u === 0));
@@ -269,12 +314,15 @@ ${range(KU).map((u) => `        let e${u} = select(0.0, exp(s${u} - m), j0 + ${u
     storageBarrier();`;
 };
 
-/** WGSL of fn rebuild_window(R, li): the KV cache's rows 0..R-1 from Window's tokens 0..R-1 (every layer). */
+/**
+ * WGSL of fn rebuild_window(R, first, next, li): the KV cache's rows 0..R-1 (every layer) from Window's
+ * tokens first..first+R-1 at positions 0..R-1; with `next`, the next window's rows (the shadow).
+ */
 function rebuildWindow(NL, H, C, kvT) {
   const C4 = C / 4, blk = (name) => `blk + p.${name}`;
   const qkv = rowsProduct({ N4: 3 * C4, K4: C4, kvT, src: "XS", weight: (o) => `(${blk("qkv_w")} + (${o} / C) * p.qkv_stride + (${o} % C) * C) / 4u`,
     bias: `P[(${blk("qkv_b")} + (o4 / C4) * p.qkv_stride) / 4u + o4 % C4]`,
-    store: "KV[q_base + (o4 / C4) * (p.kv_stride / 4u) + r * C4 + o4 % C4] = y;" });
+    store: "KV[q_base + (o4 / C4) * view + r * C4 + o4 % C4] = y;" });
   const oProj = rowsProduct({ N4: C4, K4: C4, kvT, src: "XS", weight: (o) => `(${blk("o_w")} + ${o} * C) / 4u`, bias: `P[(${blk("o_b")}) / 4u + o4]`,
     store: "Rows[RES + r * C4 + o4] += y;" });
   const fcIn = rowsProduct({ N4: 4 * C4, K4: C4, kvT, src: "XS", weight: (o) => `(${blk("in_w")} + ${o} * C) / 4u`, bias: `P[(${blk("in_b")}) / 4u + o4]`,
@@ -282,14 +330,18 @@ function rebuildWindow(NL, H, C, kvT) {
   const fcOut = rowsProduct({ N4: C4, K4: 4 * C4, kvT, src: "HID", weight: (o) => `(${blk("out_w")} + ${o} * 4u * C) / 4u`,
     bias: `P[(${blk("out_b")}) / 4u + o4]`, store: "Rows[RES + r * C4 + o4] += y;" });
   return /* wgsl */ `
-fn rebuild_window(R: u32, li: u32) {
+fn rebuild_window(R: u32, first: u32, next: bool, li: u32) {
   for (var i = li; i < R * C4; i += THREADS) {
     let r = i / C4;
-    Rows[RES + i] = P[(p.wte_off + Window[1u + r] * C) / 4u + i % C4] + P[p.wpe_off / 4u + i];
+    Rows[RES + i] = P[(p.wte_off + Window[1u + first + r] * C) / 4u + i % C4] + P[p.wpe_off / 4u + i];
   }
   storageBarrier();
   for (var l = 0u; l < ${NL}u; l++) {
-${LAYER_BASES}
+    let blk = p.block_off + l * p.block_stride;
+    let view = select(p.kv_stride / 4u, KEPT * C4, next);
+    let q_base = select(l * p.kv_layer / 4u, next_base(l), next);
+    let k_base = q_base + view;
+    let v_base = k_base + view;
 ${rowsNormalised(C4, "RES", "XS", blk("ln1_w"), blk("ln1_b"))}
 ${qkv}
 ${rowsAttention(H, C4 / H)}
@@ -303,77 +355,114 @@ ${fcOut}
 }
 
 // Window: [0] the window's length w (its last token the next to decode, at position w - 1), then its
-// tokens; the kernel appends each sampled token, restarting a full window from its last ctx/2 tokens
-// (docs/determinism.md's context policy) and rebuilding their KV rows itself. P: the parameters
-// (manifest order: wte at wte_off, wpe at wpe_off, block l's at block_off + l·block_stride with its
-// tensors at the *_w, *_b offsets from there; q, k, v weights and biases qkv_stride apart; ln_f at
-// lnf_w, lnf_b); KV: layer l's q, k and v rows (kvT, C) at l·kv_layer + {0, 1, 2}·kv_stride; draws:
-// step s's uniform at s; samples: step s's record (sample_decode.js) at s·(V + 4); Rows: the rebuild's
-// scratch (decodeRowsFloats). With `rebuild`, rows 0..w-2 are rebuilt first (a window the host wrote).
-// Every offset a multiple of 4 floats.
-export function decodeTokens({ nLayer: NL, nHead: H, dModel: C, ctx: kvT }) {
-  const C4 = C / 4, D = C / H;
+// tokens; the kernel appends each sampled token, restarting a full window from its last KEPT = ⌊ctx/2⌋
+// tokens (docs/determinism.md's context policy). P: the parameters (manifest order: wte at wte_off,
+// wpe at wpe_off, block l's at block_off + l·block_stride with its tensors at the *_w, *_b offsets
+// from there; q, k, v weights and biases qkv_stride apart; ln_f at lnf_w, lnf_b); KV: layer l's q, k
+// and v rows (kvT, C) at l·kv_layer + {0, 1, 2}·kv_stride, then (with `next`) the next window's rows
+// (decodeShadowFloats); draws: step s's uniform at s; samples: step s's record (sample_decode.js) at
+// s·(V + 4); Rows: the rebuild's scratch (decodeRowsFloats). With `rebuild`, rows 0..w-2 are rebuilt
+// first (a window the host wrote). Every offset a multiple of 4 floats.
+//
+// With `next` (decodeTokensShadows), a step at position pos ≥ NEXT_FROM = ctx − KEPT also computes
+// its token's row in the window that the restart will leave (position pos − NEXT_FROM): one more row
+// through every product, on weights the step loads anyway. A restart then copies those rows in place
+// of rebuild_window's KEPT rows, which cost a tiny window about as much as 4.5 steps
+// (docs/performance.md §42). Without it, a restart rebuilds.
+export function decodeTokens({ nLayer: NL, nHead: H, dModel: C, ctx: kvT }, next = false) {
+  const C4 = C / 4, D = C / H, rows = next ? 2 : 1, span = THREADS / rows, kept = keptOf(kvT);
   const blk = (name) => `blk + p.${name}`;
-  const ln1 = normalised("ln1", blk("ln1_w"), blk("ln1_b")), ln2 = normalised("ln2", blk("ln2_w"), blk("ln2_b"));
+  const ln1 = normalised("ln1", blk("ln1_w"), blk("ln1_b"), rows), ln2 = normalised("ln2", blk("ln2_w"), blk("ln2_b"), rows);
   const lnf = normalised("lnf", "p.lnf_w", "p.lnf_b");
   // q, k and v: output o is row o % C of the (o / C)-th projection
-  const qkv = product({ name: "qkv", N: 3 * C, K4: C4, src: "xs", weightRow: (o) => `(${blk("qkv_w")} + (${o} / C) * p.qkv_stride + (${o} % C) * C) / 4u`,
-    bias: (o) => scalarP(`${blk("qkv_b")} + (${o} / C) * p.qkv_stride + ${o} % C`), epilogue: (o, v) => `work[${o}] = ${v};` });
-  const oProj = product({ name: "oproj", N: C, K4: C4, src: "xs", weightRow: (o) => `(${blk("o_w")} + ${o} * C) / 4u`,
-    bias: (o) => scalarP(`${blk("o_b")} + ${o}`), epilogue: (o, v) => `res[${o}] = res[${o}] + ${v};` });
-  const fcIn = product({ name: "fcin", N: 4 * C, K4: C4, src: "xs", weightRow: (o) => `(${blk("in_w")} + ${o} * C) / 4u`,
-    bias: (o) => scalarP(`${blk("in_b")} + ${o}`), epilogue: (o, v) => `work[${o}] = gelu(${v});` });
-  const fcOut = product({ name: "fcout", N: C, K4: C, src: "work", weightRow: (o) => `(${blk("out_w")} + ${o} * 4u * C) / 4u`,
-    bias: (o) => scalarP(`${blk("out_b")} + ${o}`), epilogue: (o, v) => `res[${o}] = res[${o}] + ${v};` });
+  const qkv = product({ name: "qkv", N: 3 * C, K4: C4, src: "xs", rows, weightRow: (o) => `(${blk("qkv_w")} + (${o} / C) * p.qkv_stride + (${o} % C) * C) / 4u`,
+    bias: (o) => scalarP(`${blk("qkv_b")} + (${o} / C) * p.qkv_stride + ${o} % C`), epilogue: (o, v, r) => `work[${r * 4 * C}u + ${o}] = ${v};` });
+  const oProj = product({ name: "oproj", N: C, K4: C4, src: "xs", rows, weightRow: (o) => `(${blk("o_w")} + ${o} * C) / 4u`,
+    bias: (o) => scalarP(`${blk("o_b")} + ${o}`), epilogue: (o, v, r) => `res[${r * C}u + ${o}] += ${v};` });
+  const fcIn = product({ name: "fcin", N: 4 * C, K4: C4, src: "xs", rows, weightRow: (o) => `(${blk("in_w")} + ${o} * C) / 4u`,
+    bias: (o) => scalarP(`${blk("in_b")} + ${o}`), epilogue: (o, v, r) => `work[${r * 4 * C}u + ${o}] = gelu(${v});` });
+  const fcOut = product({ name: "fcout", N: C, K4: C, src: "work", rows, weightRow: (o) => `(${blk("out_w")} + ${o} * 4u * C) / 4u`,
+    bias: (o) => scalarP(`${blk("out_b")} + ${o}`), epilogue: (o, v, r) => `res[${r * C}u + ${o}] += ${v};` });
   const logits = product({ name: "logit", N: THREADS, K4: C4, src: "xs", weightRow: (o) => `(p.wte_off + min(${o}, p.V - 1u) * C) / 4u`,
     epilogue: (o, v) => `scan[${o}].x = ${v};` });
-  return kernel(`decode_tokens_l${NL}_h${H}_c${C}_k${kvT}`, DECODE_TOKENS_UNIFORMS,
+  // the step's rows of q, k and v into the KV cache: row 0 at pos, the next window's at next_pos (q too:
+  // the views hold it, as the chain's kernel leaves them)
+  const storeQkv = next ? /* wgsl */ `
+      if (li % ${span}u < 3u * C4) {
+        let m = li % ${span}u;
+        if (li < ${span}u) {
+          KV[q_base + (m / C4) * (p.kv_stride / 4u) + pos * C4 + m % C4] = ${vec4At("work", "m")};
+        } else if (pos >= NEXT_FROM) {
+          KV[sq_base + (m / C4) * KEPT * C4 + next_pos * C4 + m % C4] = ${vec4At("work", "C + m")};
+        }
+      }` : /* wgsl */ `
+      if (li < 3u * C4) {
+        KV[q_base + (li / C4) * (p.kv_stride / 4u) + pos * C4 + li % C4] = ${vec4At("work", "li")};
+      }`;
+  // a full window's restart: the next window's rows copied into rows 0..KEPT-1, or rebuilt
+  const restartRows = next ? /* wgsl */ `
+      for (var i = li; i < ${NL * 3 * kept}u * C4; i += THREADS) {
+        let l = i / (3u * KEPT * C4);
+        let view = (i / (KEPT * C4)) % 3u;
+        KV[l * p.kv_layer / 4u + view * (p.kv_stride / 4u) + i % (KEPT * C4)] = KV[next_base(0u) + i];
+      }
+      storageBarrier();` : /* wgsl */ `
+      rebuild_window(KEPT, 0u, false, li);`;
+  const name = `decode_tokens_l${NL}_h${H}_c${C}_k${kvT}${next ? "_next" : ""}`;
+  return kernel(name, DECODE_TOKENS_UNIFORMS,
     [["Window", "rw", "u32"], ["P", "read", "vec4f"], ["KV", "rw", "vec4f"], ["draws", "read"], ["samples", "rw"], ["Rows", "rw", "vec4f"]],
     /* wgsl */ `${GELU_FNS}${SAMPLE_LOGITS}
 const THREADS = ${THREADS}u;
+const NL = ${NL}u;
 const C = ${C}u;
 const C4 = ${C4}u;
 const KV_T = ${kvT}u;
-const KEPT = ${Math.floor(kvT / 2)}u; // the tokens a full window restarts from
+const KEPT = ${kept}u; // the tokens a full window restarts from
+const NEXT_FROM = ${kvT - kept}u; // the first position whose token the next window keeps
 const RES = 0u;
 const XS = ${kvT * C4}u;
 const HID = ${2 * kvT * C4}u;
 var<workgroup> window_length: u32;
-var<workgroup> scores: array<f32, ${H * kvT}>; // each head's scores
+var<workgroup> scores: array<f32, ${H * (kvT + (rows - 1) * kept)}>; // each head's scores, a row's after another's
 var<workgroup> vparts: array<vec4f, THREADS>; // each value lane's sum
-var<workgroup> red: array<f32, THREADS>; // a product's lanes' partial sums
-var<workgroup> res: array<f32, C>;      // the residual stream
-var<workgroup> xs: array<f32, C>;       // a LayerNorm's output, or the heads' attention output
-var<workgroup> work: array<f32, ${4 * C}>; // q, k and v, then fc_in's GELU
+var<workgroup> red: array<f32, ${rows * THREADS}>; // a product's lanes' partial sums, each row's
+var<workgroup> res: array<f32, ${rows * C}>;      // the residual stream of each row
+var<workgroup> xs: array<f32, ${rows * C}>;       // a LayerNorm's output, or the heads' attention output
+var<workgroup> work: array<f32, ${rows * 4 * C}>; // q, k and v, then fc_in's GELU
+
+// layer l's q row 0 of the next window (vec4 index), past every layer's rows; its k and v rows follow
+fn next_base(l: u32) -> u32 { return NL * p.kv_layer / 4u + l * 3u * KEPT * C4; }
 ${rebuildWindow(NL, H, C, kvT)}
 @compute @workgroup_size(THREADS)
 fn decode_tokens(@builtin(local_invocation_index) li: u32) {
   if (li == 0u) { window_length = Window[0]; }
   var w = workgroupUniformLoad(&window_length);
-  if (p.rebuild != 0u) { rebuild_window(w - 1u, li); }
+  if (p.rebuild != 0u) {
+    rebuild_window(w - 1u, 0u, false, li);${next ? `
+    if (w - 1u > NEXT_FROM) { rebuild_window(w - 1u - NEXT_FROM, NEXT_FROM, true, li); }` : ""}
+  }
   var token = Window[w];
   for (var s = 0u; s < p.steps; s++) {
     let pos = w - 1u;
+    let next_pos = max(pos, NEXT_FROM) - NEXT_FROM; // the token's position in the next window
     let draw = draws[s]; // loaded now, used by the sampler at the step's end
-    for (var c = li; c < C4; c += THREADS) {
-      let e = P[(p.wte_off + token * C) / 4u + c] + P[(p.wpe_off + pos * C) / 4u + c];
+    for (var c = li; c < ${rows}u * C4; c += THREADS) {
+      let at = select(pos, next_pos, c >= C4);
+      let e = P[(p.wte_off + token * C) / 4u + c % C4] + P[(p.wpe_off + at * C) / 4u + c % C4];
       res[4u * c] = e.x; res[4u * c + 1u] = e.y; res[4u * c + 2u] = e.z; res[4u * c + 3u] = e.w;
     }
     workgroupBarrier();
-    for (var l = 0u; l < ${NL}u; l++) {
-${LAYER_BASES}
+    for (var l = 0u; l < NL; l++) {
+${LAYER_BASES}${next ? `\n${NEXT_BASES}` : ""}
 ${ln1.loads}
 ${qkv.loads}
 ${ln1.math}
 ${oProj.loads}
 ${qkv.math}
-      // into the KV cache at row pos (q too: the views hold it, as the chain's kernel leaves them)
-      if (li < 3u * C4) {
-        KV[q_base + (li / C4) * (p.kv_stride / 4u) + pos * C4 + li % C4] = ${vec4At("work", "li")};
-      }
+${storeQkv}
       storageBarrier();
-      let keys = pos + 1u;
-${attendAll(H, D, kvT)}
+      let keys = pos + 1u;${next ? "\n      let skeys = next_pos + 1u;" : ""}
+${attendAll(H, D, kvT, rows)}
 ${ln2.loads}
 ${fcIn.loads}
       // o_proj, added to the residual
@@ -400,7 +489,7 @@ ${sampleStep({ logitAt: (i) => `scan[${i}].x`, V: "p.V", out: "out", topK: "p.to
       if (li < KEPT) { Window[1u + li] = kept; }
       storageBarrier();
       w = KEPT;
-      rebuild_window(KEPT, li);
+${restartRows}
     }
     if (li == 0u) { Window[1u + w] = picked.x; }
     w += 1u;
