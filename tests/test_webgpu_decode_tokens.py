@@ -20,7 +20,7 @@ def driver():
 
 
 # whether each step computes its token's row of the next window (a restart copies them) or a restart
-# rebuilds them: the wide shape's two rows would not fit 16 KiB of workgroup memory
+# rebuilds them: the wide shape is asked to rebuild (decodeNextWindow false), with one row a step
 @pytest.mark.parametrize("shape, next_window", [("tiny", True), ("wide", False), ("uneven", True)])
 def test_tokens_in_one_workgroup_match_the_full_forward(driver, shape, next_window):
     r = driver[shape]

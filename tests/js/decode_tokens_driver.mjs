@@ -18,12 +18,13 @@ const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json"
 // heads of 12 whose 3 vec4s do not divide the invocations, 3 layers: the decode chain does not take it,
 // so the second trainer decodes with one-row products; an odd window, whose restart keeps 12 tokens
 // from position 13). Short windows, so that generation restarts them. Tiny and uneven compute the next
-// window's rows in each step; wide's two rows would not fit, so its restarts rebuild them.
+// window's rows in each step; wide is asked not to (decodeNextWindow false), so its restarts rebuild them.
 const SHAPES = {
   tiny: {},
   wide: { nLayer: 2, nHead: 4, dModel: 128, ctx: 20 },
   uneven: { nLayer: 3, nHead: 7, dModel: 84, ctx: 25 },
 };
+const NEXT_WINDOW = { tiny: true, wide: false, uneven: true };
 const out = {};
 
 /** Generates with `trainer`; returns its tokens and the largest difference between each token's logits and the full forward of its window. */
@@ -52,7 +53,7 @@ async function generateChecked(trainer, recompute, prompt, job) {
 
 for (const [name, model] of Object.entries(SHAPES)) {
   const config = configFromPresets(presets, "tiny", { model });
-  const trainer = new Trainer(device, config, { decodeInOneWorkgroup: true });
+  const trainer = new Trainer(device, config, { decodeInOneWorkgroup: true, decodeNextWindow: NEXT_WINDOW[name] });
   const chain = new Trainer(device, config, { decodeInOneWorkgroup: false });
   const recompute = new RecomputeDecoder(trainer);
   const prompt = Array.from(Buffer.from("ROMEO:"));

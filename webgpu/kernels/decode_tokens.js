@@ -18,9 +18,34 @@ const HOISTED = 16; // vec4 loads of a product an invocation may issue ahead of 
 /** Invocations an output of a product with N outputs: a power of two, at most 8, all N in one pass where they fit. */
 const lanesFor = (N) => Math.max(1, Math.min(8, 2 ** Math.floor(Math.log2(THREADS / N))));
 
+// The fewest invocations an output where a product's loads are hoisted. Its passes then run side by
+// side, so a lane's chain of dependent steps is K4/4 long: at tiny, one lane an output took 12 steps
+// and a token 20.2 µs; four take 3 and 17.8 µs (H200, docs/performance.md §42).
+const MIN_LANES = 4;
+
+/** A product's layout (N outputs, rows of K4 vec4s): {L lanes an output, G outputs a pass, passes, steps a lane, hoisted}. */
+function productLayout(N, K4) {
+  const layout = (L) => {
+    const G = THREADS / L, passes = Math.ceil(N / G), steps = Math.ceil(K4 / L);
+    return { L, G, passes, steps, hoisted: passes * steps <= HOISTED };
+  };
+  const wide = layout(Math.max(lanesFor(N), MIN_LANES));
+  return wide.hoisted ? wide : layout(lanesFor(N));
+}
+
+/** Floats of a product's partial sums in `partials` (`rows` rows): every pass's at once where its passes run side by side. */
+const partialFloats = (N, K4, rows) => {
+  const { passes, hoisted } = productLayout(N, K4);
+  return (hoisted ? passes : 1) * rows * THREADS;
+};
+
 /** Bytes of workgroup memory for width C, H heads, a window of kvT keys and `rows` rows a step (2: the next window's too). */
-const workgroupBytes = (C, H, kvT, rows = 1) => 4 * rows * (C + C + 4 * C) + 4 * rows * THREADS + 4 * H * (kvT + (rows - 1) * keptOf(kvT))
-  + 16 * THREADS + 16 * (THREADS / 4) + 8 * 2 * THREADS + 32;
+const workgroupBytes = (C, H, kvT, rows = 1) => 4 * rows * (C + C + 4 * C) + 4 * partialsFloats(C, rows) + 4 * H * (kvT + (rows - 1) * keptOf(kvT))
+  + 16 * (THREADS / 4) + 8 * 2 * THREADS + 32;
+
+/** Floats of `partials`: the products' partial sums, or attention's value lanes' (a vec4 each), whichever is more. */
+const partialsFloats = (C, rows) => Math.max(4 * THREADS, ...[[3 * C, C / 4], [C, C / 4], [4 * C, C / 4], [C, C]].map(([N, K4]) => partialFloats(N, K4, rows)),
+  partialFloats(THREADS, C / 4, 1));
 
 // A full window restarts from its last KEPT tokens (docs/determinism.md's context policy).
 const keptOf = (kvT) => Math.floor(kvT / 2);
@@ -60,47 +85,65 @@ const vec4At = (a, i) => `vec4f(${a}[4u * (${i})], ${a}[4u * (${i}) + 1u], ${a}[
  * WGSL of a product over the step's `rows` rows: for each output o < N and row r, value = Σ_k src's vec4
  * k of row r · P[weightRow(o) + k] (k < K4; src an f32 workgroup array, its rows 4·K4 floats apart)
  * plus bias(o) (a WGSL f32 expression; none where null), then epilogue(o, value, r) (WGSL statements,
- * once per output and row). lanesFor(N) invocations an output take a strided share of the row and
- * meet in a fixed order in `red`; each weight a lane loads serves every row. Returns {loads, math}:
- * where an invocation's loads are few (≤ HOISTED vec4s), `loads` issues them all (names prefixed
- * `name`), to be placed ahead of the work before the product so that their latency hides behind it;
- * else they are in `math`, LOADS at a time. `math` runs the product: uniform control flow, ends with
- * a barrier.
+ * once per output and row). L invocations an output (productLayout) take a strided share of the row
+ * and meet in a fixed order in `partials`; each weight a lane loads serves every row. Returns {loads,
+ * math}: where an invocation's loads are few (≤ HOISTED vec4s), `loads` issues them all (names
+ * prefixed `name`), to be placed ahead of the work before the product so that their latency hides
+ * behind it, and the passes run side by side; else the loads are in `math`, LOADS at a time, and the
+ * passes one after another. `math` runs the product: uniform control flow, ends with a barrier.
  */
 function product({ name, N, K4, src, weightRow, bias = null, epilogue, rows = 1 }) {
-  const L = lanesFor(N), G = THREADS / L, passes = Math.ceil(N / G), steps = Math.ceil(K4 / L);
-  const hoisted = passes * steps <= HOISTED;
-  const R = range(rows);
+  const { L, G, passes, steps, hoisted } = productLayout(N, K4);
+  const R = range(rows), passList = range(passes);
   const k = (k0, u) => `${name}_lane + (${k0} + ${u}u) * ${L}u`; // the vec4 of the row that step u of a round from k0 takes
   const weights = (n, k0, count, w) => range(count).map((u) => `let ${w(u)} = P[${name}_row${n} + min(${k(k0, u)}, ${K4 - 1}u)];`).join("\n");
-  const fmas = (k0, count, w) => range(count).map((u) => R.map((r) =>
-    `acc${r} += select(vec4f(0.0), ${vec4At(src, `${r * K4}u + min(${k(k0, u)}, ${K4 - 1}u)`)}, ${k(k0, u)} < ${K4}u) * ${w(u)};`).join("\n")).join("\n");
+  // acc(r) += row r's vec4 of step u (0 past K4) · weight w(u)
+  const fma = (k0, u, w, acc, r) =>
+    `${acc} += select(vec4f(0.0), ${vec4At(src, `${r * K4}u + min(${k(k0, u)}, ${K4 - 1}u)`)}, ${k(k0, u)} < ${K4}u) * ${w(u)};`;
+  const fmas = (k0, count, w) => range(count).map((u) => R.map((r) => fma(k0, u, w, `acc${r}`, r)).join("\n")).join("\n");
   const head = (n) => `let ${name}_o${n} = min(${n * G}u + li / ${L}u, ${N - 1}u);
 let ${name}_row${n} = ${weightRow(`${name}_o${n}`)};${bias ? `\nlet ${name}_b${n} = ${bias(`${name}_o${n}`)};` : ""}`;
   const hw = (n) => (u) => `${name}_w${n}_${u}`;
-  const loads = `let ${name}_lane = li % ${L}u;\n${range(passes).map((n) => `${head(n)}${hoisted ? `\n${weights(n, "0u", steps, hw(n))}` : ""}`).join("\n")}`;
-  const sums = (n) => (hoisted ? fmas("0u", steps, hw(n)) : steps <= LOADS ? `${weights(n, "0u", steps, (u) => `w${u}`)}\n${fmas("0u", steps, (u) => `w${u}`)}`
-    : `for (var k0 = 0u; k0 < ${steps}u; k0 += ${LOADS}u) {\n${weights(n, "k0", LOADS, (u) => `w${u}`)}\n${fmas("k0", LOADS, (u) => `w${u}`)}\n}`);
+  const loads = `let ${name}_lane = li % ${L}u;\n${passList.map((n) => `${head(n)}${hoisted ? `\n${weights(n, "0u", steps, hw(n))}` : ""}`).join("\n")}`;
   const value = (n, dot) => (bias ? `(${dot} + ${name}_b${n})` : dot);
+  // pass n's lanes meet: lane 0 of each output sums the L partial sums of each row at `at(r)`
+  const meet = (n, at) => `    if (lane == 0u && ${n * G}u + li / ${L}u < ${N}u) {
+      let o = ${name}_o${n};
+${R.map((r) => `      var dot${r} = 0.0;
+      for (var u = 0u; u < ${L}u; u++) { dot${r} += partials[${at(r)} + li + u]; }
+      ${epilogue("o", value(n, `dot${r}`), r)}`).join("\n")}
+    }`;
+  const sum = (acc) => `(${acc}.x + ${acc}.y) + (${acc}.z + ${acc}.w)`;
+  if (hoisted) {
+    // every pass's steps side by side (independent chains), then one meeting
+    const at = (n) => (r) => `${(n * rows + r) * THREADS}u`;
+    return { loads, math: /* wgsl */ `
+  {
+    let lane = ${name}_lane;
+${passList.map((n) => R.map((r) => `    var acc${n}_${r} = vec4f(0.0);`).join("\n")).join("\n")}
+${range(steps).map((u) => passList.map((n) => R.map((r) => `    ${fma("0u", u, hw(n), `acc${n}_${r}`, r)}`).join("\n")).join("\n")).join("\n")}
+${passList.map((n) => R.map((r) => `    partials[${at(n)(r)} + li] = ${sum(`acc${n}_${r}`)};`).join("\n")).join("\n")}
+    workgroupBarrier();
+${passList.map((n) => meet(n, at(n))).join("\n")}
+  }
+  workgroupBarrier();` };
+  }
+  const sums = (n) => (steps <= LOADS ? `${weights(n, "0u", steps, (u) => `w${u}`)}\n${fmas("0u", steps, (u) => `w${u}`)}`
+    : `for (var k0 = 0u; k0 < ${steps}u; k0 += ${LOADS}u) {\n${weights(n, "k0", LOADS, (u) => `w${u}`)}\n${fmas("k0", LOADS, (u) => `w${u}`)}\n}`);
   const pass = (n) => /* wgsl */ `
   {
-    let o = ${name}_o${n};
     let lane = ${name}_lane;
 ${R.map((r) => `    var acc${r} = vec4f(0.0);`).join("\n")}
 ${sums(n)}
-${R.map((r) => `    let part${r} = (acc${r}.x + acc${r}.y) + (acc${r}.z + acc${r}.w);`).join("\n")}
 ${L === 1 ? `    if (${n * G}u + li < ${N}u) {
-${R.map((r) => `      ${epilogue("o", value(n, `part${r}`), r)}`).join("\n")}
-    }` : `${R.map((r) => `    red[${r * THREADS}u + li] = part${r};`).join("\n")}
+      let o = ${name}_o${n};
+${R.map((r) => `      ${epilogue("o", value(n, sum(`acc${r}`)), r)}`).join("\n")}
+    }` : `${R.map((r) => `    partials[${r * THREADS}u + li] = ${sum(`acc${r}`)};`).join("\n")}
     workgroupBarrier();
-    if (lane == 0u && ${n * G}u + li / ${L}u < ${N}u) {
-${R.map((r) => `      var dot${r} = 0.0;
-      for (var u = 0u; u < ${L}u; u++) { dot${r} += red[${r * THREADS}u + li + u]; }
-      ${epilogue("o", value(n, `dot${r}`), r)}`).join("\n")}
-    }
+${meet(n, (r) => `${r * THREADS}u`)}
     workgroupBarrier();`}
   }`;
-  return { loads, math: `${range(passes).map(pass).join("")}
+  return { loads, math: `${passList.map(pass).join("")}
   workgroupBarrier();` };
 }
 
@@ -185,12 +228,12 @@ ${valueSums("f", "g")}
 ${valueLoads("v", "jr")}
 ${valueSums("v", "jr")}
         }
-        vparts[li] = acc;
+        partials[4u * li] = acc.x; partials[4u * li + 1u] = acc.y; partials[4u * li + 2u] = acc.z; partials[4u * li + 3u] = acc.w;
       }
       workgroupBarrier();
       if (lr < C4) {
         var total = vec4f(0.0);
-        for (var u = 0u; u < ${G}u; u++) { total += vparts[r * ${span}u + u * C4 + lr]; }
+        for (var u = 0u; u < ${G}u; u++) { total += ${vec4At("partials", `r * ${span}u + u * C4 + lr`)}; }
         let y = total / lsum;
         let at = r * C + 4u * lr;
         xs[at] = y.x; xs[at + 1u] = y.y; xs[at + 2u] = y.z; xs[at + 3u] = y.w;
@@ -424,8 +467,8 @@ const XS = ${kvT * C4}u;
 const HID = ${2 * kvT * C4}u;
 var<workgroup> window_length: u32;
 var<workgroup> scores: array<f32, ${H * (kvT + (rows - 1) * kept)}>; // each head's scores, a row's after another's
-var<workgroup> vparts: array<vec4f, THREADS>; // each value lane's sum
-var<workgroup> red: array<f32, ${rows * THREADS}>; // a product's lanes' partial sums, each row's
+// a product's lanes' partial sums (each pass's and row's), or attention's value lanes' (a vec4 each)
+var<workgroup> partials: array<f32, ${partialsFloats(C, rows)}>;
 var<workgroup> res: array<f32, ${rows * C}>;      // the residual stream of each row
 var<workgroup> xs: array<f32, ${rows * C}>;       // a LayerNorm's output, or the heads' attention output
 var<workgroup> work: array<f32, ${rows * 4 * C}>; // q, k and v, then fc_in's GELU
