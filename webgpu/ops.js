@@ -16,7 +16,7 @@ import { attentionDecodeQkv, attentionDecodeQkvFits } from "./kernels/attention_
 import { mlpDecode, mlpDecodeFits, mlpDecodeGrid } from "./kernels/mlp_decode.js";
 import { logitsDecode, logitsDecodeFits, logitsDecodeGrid } from "./kernels/logits_decode.js";
 import { sampleDecode, sampleDecodeFits, sampleDecodeServes } from "./kernels/sample_decode.js";
-import { decodeTokens, decodeTokensFits, decodeTokensShadows } from "./kernels/decode_tokens.js";
+import { decodeTokens, decodeTokensFits, decodeTokensKeepsNext } from "./kernels/decode_tokens.js";
 import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
 import { subgroupWidthOf } from "./subgroups.js";
@@ -506,7 +506,7 @@ export class Ops {
   }
 
   /** Compiles decodeTokens' pipeline for `model` (and `next`, as decodeTokens) without blocking (PipelineCache.prepare). */
-  prepareDecodeTokens(model, next = decodeTokensShadows(model)) {
+  prepareDecodeTokens(model, next = decodeTokensKeepsNext(model)) {
     const { nLayer, nHead, dModel, ctx } = model;
     return this.pipelines.prepare(decodeTokensFor({ nLayer, nHead, dModel, ctx }, next));
   }
@@ -517,14 +517,14 @@ export class Ops {
    * uniforms (the batch's steps and whether to rebuild the window first, the parameters' offsets, the
    * KV cache's layout, the sampling's); buffers: window, params, kv (every layer's q/k/v views), draws,
    * samples, rows (the rebuild's scratch). next: each step computes the next window's row too, so
-   * that a restart copies rows instead of rebuilding them (by decodeTokensShadows, which laid out
+   * that a restart copies rows instead of rebuilding them (by decodeTokensKeepsNext, which laid out
    * the KV cache; false for a benchmark's column). Returns the dispatch index, whose steps and
    * sampling a batch replaces.
    */
-  decodeTokens(plan, { model, values, window, params, kv, draws, samples, rows, next = decodeTokensShadows(model) }) {
+  decodeTokens(plan, { model, values, window, params, kv, draws, samples, rows, next = decodeTokensKeepsNext(model) }) {
     if (!decodeTokensFits(model, this.workgroupLimit)) throw new Error(`decodeTokens: the model does not fit one workgroup of this device`);
     const { nLayer, nHead, dModel, ctx } = model;
-    if (next && !decodeTokensShadows(model)) throw new Error("decodeTokens: the next window's rows do not fit");
+    if (next && !decodeTokensKeepsNext(model)) throw new Error("decodeTokens: the next window's rows do not fit");
     return plan.add(decodeTokensFor({ nLayer, nHead, dModel, ctx }, next), values, [window, params, kv, draws, samples, rows], [1, 1]);
   }
 

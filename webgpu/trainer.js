@@ -7,7 +7,7 @@
 import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
 import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount, decodeChainParts, sampleDecodeValues } from "./ops.js";
 import { sampleDecodeFits, sampleDecodeServes, sampleRecordFloats } from "./kernels/sample_decode.js";
-import { decodeRowsFloats, decodeShadowFloats, decodeTokensFits, decodeTokensShadows } from "./kernels/decode_tokens.js";
+import { decodeRowsFloats, decodeNextRowsFloats, decodeTokensFits, decodeTokensKeepsNext } from "./kernels/decode_tokens.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileCount, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
@@ -60,6 +60,12 @@ function qkvSlots(buffer, at, n) {
   const view = (i) => ({ buffer, offset: at + 4 * i * stride, size: 4 * n });
   return { stride, q: view(0), k: view(1), v: view(2) };
 }
+
+/**
+ * Floats of `kv`, the buffer of every layer's q, k and v views (n floats each; Trainer._activations'
+ * qkvLayers), then the next window's rows that decode_tokens.js keeps past them.
+ */
+const kvLayersFloats = (model, n) => model.nLayer * 3 * slotFloats(n) + decodeNextRowsFloats(model);
 
 /** Layer l's q, k and v views (n floats each) in `kv`, the buffer of every layer's (Trainer._activations' qkvLayers). */
 function qkvLayerViews(kv, l, n) {
@@ -248,7 +254,7 @@ function trainerBuffers(config, deferWeightGrads) {
   const activations = (label, B, T, kvT, kept = [], ownQkv = true, qkvLayers = false) => {
     const s = activationFloats(m, B, T, kvT);
     for (const k of kept) add(`${label} ${activationLabel(k)}`, 4 * L * slotFloats(s.layer[k]));
-    if (qkvLayers) add(`${label} qkv`, 4 * (L * 3 * slotFloats(s.qkv) + decodeShadowFloats(m)));
+    if (qkvLayers) add(`${label} qkv`, 4 * kvLayersFloats(m, s.qkv));
     for (let l = 0; l < L; l++) {
       for (const [k, n] of Object.entries(s.layer)) if (!kept.includes(k)) add(`${label} ${activationLabel(k)}`, 4 * n);
       if (ownQkv && !qkvLayers) add(`${label} qkv`, 4 * 3 * slotFloats(s.qkv));
@@ -383,7 +389,7 @@ export class Trainer {
    *   chain; by default by the rule (_decodesInOneWorkgroup)
    *   decodeAhead: in one workgroup, submit the next batch before this one's tokens are read (default true)
    *   decodeNextWindow: in one workgroup, each step computes its token's row of the next window, so
-   *   that a restart copies rows instead of rebuilding them (default true, where decodeTokensShadows
+   *   that a restart copies rows instead of rebuilding them (default true, where decodeTokensKeepsNext
    *   says they fit; false for a benchmark's column)
    */
   constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined,
@@ -405,7 +411,7 @@ export class Trainer {
     this.deferred = deferWeightGrads ?? defersWeightGradients(this.cfg, this.tr.batch * this.cfg.ctx);
     this.decodeInOneWorkgroup = decodeInOneWorkgroup;
     this.decodeAhead = decodeAhead;
-    this.decodeNextWindow = decodeNextWindow && decodeTokensShadows(this.cfg);
+    this.decodeNextWindow = decodeNextWindow && decodeTokensKeepsNext(this.cfg);
     matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
     if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
     this.ops = new Ops(device, { softwareTiles: matmulTiles === "software", subgroupWidth });
@@ -461,7 +467,7 @@ export class Trainer {
    * qkvOf: another set whose layers' q, k and v views these layers use (as large: kvT·B·C floats each).
    * qkvLayers: every layer's q, k and v views in one buffer (`kv`), layer l's 3·stride floats from
    * l·3·stride, for a kernel that reads every layer's KV cache (decode_tokens.js), which keeps the
-   * next window's rows past them (decodeShadowFloats).
+   * next window's rows past them (decodeNextRowsFloats).
    */
   _activations(label, B, T, kvT, keptNames = [], qkvOf = null, qkvLayers = false) {
     const { nLayer: L } = this.cfg, S = U().STORAGE | U().COPY_SRC;
@@ -473,7 +479,7 @@ export class Trainer {
       return [k, { buffer: this.buffer(`${label} ${activationLabel(k)}`, 4 * L * slot, S), slot }];
     }));
     const view = (k, l) => ({ buffer: kept[k].buffer, offset: 4 * l * kept[k].slot, size: 4 * sizes.layer[k] });
-    const kv = qkvLayers ? this.buffer(`${label} qkv`, 4 * (L * 3 * slotFloats(sizes.qkv) + decodeShadowFloats(this.cfg)), S) : null;
+    const kv = qkvLayers ? this.buffer(`${label} qkv`, 4 * kvLayersFloats(this.cfg, sizes.qkv), S) : null;
     const layers = [];
     for (let l = 0; l < L; l++) {
       layers.push({ ...make(sizes.layer), ...Object.fromEntries(keptNames.map((k) => [k, view(k, l)])),

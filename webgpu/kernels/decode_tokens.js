@@ -33,19 +33,27 @@ function productLayout(N, K4) {
   return wide.hoisted ? wide : layout(lanesFor(N));
 }
 
-/** Floats of a product's partial sums in `partials` (`rows` rows): every pass's at once where its passes run side by side. */
-const partialFloats = (N, K4, rows) => {
-  const { passes, hoisted } = productLayout(N, K4);
-  return (hoisted ? passes : 1) * rows * THREADS;
-};
+/**
+ * The step's products at width C, as {N outputs, K4 vec4s a row, rows (the head's logits take row 0
+ * only)}: decodeTokens generates them, and `partials` is sized by them.
+ */
+const stepProducts = (C, rows) => ({
+  qkv: { N: 3 * C, K4: C / 4, rows }, oproj: { N: C, K4: C / 4, rows }, fcin: { N: 4 * C, K4: C / 4, rows },
+  fcout: { N: C, K4: C, rows }, logit: { N: THREADS, K4: C / 4, rows: 1 },
+});
 
 /** Bytes of workgroup memory for width C, H heads, a window of kvT keys and `rows` rows a step (2: the next window's too). */
 const workgroupBytes = (C, H, kvT, rows = 1) => 4 * rows * (C + C + 4 * C) + 4 * partialsFloats(C, rows) + 4 * H * (kvT + (rows - 1) * keptOf(kvT))
   + 16 * (THREADS / 4) + 8 * 2 * THREADS + 32;
 
-/** Floats of `partials`: the products' partial sums, or attention's value lanes' (a vec4 each), whichever is more. */
-const partialsFloats = (C, rows) => Math.max(4 * THREADS, ...[[3 * C, C / 4], [C, C / 4], [4 * C, C / 4], [C, C]].map(([N, K4]) => partialFloats(N, K4, rows)),
-  partialFloats(THREADS, C / 4, 1));
+/**
+ * Floats of `partials`: attention's value lanes' sums (a vec4 each), or a product's partial sums
+ * (every pass's at once where its passes run side by side), whichever is more.
+ */
+const partialsFloats = (C, rows) => Math.max(4 * THREADS, ...Object.values(stepProducts(C, rows)).map(({ N, K4, rows: r }) => {
+  const { passes, hoisted } = productLayout(N, K4);
+  return (hoisted ? passes : 1) * r * THREADS;
+}));
 
 // A full window restarts from its last KEPT tokens (docs/determinism.md's context policy).
 const keptOf = (kvT) => Math.floor(kvT / 2);
@@ -64,13 +72,13 @@ export function decodeTokensFits({ nHead: H, dModel: C, ctx, vocabSize: V }, lim
  * Whether each step also computes the next window's row of its token (its KV rows at its position
  * less ctx − ⌊ctx/2⌋), so that a window's restart copies rows instead of rebuilding them: where both
  * rows fit WebGPU's default 16 KiB and half the invocations cover a row's q, k and v. A fixed rule,
- * not the device's, since the generation's KV cache is laid out by it (decodeShadowFloats).
+ * not the device's, since the generation's KV cache is laid out by it (decodeNextRowsFloats).
  */
-export const decodeTokensShadows = (model) => decodeTokensFits(model) && model.dModel <= 128
+export const decodeTokensKeepsNext = (model) => decodeTokensFits(model) && model.dModel <= 128
   && workgroupBytes(model.dModel, model.nHead, model.ctx, 2) <= 16384;
 
 /** Floats of the next window's q, k and v rows (every layer's, ⌊ctx/2⌋ each) past the KV cache's layers, where the kernel keeps them. */
-export const decodeShadowFloats = (model) => (decodeTokensShadows(model) ? 3 * model.nLayer * keptOf(model.ctx) * model.dModel : 0);
+export const decodeNextRowsFloats = (model) => (decodeTokensKeepsNext(model) ? 3 * model.nLayer * keptOf(model.ctx) * model.dModel : 0);
 
 export const DECODE_TOKENS_UNIFORMS = ["rebuild", "steps", "V", "top_k", "greedy", "wte_off", "wpe_off", "block_off",
   "block_stride", "ln1_w", "ln1_b", "qkv_w", "qkv_b", "qkv_stride", "o_w", "o_b", "ln2_w", "ln2_b", "in_w", "in_b", "out_w",
@@ -92,7 +100,7 @@ const vec4At = (a, i) => `vec4f(${a}[4u * (${i})], ${a}[4u * (${i}) + 1u], ${a}[
  * behind it, and the passes run side by side; else the loads are in `math`, LOADS at a time, and the
  * passes one after another. `math` runs the product: uniform control flow, ends with a barrier.
  */
-function product({ name, N, K4, src, weightRow, bias = null, epilogue, rows = 1 }) {
+function product({ name, N, K4, rows, src, weightRow, bias = null, epilogue }) {
   const { L, G, passes, steps, hoisted } = productLayout(N, K4);
   const R = range(rows), passList = range(passes);
   const k = (k0, u) => `${name}_lane + (${k0} + ${u}u) * ${L}u`; // the vec4 of the row that step u of a round from k0 takes
@@ -247,7 +255,7 @@ export const decodeRowsFloats = ({ dModel: C, ctx }) => 6 * C * ctx;
 
 // The window's rebuild (rows 0..R-1 of the KV cache from Window's tokens first..first+R-1, at positions
 // 0..R-1): a prompt, a window after a restart, or one the host sampled into; with `next`, the next
-// window's rows (the shadow past the cache's layers) of a window the host sampled into. Every phase spreads the R rows' work over the
+// window's rows (past the cache's layers) of a window the host sampled into. Every phase spreads the R rows' work over the
 // invocations, so a weight row is read once for the rows an invocation takes, and the rows' activations
 // live in `Rows` (vec4s: residuals at RES, LayerNorm and attention outputs at XS, fc_in's at HID), with a
 // storageBarrier between phases. It replaces the prefill's forward plan, 3 + 9L dispatches.
@@ -258,7 +266,7 @@ const LAYER_BASES = /* wgsl */ `    let blk = p.block_off + l * p.block_stride;
     let k_base = q_base + p.kv_stride / 4u;
     let v_base = k_base + p.kv_stride / 4u;`;
 
-// WGSL: layer l's q, k and v rows of the next window (the shadow: KEPT rows a view, vec4 indices)
+// WGSL: layer l's q, k and v rows of the next window (KEPT rows a view, vec4 indices)
 const NEXT_BASES = /* wgsl */ `    let sq_base = next_base(l);
     let sk_base = sq_base + KEPT * C4;
     let sv_base = sk_base + KEPT * C4;`;
@@ -359,7 +367,7 @@ ${range(KU).map((u) => `        let e${u} = select(0.0, exp(s${u} - m), j0 + ${u
 
 /**
  * WGSL of fn rebuild_window(R, first, next, li): the KV cache's rows 0..R-1 (every layer) from Window's
- * tokens first..first+R-1 at positions 0..R-1; with `next`, the next window's rows (the shadow).
+ * tokens first..first+R-1 at positions 0..R-1; with `next`, the next window's rows.
  */
 function rebuildWindow(NL, H, C, kvT) {
   const C4 = C / 4, blk = (name) => `blk + p.${name}`;
@@ -403,30 +411,30 @@ ${fcOut}
 // wpe at wpe_off, block l's at block_off + l·block_stride with its tensors at the *_w, *_b offsets
 // from there; q, k, v weights and biases qkv_stride apart; ln_f at lnf_w, lnf_b); KV: layer l's q, k
 // and v rows (kvT, C) at l·kv_layer + {0, 1, 2}·kv_stride, then (with `next`) the next window's rows
-// (decodeShadowFloats); draws: step s's uniform at s; samples: step s's record (sample_decode.js) at
+// (decodeNextRowsFloats); draws: step s's uniform at s; samples: step s's record (sample_decode.js) at
 // s·(V + 4); Rows: the rebuild's scratch (decodeRowsFloats). With `rebuild`, rows 0..w-2 are rebuilt
 // first (a window the host wrote). Every offset a multiple of 4 floats.
 //
-// With `next` (decodeTokensShadows), a step at position pos ≥ NEXT_FROM = ctx − KEPT also computes
+// With `next` (decodeTokensKeepsNext), a step at position pos ≥ NEXT_FROM = ctx − KEPT also computes
 // its token's row in the window that the restart will leave (position pos − NEXT_FROM): one more row
 // through every product, on weights the step loads anyway. A restart then copies those rows in place
 // of rebuild_window's KEPT rows, which cost a tiny window about as much as 4.5 steps
 // (docs/performance.md §42). Without it, a restart rebuilds.
 export function decodeTokens({ nLayer: NL, nHead: H, dModel: C, ctx: kvT }, next = false) {
   const C4 = C / 4, D = C / H, rows = next ? 2 : 1, span = THREADS / rows, kept = keptOf(kvT);
-  const blk = (name) => `blk + p.${name}`;
+  const blk = (name) => `blk + p.${name}`, shapes = stepProducts(C, rows);
   const ln1 = normalised("ln1", blk("ln1_w"), blk("ln1_b"), rows), ln2 = normalised("ln2", blk("ln2_w"), blk("ln2_b"), rows);
   const lnf = normalised("lnf", "p.lnf_w", "p.lnf_b");
   // q, k and v: output o is row o % C of the (o / C)-th projection
-  const qkv = product({ name: "qkv", N: 3 * C, K4: C4, src: "xs", rows, weightRow: (o) => `(${blk("qkv_w")} + (${o} / C) * p.qkv_stride + (${o} % C) * C) / 4u`,
+  const qkv = product({ name: "qkv", ...shapes.qkv, src: "xs", weightRow: (o) => `(${blk("qkv_w")} + (${o} / C) * p.qkv_stride + (${o} % C) * C) / 4u`,
     bias: (o) => scalarP(`${blk("qkv_b")} + (${o} / C) * p.qkv_stride + ${o} % C`), epilogue: (o, v, r) => `work[${r * 4 * C}u + ${o}] = ${v};` });
-  const oProj = product({ name: "oproj", N: C, K4: C4, src: "xs", rows, weightRow: (o) => `(${blk("o_w")} + ${o} * C) / 4u`,
+  const oProj = product({ name: "oproj", ...shapes.oproj, src: "xs", weightRow: (o) => `(${blk("o_w")} + ${o} * C) / 4u`,
     bias: (o) => scalarP(`${blk("o_b")} + ${o}`), epilogue: (o, v, r) => `res[${r * C}u + ${o}] += ${v};` });
-  const fcIn = product({ name: "fcin", N: 4 * C, K4: C4, src: "xs", rows, weightRow: (o) => `(${blk("in_w")} + ${o} * C) / 4u`,
+  const fcIn = product({ name: "fcin", ...shapes.fcin, src: "xs", weightRow: (o) => `(${blk("in_w")} + ${o} * C) / 4u`,
     bias: (o) => scalarP(`${blk("in_b")} + ${o}`), epilogue: (o, v, r) => `work[${r * 4 * C}u + ${o}] = gelu(${v});` });
-  const fcOut = product({ name: "fcout", N: C, K4: C, src: "work", rows, weightRow: (o) => `(${blk("out_w")} + ${o} * 4u * C) / 4u`,
+  const fcOut = product({ name: "fcout", ...shapes.fcout, src: "work", weightRow: (o) => `(${blk("out_w")} + ${o} * 4u * C) / 4u`,
     bias: (o) => scalarP(`${blk("out_b")} + ${o}`), epilogue: (o, v, r) => `res[${r * C}u + ${o}] += ${v};` });
-  const logits = product({ name: "logit", N: THREADS, K4: C4, src: "xs", weightRow: (o) => `(p.wte_off + min(${o}, p.V - 1u) * C) / 4u`,
+  const logits = product({ name: "logit", ...shapes.logit, src: "xs", weightRow: (o) => `(p.wte_off + min(${o}, p.V - 1u) * C) / 4u`,
     epilogue: (o, v) => `scan[${o}].x = ${v};` });
   // the step's rows of q, k and v into the KV cache: row 0 at pos, the next window's at next_pos (q too:
   // the views hold it, as the chain's kernel leaves them)
