@@ -8,22 +8,19 @@
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
-import { Trainer } from "../trainer.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 import { Ops } from "../ops.js";
 import { MATMUL_FORMS } from "../kernels/matmul.js";
 import { Plan } from "../plan.js";
-import { raiseClocks, replay, runSteps, benchArgs, median } from "./replay.mjs";
+import { raiseClocks, replay, benchArgs, median } from "./replay.mjs";
+import { timeTrainer, describeEntry, checkBlocks } from "./time_trainer.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const args = benchArgs();
 const presetNames = (args.presets ?? "small,medium,large,xl,huge,massive").split(",");
 const steps = Number(args.steps ?? 30), warmup = Number(args.warmup ?? 5);
-// The timed steps in `blocks` equal blocks, each drained before the next: msPerStep stays the mean of
-// them all, and medianBlockMs is the typical block's. A machine stalls now and then (one medium block
-// at 2.9 ms/step among others at 1.1, docs/performance.md §29), and one mean over 200 steps carries it whole.
-const blocks = Number(args.blocks ?? 1);
-if (!(Number.isInteger(blocks) && blocks >= 1 && steps % blocks === 0)) throw new Error(`--blocks ${args.blocks}: a whole divisor of --steps ${steps}`);
+const blocks = Number(args.blocks ?? 1); // time_trainer.js timeTrainer: the timed steps in equal blocks
+checkBlocks(steps, blocks);
 const clocksMs = Number(args["clocks-ms"] ?? 300); // 0 on a software adapter, whose clocks mean nothing
 const sizes = (args.sizes ?? "1024,2048,4096").split(",").filter(Boolean).map(Number);
 
@@ -42,26 +39,11 @@ console.error(`subgroups: ${subgroups.reason}`);
 const ops = new Ops(device);
 
 for (const name of presetNames) {
-  const config = configFromPresets(presets, name);
-  const t0 = performance.now();
-  const trainer = new Trainer(device, config, { corpus });
-  const setupMs = performance.now() - t0; // pipelines, buffers, initial weights
-  await raiseClocks(device, ops, clocksMs);
-  await runSteps(trainer, warmup);
-  const values = [], blockMs = [];
-  for (let b = 0; b < blocks; b++) {
-    const start = performance.now();
-    values.push(...(await runSteps(trainer, steps / blocks)));
-    blockMs.push((performance.now() - start) / (steps / blocks));
-  }
-  const ms = blockMs.reduce((a, b) => a + b) / blocks, medianBlockMs = median(blockMs);
-  const tokens = config.training.batch * config.model.ctx;
-  out.presets.push({ preset: name, params: trainer.P, batch: config.training.batch, ctx: config.model.ctx, msPerStep: ms,
-    tokensPerSecond: tokens / (ms / 1000), blocks, blockMs, medianBlockMs, setupMs, firstLoss: values[0],
-    lastLoss: values[values.length - 1], dispatchesPerStep: trainer.trainPlan.entries.length });
-  console.error(`${name}: ${ms.toFixed(2)} ms/step${blocks > 1 ? ` (median of ${blocks} blocks ${medianBlockMs.toFixed(3)})` : ""} ` +
-    `(${trainer.trainPlan.entries.length} dispatches), ${(tokens / (ms / 1000)).toFixed(0)} tokens/s, loss ${values[0].toFixed(3)} -> ${values[values.length - 1].toFixed(3)}`);
-  if (args.profile) out.presets[out.presets.length - 1].profile = await profile(trainer, name);
+  const { entry, trainer } = await timeTrainer(device, ops, name, configFromPresets(presets, name), corpus,
+    { steps, warmup, blocks, clocksMs, keep: true });
+  out.presets.push(entry);
+  console.error(describeEntry(entry));
+  if (args.profile) entry.profile = await profile(trainer, name);
   trainer.destroy();
 }
 

@@ -6,13 +6,15 @@ export function benchArgs(argv = process.argv.slice(2)) {
 }
 
 /**
- * Resolves once ready() holds, sleeping 50 µs between event-loop turns. Dawn's Node binding polls for
- * finished GPU work with a new JS function on every turn of the event loop while any of its promises is
+ * Resolves once ready() holds. Under Node it sleeps 50 µs between event-loop turns: Dawn's Node binding polls
+ * for finished GPU work with a new JS function on every turn of the event loop while any of its promises is
  * pending, so awaiting one busy-waits and fills the heap with garbage: through a medium or large run,
  * collections a few times a second stalled the loop for 25–50 ms, and the GPU ran dry (docs/performance.md
- * §29). A browser's WebGPU has no such poll; this keeps the Node bench's figure the GPU's.
+ * §29). A browser's WebGPU has no such poll, so there it awaits `promise` itself (browser_bench.js), as the
+ * site's worker does; this keeps either bench's figure the GPU's.
  */
-async function quietly(ready) {
+async function quietly(ready, promise) {
+  if (typeof setImmediate !== "function") return promise.catch(() => {}); // a browser
   while (!ready()) {
     Atomics.wait(NAP, 0, 0, 0.05);
     await new Promise((resolve) => setImmediate(resolve));
@@ -27,11 +29,11 @@ const NAP = new Int32Array(new SharedArrayBuffer(4));
 export async function runSteps(trainer, n) {
   const ring = trainer.ring.length, back = new Uint8Array(n), pending = new Array(n);
   for (let i = 0; i < n; i++) {
-    if (i >= ring) await quietly(() => back[i - ring]);
+    if (i >= ring) await quietly(() => back[i - ring], pending[i - ring]);
     pending[i] = (await trainer.step()).loss;
     pending[i].finally(() => { back[i] = 1; }).catch(() => {}); // a failure is thrown by Promise.all below
   }
-  await quietly(() => n === 0 || back[n - 1]);
+  if (n > 0) await quietly(() => back[n - 1], pending[n - 1]);
   return Promise.all(pending);
 }
 

@@ -4,6 +4,8 @@
 #   .gl/        Debian's Vulkan loader debs (the device README's recipe)
 #   .wgcarry/   node.xz (this machine's Node 20), webgpu/ (npm `webgpu`: index.js, package.json,
 #               dist/linux-x64/dawn.node.xz)   -- made by webgpu/bench/pack_carry.sh
+#   .chrcarry/  for CHROMIUM=1 only: Debian's headless Chromium in two halves, carried by two calls
+#               before this one  -- made by webgpu/bench/pack_chromium.sh
 set -euo pipefail
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
@@ -45,6 +47,19 @@ wgsl_bench() {
 }
 # each side runs even if the other fails, so one run always brings back what can be measured
 wgsl_bench . webgpu_bench ${PROFILE:+--profile 1} 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
+# CHROMIUM=1: the same presets in headless Chromium's WebGPU (browser_bench.py), then under Node again
+# (A/B/A against drift). Debian's headless Chromium and its libraries were staged by two earlier calls
+# of the same held machine (pack_chromium.sh, unpack_chromium.sh). CHROMIUM_FLAGS are more browser flags:
+# by default ANGLE on Vulkan, without which the GPU process of this display-less machine fails to start and
+# WebGPU offers no adapter ("Failed to create WebGPU Context Provider"); on SwiftShader that flag hangs instead
+if [ -n "${CHROMIUM:-}" ]; then
+  flags=()
+  for f in ${CHROMIUM_FLAGS---use-angle=vulkan}; do flags+=("--browser-arg=$f"); done
+  chromium=$(bash webgpu/bench/unpack_chromium.sh) && python3 webgpu/bench/browser_bench.py --chromium "$chromium" \
+    --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 --blocks "${BLOCKS:-1}" "${flags[@]}" --out "$OUT/browser_bench.json" \
+    2> >(tee "$OUT/browser_bench.log" >&2) || echo "browser bench failed: exit $?"
+  wgsl_bench . webgpu_bench_again 2> >(tee "$OUT/webgpu_bench_again.log" >&2) || echo "WebGPU bench (again) failed: exit $?"
+fi
 [ -z "${TIMELINE:-}" ] || /tmp/wg/bin/node webgpu/bench/step_timeline.mjs "$PRESETS" "$OUT/step_timeline.json" 200 20 \
   2> >(without_warnings >&2) || echo "step timeline failed: exit $?"
 # DISPATCHES=1: each dispatch's GPU time in place, inside running steps (dispatch_timeline.mjs)

@@ -1,0 +1,149 @@
+"""The WGSL trainer timed in headless Chromium's WebGPU: the figure a person's page gets, beside the
+Node + Dawn figure of bench.mjs on the same GPU (run_device.sh runs both in one call).
+
+    python webgpu/bench/browser_bench.py [--chromium PATH] [--presets tiny,small] [--steps 30] [--warmup 5]
+                                         [--blocks 1] [--clocks-ms 300] [--out FILE] [--allow-software]
+
+Serves the repository on 127.0.0.1 with the playground's headers (`_headers`: cross-origin isolated),
+starts Chromium headless on webgpu/bench/browser_bench.html, which times each preset in a module worker
+(browser_bench_worker.js, the loop of time_trainer.js) and posts its lines and its result back here.
+Needs no Playwright: the lent GPU machine has none, and no browser but the one carried to it
+(docs/performance.md §43). A software adapter (SwiftShader) never gives a speed figure: without
+--allow-software (the tests' plumbing check) the run stops at the adapter and says so.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import http.server
+import json
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+from server.headers import global_headers  # noqa: E402  (the repository on sys.path first)
+from python_ref.bench_js import adapter_name, is_software_adapter  # noqa: E402
+
+# the tests' Chromium flags (tests/support/wasm_support.py), WebGPU on, and a real GPU's Vulkan driver taken
+# even where Chromium's GPU blocklist would refuse it (a server's GPU without a display)
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-quic", "--enable-unsafe-webgpu",
+                 "--enable-features=Vulkan", "--disable-vulkan-surface", "--ignore-gpu-blocklist"]
+PAGE = "/webgpu/bench/browser_bench.html"
+PROBE_TIMEOUT = 60  # seconds for the page to name its adapter: a GPU process that cannot start never answers
+
+
+def serve(messages: queue.Queue):
+    """A server of the repository with the playground's headers; POST /line and /result land in `messages`."""
+    headers = global_headers()
+
+    class Handler(http.server.SimpleHTTPRequestHandler):
+        def end_headers(self):
+            for name, value in headers.items():
+                self.send_header(name, value)
+            super().end_headers()
+
+        def do_POST(self):
+            body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            messages.put((self.path, json.loads(body)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Handler, directory=str(ROOT)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def run_page(chromium: str, query: str, timeout: float, extra_args: list[str]) -> dict:
+    """The page's result ({adapter, browser, presets, ...}); RuntimeError with the page's error, or
+    Chromium's output when the page never answered."""
+    messages: queue.Queue = queue.Queue()
+    server = serve(messages)
+    url = f"http://127.0.0.1:{server.server_address[1]}{PAGE}?{query}"
+    with tempfile.TemporaryDirectory(prefix="tinygpt-chromium-") as profile, \
+            tempfile.TemporaryFile() as log:
+        browser = subprocess.Popen([chromium, *CHROMIUM_ARGS, *extra_args, f"--user-data-dir={profile}", url],
+                                   stdout=log, stderr=subprocess.STDOUT)
+        try:
+            waited = 0.0
+            while True:
+                try:
+                    path, body = messages.get(timeout=1.0)
+                except queue.Empty:
+                    waited += 1.0
+                    if browser.poll() is not None:
+                        raise RuntimeError("Chromium ended before the page answered") from None
+                    if waited >= timeout:
+                        raise RuntimeError(f"no word from the page in {timeout:.0f} s") from None
+                    continue
+                waited = 0.0
+                if path == "/line":
+                    print(f"  {body}", file=sys.stderr, flush=True)
+                    continue
+                if "error" in body:
+                    raise RuntimeError(f"the page failed: {body['error']}")
+                return body["result"]
+        except RuntimeError as e:
+            if browser.poll() is not None:
+                e.args = (f"{e.args[0]}; Chromium exited {browser.returncode}",)
+            log.seek(0)
+            tail = log.read().decode(errors="replace")[-3000:]
+            raise RuntimeError(f"{e.args[0]}\nChromium's output:\n{tail}") from None
+        finally:
+            browser.kill()
+            browser.wait()
+            server.shutdown()
+            server.server_close()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--chromium", default=shutil.which("chromium"), help="the browser (default: chromium on PATH)")
+    ap.add_argument("--presets", default="tiny,small,medium,large,xl,huge,massive")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--blocks", type=int, default=1)
+    ap.add_argument("--clocks-ms", type=int, default=300)
+    ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for each word from the page")
+    ap.add_argument("--browser-arg", action="append", default=[], help="one more Chromium flag (repeatable)")
+    ap.add_argument("--allow-software", action="store_true",
+                    help="run on a software adapter too (a correctness check of the plumbing, never a speed)")
+    ap.add_argument("--out", help="the JSON's file (default: stdout)")
+    args = ap.parse_args(argv)
+    if not args.chromium:
+        ap.error("no chromium on PATH: name the browser with --chromium")
+    if args.blocks < 1 or args.steps % args.blocks:
+        ap.error(f"--blocks {args.blocks}: a whole divisor of --steps {args.steps}")
+    probe = run_page(args.chromium, "", min(args.timeout, PROBE_TIMEOUT), args.browser_arg)
+    adapter = probe["adapter"]
+    software = is_software_adapter(adapter)
+    kind = " (software)" if software else ""
+    print(f"{probe['browser']}: WebGPU adapter {adapter_name(adapter)}{kind}", file=sys.stderr)
+    out = {"browser": probe["browser"], "adapter": adapter, "software": software, "presets": []}
+    if software and not args.allow_software:
+        print(f"software adapter {adapter_name(adapter)}: no speed figure", file=sys.stderr)
+        out["refused"] = "software adapter: no speed figure"
+    else:
+        query = (f"presets={args.presets}&steps={args.steps}&warmup={args.warmup}&blocks={args.blocks}"
+                 f"&clocksMs={0 if software else args.clocks_ms}")
+        result = run_page(args.chromium, query, args.timeout, args.browser_arg)
+        out.update(subgroups=result.get("subgroups"), presets=result["presets"])
+    text = json.dumps(out, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    else:
+        print(text)
+    return 2 if "refused" in out else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
