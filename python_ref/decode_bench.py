@@ -215,10 +215,16 @@ def run_native(threads: int | None, preset: str, new_tokens: int, prompt: bytes,
         lib.tg_destroy(handle)
 
 
+def decode_job(new_tokens: int, prompt: bytes, sampling: dict) -> dict:
+    """What a JavaScript decode bench is asked (webgpu/bench/time_decode.js, wasm/bench/decode_node.mjs), less
+    the preset and the engine's own keys."""
+    return {"newTokens": new_tokens, "prompt": list(prompt), "temperature": sampling["temperature"],
+            "topK": sampling["topK"], "seed": sampling["seed"], "warmupTokens": WARMUP_TOKENS, "rounds": ROUNDS}
+
+
 def run_node_script(script: str, flags: tuple[str, ...], extra: dict, preset: str, new_tokens: int, prompt: bytes,
                     sampling: dict) -> dict:
-    job = {"preset": preset, "newTokens": new_tokens, "prompt": list(prompt), "temperature": sampling["temperature"],
-           "topK": sampling["topK"], "seed": sampling["seed"], "warmupTokens": WARMUP_TOKENS, "rounds": ROUNDS, **extra}
+    job = {"preset": preset, **decode_job(new_tokens, prompt, sampling), **extra}
     r = node_json(CHECKOUT / script, job, flags)
     return {"kv_seconds": r["kv"]["ms"] / 1e3, "kv_tokens": bytes(r["kv"]["tokens"]),
             "recompute_seconds": r["recompute"]["ms"] / 1e3, "recompute_tokens": bytes(r["recompute"]["tokens"]),

@@ -1,6 +1,7 @@
 """webgpu/bench/browser_bench.py (the WGSL trainer timed in headless Chromium's WebGPU; a speed only on a GPU,
 run_device.sh's CHROMIUM=1): on this machine's SwiftShader, that it refuses to give a speed, and that with
---allow-software the page's worker trains a preset, with the trainer's own dispatches, and reports it."""
+--allow-software the page's worker trains a preset, with the trainer's own dispatches, and decodes
+python_ref's tokens."""
 from __future__ import annotations
 
 import json
@@ -29,8 +30,11 @@ def test_a_software_adapter_gives_no_speed(tmp_path):
     assert result["browser"].startswith("Chromium ")
 
 
-def test_the_page_worker_trains_a_preset_and_reports_it(tmp_path):
-    proc, result = run_bench(tmp_path, "--presets", "tiny", "--steps", "2", "--warmup", "1", "--allow-software")
+def test_the_page_worker_trains_a_preset_and_decodes_python_refs_tokens(tmp_path):
+    from python_ref.decode_bench import decode_bench
+
+    proc, result = run_bench(tmp_path, "--presets", "tiny", "--steps", "2", "--warmup", "1", "--allow-software",
+                             "--decode-presets", "tiny", "--new-tokens", "20")
     assert proc.returncode == 0, proc.stderr
     (tiny,) = result["presets"]
     print(f"tiny in the page's worker: {tiny['dispatchesPerStep']} dispatches a step, "
@@ -41,3 +45,8 @@ def test_the_page_worker_trains_a_preset_and_reports_it(tmp_path):
     assert math.isfinite(tiny["lastLoss"]) and 4.5 < tiny["lastLoss"] < tiny["firstLoss"] < math.log(256) + 0.2
     assert "tiny: " in proc.stderr  # the worker's line, relayed as it came
     assert result["subgroups"]["width"] >= 1
+    (decoded,) = result["decode"]
+    reference = decode_bench("pytorch-cpu", "tiny", new_tokens=20)
+    print(f"tiny decoded in the page: {decoded['tokens_sha256']}, python_ref {reference['tokens_sha256']}")
+    assert decoded["preset"] == "tiny" and decoded["same_tokens"]
+    assert decoded["tokens_sha256"] == reference["tokens_sha256"]

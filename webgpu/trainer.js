@@ -13,10 +13,12 @@ import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
 
 const LOSS_RING = 8;
-// Tokens decoded and sampled on the GPU in one submit (Trainer._decodeBatch): the host's round trip
-// for a token (submit, the wait for the logits, sampling) cost as much as a tiny model's GPU work
-// (docs/performance.md §37–38); a batch streams to the page as one burst.
-export const DECODE_BATCH = 16;
+// The most tokens decoded and sampled on the GPU in one submit by the decode chain (Trainer._decodeBatch);
+// a batch also ends where the window restarts (every ctx/2 tokens). The host's round trip for a token
+// (submit, the wait for the logits, sampling) cost as much as a tiny model's GPU work under Node
+// (docs/performance.md §37–38), where batches of 8, 16 and 32 read alike; in Chromium a round trip takes
+// ~3 ms, so the fewer the better (§43). A batch streams to the page as one burst.
+export const DECODE_BATCH = 64;
 // The most steps of a batch in one workgroup (decode_tokens.js), whose window restarts do not end a
 // batch: fewer batches, fewer submits between a 512-token generation's steps (docs/performance.md §41).
 export const TOKENS_BATCH = 64;
@@ -232,8 +234,11 @@ const bufferBytes = (size) => Math.max(16, Math.ceil(size / 4) * 4);
 
 // Each plan's uniforms take 256 bytes per dispatch (a pair of products: 256 too): at most 14 + 24L
 // dispatches train a step (unpaired, every weight gradient splitting K, each summed apart), 4 + 7L
-// evaluate, and 3 + 9L decode a token or prefill a window.
-const uniformBytesBound = (L) => 256 * (24 + 49 * L);
+// evaluate, and 3 + 9L decode a token or prefill a window. The decode chain keeps such a plan for each
+// step of a batch (at most DECODE_BATCH, and ctx), and its sampler a dispatch for each and one more; a
+// batch in one workgroup is one dispatch.
+const uniformBytesBound = (L, ctx) =>
+  256 * (14 + 24 * L + 4 + 7 * L + (3 + 9 * L) * (1 + Math.min(DECODE_BATCH, ctx)) + DECODE_BATCH + 1 + 1);
 
 /**
  * Every buffer a Trainer for `config` creates (training, eval, generation, the state read-back) as
@@ -368,7 +373,7 @@ export class Trainer {
     const buffers = trainerBuffers(config, deferWeightGrads);
     const largest = (list) => list.reduce((a, b) => (b.bytes > a.bytes ? b : a));
     const buffer = largest(buffers), binding = largest(buffers.filter((b) => b.storage));
-    const totalBytes = buffers.reduce((sum, b) => sum + b.bytes, 0) + uniformBytesBound(config.model.nLayer);
+    const totalBytes = buffers.reduce((sum, b) => sum + b.bytes, 0) + uniformBytesBound(config.model.nLayer, config.model.ctx);
     return {
       totalBytes, largestBuffer: buffer.bytes, largestBufferLabel: buffer.label,
       largestBinding: binding.bytes, largestBindingLabel: binding.label, buffers,

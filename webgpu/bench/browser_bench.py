@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import hashlib
 import http.server
 import json
 import queue
@@ -23,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import urllib.parse
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -105,6 +107,27 @@ def run_page(chromium: str, query: str, timeout: float, extra_args: list[str]) -
             server.server_close()
 
 
+def decode_job_of(new_tokens: int) -> dict:
+    """decode_bench.py's job for its wgsl-node engine: its prompt ("\n"), the page's sampling defaults, seed 0."""
+    from python_ref.config import sampling_defaults
+    from python_ref.decode_bench import decode_job
+
+    defaults = sampling_defaults()
+    return decode_job(new_tokens, b"\n", {"temperature": defaults["temperature"], "topK": defaults["topK"], "seed": 0})
+
+
+def decode_result(r: dict, new_tokens: int) -> dict:
+    """A preset's decode in the page, with decode_bench.py's figures: tokens/s of each mode, their ratio, and
+    the digest of the KV cache's tokens (equal to another engine's: the same text, so the same work)."""
+    kv, recompute = r["kv"], r["recompute"]
+    return {"engine": "wgsl-chromium", "preset": r["preset"], "new_tokens": new_tokens,
+            "kv_tokens_per_s": new_tokens / (kv["ms"] / 1e3),
+            "recompute_tokens_per_s": new_tokens / (recompute["ms"] / 1e3),
+            "speedup": recompute["ms"] / kv["ms"], "same_tokens": kv["tokens"] == recompute["tokens"],
+            "tokens_sha256": hashlib.sha256(bytes(kv["tokens"])).hexdigest()[:16],
+            "kv_rounds_ms": kv["roundsMs"], "recompute_rounds_ms": recompute["roundsMs"]}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chromium", default=shutil.which("chromium"), help="the browser (default: chromium on PATH)")
@@ -113,6 +136,9 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--blocks", type=int, default=1)
     ap.add_argument("--clocks-ms", type=int, default=300)
+    ap.add_argument("--decode-presets", default="",
+                    help="also decode NEW_TOKENS at these presets: KV cache against recompute (decode_bench.py)")
+    ap.add_argument("--new-tokens", type=int, default=512)
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for each word from the page")
     ap.add_argument("--browser-arg", action="append", default=[], help="one more Chromium flag (repeatable)")
     ap.add_argument("--allow-software", action="store_true",
@@ -135,8 +161,13 @@ def main(argv=None) -> int:
     else:
         query = (f"presets={args.presets}&steps={args.steps}&warmup={args.warmup}&blocks={args.blocks}"
                  f"&clocksMs={0 if software else args.clocks_ms}")
+        if args.decode_presets:
+            job = json.dumps(decode_job_of(args.new_tokens))
+            query += f"&decodePresets={args.decode_presets}&decode={urllib.parse.quote(job)}"
         result = run_page(args.chromium, query, args.timeout, args.browser_arg)
         out.update(subgroups=result.get("subgroups"), presets=result["presets"])
+        if args.decode_presets:
+            out["decode"] = [decode_result(r, args.new_tokens) for r in result["decode"]]
     text = json.dumps(out, indent=1)
     if args.out:
         Path(args.out).write_text(text + "\n")

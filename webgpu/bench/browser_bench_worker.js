@@ -7,6 +7,7 @@ import { trainerLimits } from "../trainer.js";
 import { requestDeviceWithSubgroups } from "../subgroups.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 import { timeTrainer, describeEntry } from "./time_trainer.js";
+import { timeDecode } from "./time_decode.js";
 
 self.onmessage = async ({ data }) => {
   try {
@@ -23,7 +24,10 @@ async function browserVersion() {
   return named ? `${named.brand} ${named.version}` : navigator.userAgent;
 }
 
-/** job: the page's query, as strings: presets (comma-separated; none: the adapter only), steps, warmup, blocks, clocksMs. */
+/**
+ * job: the page's query, as strings: presets (comma-separated) with steps, warmup, blocks, clocksMs; decodePresets
+ * (comma-separated) with decode (time_decode.js's job, as JSON). Neither: the adapter only.
+ */
 async function bench(job) {
   if (!navigator.gpu) throw new Error("navigator.gpu is missing: this browser offers no WebGPU to a worker");
   const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
@@ -31,8 +35,8 @@ async function bench(job) {
   const info = adapter.info;
   const out = { adapter: { vendor: info.vendor, architecture: info.architecture, device: info.device, description: info.description,
     isFallbackAdapter: info.isFallbackAdapter ?? null }, browser: await browserVersion(), presets: [] };
-  const names = (job.presets ?? "").split(",").filter(Boolean);
-  if (!names.length) return out;
+  const names = (job.presets ?? "").split(",").filter(Boolean), decodeNames = (job.decodePresets ?? "").split(",").filter(Boolean);
+  if (!names.length && !decodeNames.length) return out;
   const { device, subgroups } = await requestDeviceWithSubgroups(adapter, { label: "TinyGPT bench", requiredLimits: trainerLimits(adapter) });
   out.subgroups = subgroups;
   const presets = await (await fetch("/site/static/presets.json")).json();
@@ -43,6 +47,14 @@ async function bench(job) {
       { steps: Number(job.steps), warmup: Number(job.warmup), blocks: Number(job.blocks ?? 1), clocksMs: Number(job.clocksMs ?? 300) });
     out.presets.push(entry);
     self.postMessage({ line: describeEntry(entry) });
+  }
+  out.decode = [];
+  for (const name of decodeNames) {
+    const decodeJob = JSON.parse(job.decode);
+    const { kv, recompute } = await timeDecode(device, configFromPresets(presets, name), decodeJob);
+    out.decode.push({ preset: name, kv, recompute });
+    const rate = (mode) => (decodeJob.newTokens / (mode.ms / 1000)).toFixed(0);
+    self.postMessage({ line: `${name} decode: KV cache ${rate(kv)} tokens/s, recompute ${rate(recompute)} (${(recompute.ms / kv.ms).toFixed(1)}×)` });
   }
   device.destroy();
   return out;

@@ -9,10 +9,8 @@
 // Run by python_ref/decode_bench.py.
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../node_gpu.js";
-import { Trainer } from "../trainer.js";
-import { RecomputeDecoder } from "../recompute_decoder.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
-import { roundsInTurn } from "./replay.mjs";
+import { timeDecode } from "./time_decode.js";
 
 // The page's rule (site/static/js/engines/webgpu_engine.js, isSoftware), which Node cannot import
 // from there without the server's URL layout and a built site/static/wasm.
@@ -27,26 +25,7 @@ async function run(job) {
   if (software && !job.allowSoftware) throw new Error(`the adapter is software (${adapter}): correct, not fast, so no speed figure`);
 
   const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json", import.meta.url), "utf8"));
-  const config = configFromPresets(presets, job.preset);
-  const trainer = new Trainer(device, config); // the preset's seeded initial weights
-  const recompute = new RecomputeDecoder(trainer);
-  const sampling = { temperature: job.temperature, topK: job.topK, seed: job.seed };
-  const timed = async (decoder, maxNewTokens) => {
-    const t0 = performance.now();
-    const tokens = await decoder.generate(job.prompt, { maxNewTokens, ...sampling });
-    return { ms: performance.now() - t0, tokens: Array.from(tokens) };
-  };
-  // warm-up: pipelines compile and the decode plan is recorded on first use
-  await timed(trainer, job.warmupTokens);
-  await trainer.tokensReady; // where tiny's batches decode in one workgroup, its pipeline compiles in the background
-  await timed(recompute, job.warmupTokens);
-  // rounds of each mode in turn, the median kept: one round of 512 tokens on an H200 read the same
-  // code at 307 and 498 tokens/s a minute apart (docs/performance.md §35), as the host's speed moved,
-  // and a round of tiny's KV cache takes ~60 ms, so small models get more rounds (§38)
-  const rounds = await roundsInTurn({ kv: () => timed(trainer, job.newTokens), recompute: () => timed(recompute, job.newTokens) }, job.rounds);
-  const result = { adapter, software, ...rounds };
-  recompute.destroy();
-  trainer.destroy();
+  const result = { adapter, software, ...(await timeDecode(device, configFromPresets(presets, job.preset), job)) };
   device.destroy();
   return result;
 }

@@ -1,0 +1,35 @@
+// One preset's decoding timed as the benches report it, on any host's device: Node + Dawn
+// (decode_bench.mjs) or a browser's WebGPU in a module worker (browser_bench_worker.js). Trainer.generate
+// (the KV cache) against RecomputeDecoder (the whole window a token), the same seeded weights, prompt and
+// sampling, rounds of each in turn (replay.mjs roundsInTurn).
+import { Trainer } from "../trainer.js";
+import { RecomputeDecoder } from "../recompute_decoder.js";
+import { roundsInTurn } from "./replay.mjs";
+
+/**
+ * job: {newTokens, warmupTokens, prompt: [bytes], temperature, topK, seed, rounds} (python_ref/decode_bench.py
+ * makes it). -> {kv: {ms, roundsMs, tokens}, recompute: {...}}: ms is each mode's median round.
+ */
+export async function timeDecode(device, config, job) {
+  const trainer = new Trainer(device, config); // the preset's seeded initial weights
+  const recompute = new RecomputeDecoder(trainer);
+  try {
+    const sampling = { temperature: job.temperature, topK: job.topK, seed: job.seed };
+    const timed = async (decoder, maxNewTokens) => {
+      const t0 = performance.now();
+      const tokens = await decoder.generate(job.prompt, { maxNewTokens, ...sampling });
+      return { ms: performance.now() - t0, tokens: Array.from(tokens) };
+    };
+    // warm-up: pipelines compile and the decode plan is recorded on first use
+    await timed(trainer, job.warmupTokens);
+    await trainer.tokensReady; // where tiny's batches decode in one workgroup, its pipeline compiles in the background
+    await timed(recompute, job.warmupTokens);
+    // rounds of each mode in turn, the median kept: one round of 512 tokens on an H200 read the same
+    // code at 307 and 498 tokens/s a minute apart (docs/performance.md §35), as the host's speed moved,
+    // and a round of tiny's KV cache takes ~60 ms, so small models get more rounds (§38)
+    return await roundsInTurn({ kv: () => timed(trainer, job.newTokens), recompute: () => timed(recompute, job.newTokens) }, job.rounds);
+  } finally {
+    recompute.destroy();
+    trainer.destroy();
+  }
+}
