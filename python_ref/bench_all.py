@@ -236,7 +236,7 @@ def measured_machine(series: list[dict], decode: dict) -> dict:
     engines = {r["engine"] for r in decode.get("results", [])}
     if not families & {"WASM in Node", "WGSL"} and not engines & {"wasm-node", "wgsl-node"}:
         machine["node"] = None
-    if "WASM in Chromium" not in families:
+    if not families & {"WASM in Chromium", "WGSL in Chromium"}:
         machine["chromium"] = None
     return machine
 

@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -210,3 +211,42 @@ class WgslNode(Backend):
             raise RuntimeError(f"ran on a software adapter ({adapter_name(result['adapter'])}): no speed figure")
         (row,) = result["presets"]
         return {"ms_per_step": row["msPerStep"], "steps": steps, "setup_s": row["setupMs"] / 1e3}
+
+
+class WgslChromium(Backend):
+    """The WGSL trainer as the page runs it: in a module worker of headless Chromium's WebGPU
+    (webgpu/bench/browser_bench.py), Chromium started afresh for each cell, as WgslNode starts Node.
+    TINYGPT_CHROMIUM_ARGS adds browser flags: a GPU server without a display needs --use-angle=vulkan
+    (docs/performance.md §43)."""
+    family = "WGSL in Chromium"
+    key = "wgsl-chromium"
+    label = "WGSL, Chromium"
+    method = (f"webgpu/bench/browser_bench.py: mean of the timed steps in the page's module worker (one submit "
+              f"each), after {WGSL_WARMUP} warm-up steps; on a hardware adapter only")
+
+    def start(self, stack):
+        self.root = checkout()
+        if shutil.which("chromium") is None:
+            raise Unavailable("no `chromium` on PATH")
+        proc = self.run_bench("--presets", "")
+        if proc.returncode == 2:  # the bench's refusal: a software adapter
+            raise Unavailable(f"{proc.stderr.strip().splitlines()[-1]} (headless Chromium)")
+        if proc.returncode != 0:
+            raise Unavailable(f"no WebGPU adapter in headless Chromium: {proc.stderr.strip()[-500:]}")
+
+    def run_bench(self, *args: str, out: Path | None = None) -> subprocess.CompletedProcess:
+        flags = [f"--browser-arg={a}" for a in os.environ.get("TINYGPT_CHROMIUM_ARGS", "").split()]
+        return subprocess.run([sys.executable, str(self.root / "webgpu/bench/browser_bench.py"), *args, *flags,
+                               *(["--out", str(out)] if out else [])], capture_output=True, text=True, timeout=3600)
+
+    def measure(self, preset, budget, estimate_ms):
+        steps = budget.count(estimate_ms)
+        with tempfile.TemporaryDirectory(prefix="tinygpt-wgsl-chromium-") as tmp:
+            out = Path(tmp) / "browser.json"
+            proc = self.run_bench("--presets", preset, "--steps", str(steps), "--warmup", str(WGSL_WARMUP), out=out)
+            if proc.returncode != 0:
+                raise RuntimeError(f"browser_bench.py exit {proc.returncode}: {proc.stderr.strip()[-2000:]}")
+            result = json.loads(out.read_text())
+        (row,) = result["presets"]
+        return {"ms_per_step": row["msPerStep"], "steps": steps, "setup_s": row["setupMs"] / 1e3,
+                "browser": result["browser"]}

@@ -42,7 +42,7 @@ def tiny_run(tmp_path_factory):
     """One round at tiny, 2 steps a cell, no decode: the JSON and the folder it was written to."""
     out = tmp_path_factory.mktemp("bench_all")
     proc = run_cli("--all", "--presets", "tiny", "--rounds", "1", "--steps", "2", "--seconds", "0.2",
-                   "--backends", "pytorch-cpu,native-*,wasm-node-simd,wgsl-node", "--no-decode", "--out", str(out))
+                   "--backends", "pytorch-cpu,native-*,wasm-node-simd,wgsl-*", "--no-decode", "--out", str(out))
     assert proc.returncode == 0
     return json.loads((out / "bench.json").read_text()), out
 
@@ -68,10 +68,24 @@ def test_bench_all_writes_a_docs_bench_file(tiny_run):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU machine may have a hardware adapter")
 def test_wgsl_is_skipped_on_a_software_adapter(tiny_run):
     data, _ = tiny_run
-    reason = data["skipped"]["wgsl-node"]
-    print(f"wgsl-node: {reason}")
-    assert "software adapter" in reason and "no speed figure" in reason
-    assert "wgsl-node" not in {s["key"] for s in data["series"]}
+    for key in ("wgsl-node", "wgsl-chromium"):
+        reason = data["skipped"][key]
+        print(f"{key}: {reason}")
+        assert "software adapter" in reason and "no speed figure" in reason
+        assert key not in {s["key"] for s in data["series"]}
+
+
+def test_wgsl_in_chromium_takes_a_cells_figure_from_the_page(monkeypatch):
+    """Its cell's plumbing, let onto SwiftShader (browser_bench.py --allow-software): never a speed."""
+    from python_ref.bench_js import WgslChromium
+
+    backend = WgslChromium()
+    backend.root = ROOT
+    run_bench = backend.run_bench
+    monkeypatch.setattr(backend, "run_bench", lambda *args, out=None: run_bench(*args, "--allow-software", out=out))
+    cell = backend.measure("tiny", Budget(steps=2, seconds=0.1), None)
+    print(cell)
+    assert cell["steps"] == 2 and cell["ms_per_step"] > 0 and cell["browser"].startswith("Chromium ")
 
 
 def test_plots_are_small_valid_pngs(tiny_run):
