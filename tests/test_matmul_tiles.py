@@ -12,7 +12,7 @@ from conftest import ROOT, swiftshader_env
 def test_tiles_of_a_preset_and_the_floor(tmp_path):
     out = tmp_path / "tiles.json"
     subprocess.run(["node", str(ROOT / "webgpu/bench/matmul_tiles.mjs"), "--presets", "tiny", "--tiles", "32x32-s2",
-                    "--clocks-ms", "0", "--reps", "2", "--out", str(out)],
+                    "--clocks-ms", "0", "--reps", "10", "--out", str(out)],
                    env=swiftshader_env(), check=True, capture_output=True, timeout=600)
     rows = json.loads(out.read_text())
     floor, products = rows[0], rows[1:]
