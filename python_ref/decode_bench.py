@@ -226,10 +226,24 @@ def run_node_script(script: str, flags: tuple[str, ...], extra: dict, preset: st
                     sampling: dict) -> dict:
     job = {"preset": preset, **decode_job(new_tokens, prompt, sampling), **extra}
     r = node_json(CHECKOUT / script, job, flags)
+    return {**js_run(r), "where": (f"{r['build']} build, {threads_label(r['threads'])}" if "build" in r
+                                   else r["adapter"] + (" (software)" if r["software"] else ""))}
+
+
+def js_run(r: dict) -> dict:
+    """A JavaScript decode bench's {kv, recompute: {ms, tokens}} as a run (seconds, token bytes)."""
     return {"kv_seconds": r["kv"]["ms"] / 1e3, "kv_tokens": bytes(r["kv"]["tokens"]),
-            "recompute_seconds": r["recompute"]["ms"] / 1e3, "recompute_tokens": bytes(r["recompute"]["tokens"]),
-            "where": (f"{r['build']} build, {threads_label(r['threads'])}" if "build" in r
-                      else r["adapter"] + (" (software)" if r["software"] else ""))}
+            "recompute_seconds": r["recompute"]["ms"] / 1e3, "recompute_tokens": bytes(r["recompute"]["tokens"])}
+
+
+def decode_figures(new_tokens: int, run: dict) -> dict:
+    """A run's figures: each mode's tokens/s, their ratio, whether the modes agreed, and the digest of the
+    tokens (equal digests across engines: the same text, so the same work)."""
+    kv_rate, rec_rate = new_tokens / run["kv_seconds"], new_tokens / run["recompute_seconds"]
+    return {"kv_tokens_per_s": kv_rate, "recompute_tokens_per_s": rec_rate, "speedup": kv_rate / rec_rate,
+            "same_tokens": run["kv_tokens"] == run["recompute_tokens"],
+            "tokens_sha256": hashlib.sha256(run["kv_tokens"]).hexdigest()[:16],
+            "kv_seconds": run["kv_seconds"], "recompute_seconds": run["recompute_seconds"]}
 
 
 def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes = b"\n", seed: int = 0,
@@ -260,14 +274,9 @@ def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes 
                               {"wasmDir": str(build_dir() / "wasm"), "threads": threads}, *args)
     else:
         run = run_node_script("webgpu/bench/decode_bench.mjs", (), {"allowSoftware": allow_software_gpu}, *args)
-    kv_rate, rec_rate = new_tokens / run["kv_seconds"], new_tokens / run["recompute_seconds"]
     return {
         "engine": engine, "preset": preset, "new_tokens": new_tokens, "ctx": config.ctx,
-        "params": config.param_count(), "kv_tokens_per_s": kv_rate, "recompute_tokens_per_s": rec_rate,
-        "speedup": kv_rate / rec_rate, "same_tokens": run["kv_tokens"] == run["recompute_tokens"],
-        # equal digests across engines: the same text, so the same work
-        "tokens_sha256": hashlib.sha256(run["kv_tokens"]).hexdigest()[:16],
-        "kv_seconds": run["kv_seconds"], "recompute_seconds": run["recompute_seconds"], "where": run["where"],
+        "params": config.param_count(), **decode_figures(new_tokens, run), "where": run["where"],
         "prompt": prompt.decode("latin-1"), "temperature": sampling["temperature"], "top_k": sampling["topK"],
         "seed": seed, "weights": f"untrained: the preset's seeded initial weights (seed {train_config(preset).seed})",
     }

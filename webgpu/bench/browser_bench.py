@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import hashlib
 import http.server
 import json
 import queue
@@ -117,15 +116,13 @@ def decode_job_of(new_tokens: int) -> dict:
 
 
 def decode_result(r: dict, new_tokens: int) -> dict:
-    """A preset's decode in the page, with decode_bench.py's figures: tokens/s of each mode, their ratio, and
-    the digest of the KV cache's tokens (equal to another engine's: the same text, so the same work)."""
-    kv, recompute = r["kv"], r["recompute"]
+    """A preset's decode in the page, with decode_bench.py's figures (the digest of the KV cache's tokens
+    equal to another engine's: the same text, so the same work) and each mode's rounds."""
+    from python_ref.decode_bench import decode_figures, js_run
+
     return {"engine": "wgsl-chromium", "preset": r["preset"], "new_tokens": new_tokens,
-            "kv_tokens_per_s": new_tokens / (kv["ms"] / 1e3),
-            "recompute_tokens_per_s": new_tokens / (recompute["ms"] / 1e3),
-            "speedup": recompute["ms"] / kv["ms"], "same_tokens": kv["tokens"] == recompute["tokens"],
-            "tokens_sha256": hashlib.sha256(bytes(kv["tokens"])).hexdigest()[:16],
-            "kv_rounds_ms": kv["roundsMs"], "recompute_rounds_ms": recompute["roundsMs"]}
+            **decode_figures(new_tokens, js_run(r)),
+            "kv_rounds_ms": r["kv"]["roundsMs"], "recompute_rounds_ms": r["recompute"]["roundsMs"]}
 
 
 def main(argv=None) -> int:

@@ -49,8 +49,8 @@ async function bench(job) {
     self.postMessage({ line: describeEntry(entry) });
   }
   out.decode = [];
+  const decodeJob = decodeNames.length ? JSON.parse(job.decode) : null;
   for (const name of decodeNames) {
-    const decodeJob = JSON.parse(job.decode);
     const { kv, recompute } = await timeDecode(device, configFromPresets(presets, name), decodeJob);
     out.decode.push({ preset: name, kv, recompute });
     const rate = (mode) => (decodeJob.newTokens / (mode.ms / 1000)).toFixed(0);

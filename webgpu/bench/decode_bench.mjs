@@ -10,17 +10,13 @@
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../node_gpu.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
+import { isSoftwareAdapter } from "../software_adapter.js";
 import { timeDecode } from "./time_decode.js";
-
-// The page's rule (site/static/js/engines/webgpu_engine.js, isSoftware), which Node cannot import
-// from there without the server's URL layout and a built site/static/wasm.
-const isSoftware = (info) =>
-  info.isFallbackAdapter === true || /swiftshader|llvmpipe/i.test([info.vendor, info.architecture, info.device, info.description].join(" "));
 
 async function run(job) {
   const { device, info } = await nodeDevice();
   const adapter = [...new Set([info.vendor, info.architecture, info.description].filter(Boolean))].join(" ");
-  const software = isSoftware(info);
+  const software = isSoftwareAdapter(info);
   if (job.probe) return { adapter, software };
   if (software && !job.allowSoftware) throw new Error(`the adapter is software (${adapter}): correct, not fast, so no speed figure`);
 
