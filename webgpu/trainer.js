@@ -1418,9 +1418,15 @@ export class Trainer {
     this.stepCount = step;
   }
 
+  /**
+   * Frees the GPU objects. Returns a promise that settles when the work begun in the background (the
+   * decode kernel's compile) is over: a Node process awaits it before it exits, since Dawn aborts
+   * (std::system_error) where the process exits during a compile. A page need not wait.
+   */
   destroy() {
     for (const p of [this.trainPlan, this.evalPlan, this.prefillPlan, this.samplePlan, this.tokensPlan, ...(this.genSlots ?? [])]) if (p) p.destroy();
     for (const b of this.buffers) b.destroy();
     this.buffers = [];
+    return Promise.resolve(this.tokensReady);
   }
 }

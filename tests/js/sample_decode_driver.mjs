@@ -130,7 +130,7 @@ const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, n
   [0.8, 40, 40, null, "\n"], [0.8, 40, 40, null, "ROMEO:", 0]];
 let trainer;
 for (const oneWorkgroup of [false, true]) {
-  trainer?.destroy();
+  await trainer?.destroy();
   trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus, decodeInOneWorkgroup: oneWorkgroup });
   const recompute = new RecomputeDecoder(trainer);
   const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
@@ -166,6 +166,6 @@ for (const oneWorkgroup of [false, true]) {
 }
 // training goes on after generating (the page's flow)
 out.lossAfter = await (await trainer.step()).loss;
-trainer.destroy();
+await trainer.destroy();
 device.destroy();
 console.log(JSON.stringify(out));

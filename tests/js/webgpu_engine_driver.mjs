@@ -68,7 +68,7 @@ const parts = {
     const controller = new AbortController(), streamed = [];
     const made = await engine.generate(prompt, { ...options, signal: controller.signal,
       onToken: (t) => { streamed.push(t); if (streamed.length === 5) controller.abort(); } });
-    engine.destroy();
+    await engine.destroy();
     return { fullMade, full, made, streamed };
   },
 
@@ -84,7 +84,7 @@ const parts = {
       const trainer = new Trainer(device, config, { corpus, seed: SEED, ...options });
       await trainer.generate(new Uint8Array([10]), { maxNewTokens: 1, temperature: 1, topK: 1 }); // builds the decode buffers
       await trainer.exportState(); // and the state read-back
-      trainer.destroy();
+      await trainer.destroy();
       delete device.createBuffer;
       const { buffers, ...need } = Trainer.requirements(config, options);
       out[name] = { created, need, buffers, checkLimits: checkLimits(config, device.limits) };

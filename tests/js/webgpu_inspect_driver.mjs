@@ -27,5 +27,5 @@ const { T, weights } = await engine.attention(prompt);
 const sample = [];
 await engine.generate(prompt, { temperature: 0, topK: 0, seed: 0, maxNewTokens: Number(newTokens),
   onToken: (token, top) => sample.push({ token, top }) });
-engine.destroy();
+await engine.destroy(); // the decode kernel's background compile ends before the process does
 console.log(JSON.stringify({ T, weights: Array.from(weights), sample, fatals }));

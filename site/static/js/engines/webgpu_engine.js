@@ -166,11 +166,13 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
       alive();
       return { T: tokens.length, weights: await attentionWeights(trainer, tokens) };
     },
+    // returns the trainer's promise of its background work's end, which a Node process awaits
     destroy() {
       destroyed = true;
       gpu.removeEventListener("uncapturederror", onError);
-      trainer.destroy();
+      const settled = trainer.destroy();
       if (ownDevice) gpu.destroy();
+      return settled;
     },
   };
 }
