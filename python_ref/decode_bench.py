@@ -232,28 +232,38 @@ def run_node_script(script: str, flags: tuple[str, ...], extra: dict, preset: st
 
 def js_run(r: dict) -> dict:
     """A JavaScript decode bench's {kv, recompute: {ms, tokens}} as a run (seconds, token bytes)."""
-    return {"kv_seconds": r["kv"]["ms"] / 1e3, "kv_tokens": bytes(r["kv"]["tokens"]),
-            "recompute_seconds": r["recompute"]["ms"] / 1e3, "recompute_tokens": bytes(r["recompute"]["tokens"])}
+    run = {"kv_seconds": r["kv"]["ms"] / 1e3, "kv_tokens": bytes(r["kv"]["tokens"]),
+           "recompute_seconds": r["recompute"]["ms"] / 1e3, "recompute_tokens": bytes(r["recompute"]["tokens"])}
+    if "kvNotAhead" in r:  # the A/B of the chain's batch submitted ahead (time_decode.js notAhead)
+        behind = r["kvNotAhead"]
+        run.update(kv_not_ahead_seconds=behind["ms"] / 1e3, kv_not_ahead_tokens=bytes(behind["tokens"]))
+    return run
 
 
 def decode_figures(new_tokens: int, run: dict) -> dict:
     """A run's figures: each mode's tokens/s, their ratio, whether the modes agreed, and the digest of the
     tokens (equal digests across engines: the same text, so the same work)."""
     kv_rate, rec_rate = new_tokens / run["kv_seconds"], new_tokens / run["recompute_seconds"]
-    return {"kv_tokens_per_s": kv_rate, "recompute_tokens_per_s": rec_rate, "speedup": kv_rate / rec_rate,
-            "same_tokens": run["kv_tokens"] == run["recompute_tokens"],
-            "tokens_sha256": hashlib.sha256(run["kv_tokens"]).hexdigest()[:16],
-            "kv_seconds": run["kv_seconds"], "recompute_seconds": run["recompute_seconds"]}
+    figures = {"kv_tokens_per_s": kv_rate, "recompute_tokens_per_s": rec_rate, "speedup": kv_rate / rec_rate,
+               "same_tokens": run["kv_tokens"] == run["recompute_tokens"],
+               "tokens_sha256": hashlib.sha256(run["kv_tokens"]).hexdigest()[:16],
+               "kv_seconds": run["kv_seconds"], "recompute_seconds": run["recompute_seconds"]}
+    if "kv_not_ahead_seconds" in run:
+        behind = new_tokens / run["kv_not_ahead_seconds"]
+        figures.update(kv_not_ahead_tokens_per_s=behind, ahead_gain=kv_rate / behind,
+                       same_tokens=figures["same_tokens"] and run["kv_not_ahead_tokens"] == run["kv_tokens"])
+    return figures
 
 
 def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes = b"\n", seed: int = 0,
-                 threads: int | None = None, allow_software_gpu: bool = False) -> dict:
+                 threads: int | None = None, allow_software_gpu: bool = False, not_ahead: bool = False) -> dict:
     """KV-cache and full-recompute decode of `new_tokens` tokens on one engine (see the module's doc).
 
     threads: the CPU engines' thread count (pytorch-cpu, native, wasm-node); None = each one's own
     default (torch's setting; every core for native and WebAssembly, as the page does).
     Raises RuntimeError saying why when the engine is not available here. allow_software_gpu lets
-    wgsl-node run on a software adapter: for checking the tokens, never for a speed figure.
+    wgsl-node run on a software adapter: for checking the tokens, never for a speed figure. not_ahead:
+    wgsl-node also times the KV cache without its next batch submitted ahead, in the same rounds.
     """
     reason = unavailable_reason(engine, allow_software_gpu)
     if reason is not None:
@@ -273,7 +283,8 @@ def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes 
         run = run_node_script("wasm/bench/decode_node.mjs", wasm_node_flags(),
                               {"wasmDir": str(build_dir() / "wasm"), "threads": threads}, *args)
     else:
-        run = run_node_script("webgpu/bench/decode_bench.mjs", (), {"allowSoftware": allow_software_gpu}, *args)
+        extra = {"allowSoftware": allow_software_gpu, "notAhead": not_ahead}
+        run = run_node_script("webgpu/bench/decode_bench.mjs", (), extra, *args)
     return {
         "engine": engine, "preset": preset, "new_tokens": new_tokens, "ctx": config.ctx,
         "params": config.param_count(), **decode_figures(new_tokens, run), "where": run["where"],
@@ -313,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the sample stream's seed")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of pytorch-cpu, native and wasm-node (default: torch's setting; every core)")
+    ap.add_argument("--wgsl-not-ahead", action="store_true",
+                    help="wgsl-node also times the KV cache without its next batch submitted ahead (an A/B)")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     engines = args.engines.split(",") if args.engines else available_decode_engines()
@@ -323,10 +336,13 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for preset in args.presets.split(","):
         for engine in engines:
-            results.append(decode_bench(engine, preset, args.new_tokens, args.prompt.encode(), args.seed, args.threads))
+            results.append(decode_bench(engine, preset, args.new_tokens, args.prompt.encode(), args.seed, args.threads,
+                                        not_ahead=args.wgsl_not_ahead))
             r = results[-1]
+            behind = (f", not ahead {r['kv_not_ahead_tokens_per_s']:,.0f} tokens/s" if "ahead_gain" in r else "")
             print(f"{engine} {preset}: KV {r['kv_tokens_per_s']:,.0f} tokens/s, recompute "
-                  f"{r['recompute_tokens_per_s']:,.0f} tokens/s, {r['speedup']:.1f}x", file=sys.stderr, flush=True)
+                  f"{r['recompute_tokens_per_s']:,.0f} tokens/s, {r['speedup']:.1f}x{behind}",
+                  file=sys.stderr, flush=True)
     sampling = sampling_defaults()
     print(f"Decode of {args.new_tokens} new tokens after {args.prompt!r} (temperature {sampling['temperature']}, "
           f"top-k {sampling['topK']}, seed {args.seed}), untrained weights (each preset's seeded init):\n")

@@ -42,19 +42,22 @@ def test_non_finite_or_huge_logits_go_to_the_host(driver):
 
 def test_generate_gives_the_recompute_decoders_tokens(driver):
     """The KV cache with GPU sampling against the host's sampling of every token (RecomputeDecoder): with
-    the decode chain and a sampler dispatch a step, and with each batch in one workgroup (decode_tokens.js)."""
+    the decode chain and a sampler dispatch a step, its next batch submitted ahead and not, and with each
+    batch in one workgroup (decode_tokens.js)."""
     runs = driver["generate"]
     for g in runs:
-        print(f"{'one workgroup' if g['oneWorkgroup'] else 'decode chain'}: T={g['temperature']} top-k {g['topK']}, "
+        path = "one workgroup" if g["oneWorkgroup"] else "decode chain" + ("" if g["decodeAhead"] else ", not ahead")
+        print(f"{path}: T={g['temperature']} top-k {g['topK']}, "
               f"{g['maxNewTokens']} tokens after {g['prompt']!r}"
               f"{'' if g['refused'] is None else ', one step of each batch refused'}: same {g['same']}; "
               f"{g['batches']} batches ({g['prefills']} opened by a "
               f"{'window upload' if g['oneWorkgroup'] else 'prefill'}) of {g['steps']} steps, "
               f"{g['uncertain']} cut short, {g['hostDecodes']} decodes sampled on the host (batches of "
-              f"{g['batchMs']} ms)")
+              f"{g['batchMs']} ms); chain batches submitted ahead {g['ahead']}, waited out {g['landed']}")
         assert g["same"] and g["streamed"] and g["count"] == g["maxNewTokens"]
-    assert [g["oneWorkgroup"] for g in runs] == [False] * 8 + [True] * 8
-    for chain, path in ((True, runs[:8]), (False, runs[8:])):
+    assert [g["oneWorkgroup"] for g in runs] == [False] * 16 + [True] * 8
+    assert [g["decodeAhead"] for g in runs[:16]] == [True] * 8 + [False] * 8
+    for chain, ahead, path in ((True, True, runs[:8]), (True, False, runs[8:16]), (False, True, runs[16:])):
         plain, refused, greedy, full, cold, one, newline, hurried = path
         assert plain["hostDecodes"] == 0 and plain["uncertain"] == 0
         if chain:
@@ -65,6 +68,12 @@ def test_generate_gives_the_recompute_decoders_tokens(driver):
             # 32 and 7 steps make the 70 tokens
             assert plain["prefills"] == 1 and plain["batches"] == 7
             assert refused["prefills"] == refused["uncertain"] + 1, "each host-sampled token uploads the window"
+        if chain and ahead:
+            # every batch after the first went on from the GPU's token and window, restarts included
+            assert plain["ahead"] == plain["batches"] - 1 and plain["landed"] == 0
+            assert refused["landed"] > 0, "a batch submitted ahead of a host-sampled token is waited out"
+        if chain and not ahead:
+            assert all(g["ahead"] == 0 for g in path)
         assert refused["uncertain"] > 0, "the host's path for an uncertain step is exercised"
         assert greedy["uncertain"] == greedy["batches"], "and for an uncertain first step after a prefill"
         assert full["batches"] > 0 and one["batches"] == one["prefills"] == 1

@@ -499,10 +499,10 @@ export class Ops {
    * token into tokens[0] and the step's record (token, certain, logits) into samples. Returns the
    * dispatch index, whose sampling uniforms a new generation replaces (sampleDecodeValues()).
    */
-  sampleDecode(plan, { V, logits, logitsOff = 0, draws, tokens, samples, step, temperature, topK }) {
+  sampleDecode(plan, { V, logits, logitsOff = 0, draws, tokens, samples, batch, step, temperature, topK }) {
     if (!sampleDecodeFits(V)) throw new Error(`sampleDecode: a vocabulary of ${V} is more than one workgroup's`);
     return plan.add(sampleDecode, { V, logits_off: logitsOff, step, ...sampleDecodeValues(temperature, topK) },
-      [logits, draws, tokens, samples], [1, 1]);
+      [logits, draws, tokens, samples, batch], [1, 1]);
   }
 
   /** Compiles decodeTokens' pipeline for `model` (and `next`, as decodeTokens) without blocking (PipelineCache.prepare). */

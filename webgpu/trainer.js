@@ -29,8 +29,8 @@ const BATCH_MS = 50;
 // The widest model whose batches decode in one workgroup (Trainer._decodesInOneWorkgroup): measured
 // against the decode chain on an H200 (docs/performance.md §40).
 const DECODE_IN_ONE_WORKGROUP_MAX_WIDTH = 64;
-/** What a batch's commands were recorded for (Trainer._takeAhead). */
-const batchKey = (pos, n, prefill) => `batch ${pos} ${n} ${prefill}`;
+/** What a batch's commands were recorded for (Trainer._takeAhead), and what a batch submitted ahead is (_decodeBatch). */
+const batchKey = (pos, n, prefill, slot) => `batch ${pos} ${n} ${prefill} ${slot}`;
 const U = () => GPUBufferUsage;
 
 // Activation buffers for B rows of T positions (kvT: the positions a KV cache holds), in floats.
@@ -283,7 +283,9 @@ function trainerBuffers(config, deferWeightGrads) {
   add("logits readback", 4 * V, false);
   add("generate draws", 4 * DECODE_BATCH);
   add("generate samples", 4 * DECODE_BATCH * sampleRecordFloats(V));
-  add("samples readback", 4 * DECODE_BATCH * sampleRecordFloats(V), false);
+  add("generate batch tokens", 4 * DECODE_BATCH);
+  add("generate chain window", 4 * (T + 1), false);
+  for (const i of [0, 1]) add(`samples readback ${i}`, 4 * DECODE_BATCH * sampleRecordFloats(V), false);
   if (decodeTokensFits(m)) {
     add("generate window", 4 * (1 + T));
     add("generate rows", 4 * decodeRowsFloats(m));
@@ -490,7 +492,8 @@ export class Trainer {
       layers.push({ ...make(sizes.layer), ...Object.fromEntries(keptNames.map((k) => [k, view(k, l)])),
         ...(qkvOf ? sameQkv(qkvOf.layers[l]) : kv ? qkvLayerViews(kv, l, sizes.qkv) : this._qkvViews(`${label} qkv`, sizes.qkv)) });
     }
-    const ids = (name) => this.buffer(`${label} ${name}`, 4 * sizes.ids, U().STORAGE | U().COPY_DST);
+    // COPY_SRC: a restart on the GPU copies the prefill's tokens into the window it keeps (_batchCommands)
+    const ids = (name) => this.buffer(`${label} ${name}`, 4 * sizes.ids, U().STORAGE | U().COPY_DST | U().COPY_SRC);
     return {
       B, T, kvT, layers, kept, kv, res: Array.from({ length: L + 1 }, (_, l) => this.buffer(`${label} res${l}`, 4 * sizes.res, S)),
       ...make(sizes.top), tokens: ids("tokens"), targets: ids("targets"),
@@ -962,22 +965,31 @@ export class Trainer {
 
   /**
    * The GPU's sampler (sample_decode.js) for _decodeBatch: a dispatch per step of a batch, each
-   * reading its own uniform from `draws` and writing its record to `samples`, and one more that
-   * samples a batch's first token from a prefill's logits. The decode plan of
+   * reading its own uniform from `draws` and writing its record to `samples` and its token to `batch`,
+   * and one more that samples a batch's first token from a prefill's logits. The decode plan of
    * every step but the first is a plan of its own (genSlots), since a plan's uniforms hold one
    * position; all of them share the positions' records (genPositions).
+   * The window as the GPU has it (genChainWindow: positions 0..ctx, the last one the token that
+   * restarts a full window) gathers each batch's tokens, so that a batch submitted ahead can restart
+   * the window before the host has read the tokens in it. Two read-backs: one batch's records are
+   * read while the next one's land.
    */
   _buildSampler() {
     const V = this.cfg.vocabSize, bytes = 4 * DECODE_BATCH * sampleRecordFloats(V);
     this.genDraws = this.buffer("generate draws", 4 * DECODE_BATCH, U().STORAGE | U().COPY_DST);
     this.genSamples = this.buffer("generate samples", bytes, U().STORAGE | U().COPY_SRC);
-    this.genSamplesRead = this.buffer("samples readback", bytes, U().MAP_READ | U().COPY_DST);
+    this.genBatchTokens = this.buffer("generate batch tokens", 4 * DECODE_BATCH, U().STORAGE | U().COPY_SRC);
+    this.genChainWindow = this.buffer("generate chain window", 4 * (this.cfg.ctx + 1), U().COPY_SRC | U().COPY_DST);
+    this.genWindowUpload = new Uint32Array(this.cfg.ctx + 1);
+    this.chainReads = [0, 1].map((i) => this.buffer(`samples readback ${i}`, bytes, U().MAP_READ | U().COPY_DST));
+    this.chainSlot = 1; // the read-back of the batch submitted last
+    this.chainFlight = null; // the batch submitted ahead: {key, slot, n, read, token}
     this.genDrawValues = new Float32Array(DECODE_BATCH);
     this.genSlots = [this.genPlan];
     if (!sampleDecodeFits(V)) return;
     this.samplePlan = new Plan(this.device, this.ops.pipelines, "sample");
     const sample = (logits, step) => this.ops.sampleDecode(this.samplePlan, { V, logits, draws: this.genDraws,
-      tokens: this.gen.tokens, samples: this.genSamples, step, temperature: 0, topK: 0 });
+      tokens: this.gen.tokens, samples: this.genSamples, batch: this.genBatchTokens, step, temperature: 0, topK: 0 });
     for (let step = 0; step < DECODE_BATCH; step++) sample(this.gen.logits, step);
     sample(this.prefill.logits, 0); // a batch's first step after a prefill: its logits_off is the window's last row
     this.samplePlan.freeze();
@@ -1052,12 +1064,20 @@ export class Trainer {
   }
 
   /**
-   * n tokens' decode and sample commands from position pos on, their records copied to genSamplesRead
-   * after them; with `prefill`, the prefill's forward first and its last row sampled as step 0.
+   * n tokens' decode and sample commands from position pos on, their records copied to read-back
+   * `slot` after them and their tokens to the GPU's window (at pos + 1..); with `prefill`, the
+   * prefill's forward first and its last row sampled as step 0. onGpu: the prefill's window is the
+   * GPU's window restarted (its last ctx/2 tokens and the one that restarted it), copied from
+   * genChainWindow, and the restarted window is copied back to its start.
    */
-  _batchCommands(pos, n, prefill = false) {
+  _batchCommands(pos, n, { prefill = false, onGpu = false, slot = 0 } = {}) {
     this.ahead = null; // placing the plans' uniforms voids what was recorded ahead with them
     const enc = this.device.createCommandEncoder({ label: "decode batch" });
+    if (onGpu) {
+      const ctx = this.cfg.ctx, kept = Math.floor(ctx / 2) + 1; // as generate()'s advance
+      enc.copyBufferToBuffer(this.genChainWindow, 4 * (ctx + 1 - kept), this.prefill.tokens, 0, 4 * kept);
+      enc.copyBufferToBuffer(this.prefill.tokens, 0, this.genChainWindow, 0, 4 * kept);
+    }
     const pass = enc.beginComputePass();
     if (prefill) {
       this.prefillPlan.encode(pass);
@@ -1070,36 +1090,81 @@ export class Trainer {
       this.samplePlan.encode(pass, { first: step, end: step + 1 });
     }
     pass.end();
-    enc.copyBufferToBuffer(this.genSamples, 0, this.genSamplesRead, 0, 4 * n * sampleRecordFloats(this.cfg.vocabSize));
-    return { key: batchKey(pos, n, prefill), commands: enc.finish() };
+    enc.copyBufferToBuffer(this.genSamples, 0, this.chainReads[slot], 0, 4 * n * sampleRecordFloats(this.cfg.vocabSize));
+    enc.copyBufferToBuffer(this.genBatchTokens, 0, this.genChainWindow, 4 * (pos + 1), 4 * n);
+    return { key: batchKey(pos, n, prefill, slot), commands: enc.finish() };
   }
 
   /**
-   * Decodes `token` at position pos and the n − 1 tokens the GPU samples after it, at pos + 1..;
-   * returns each step's {token, certain, logits}. prefill (a window of pos + 1 tokens): the window's
-   * forward fills the KV cache and gives step 0's logits instead of the token's decode (one submit
-   * where a rebuilt window took a round trip to the host of its own). A step's token is the host's rule's (sampleToken's)
-   * where `certain`; after the first step that is not, the rest are void (the host samples that one
-   * from its logits and goes on from there). The stream is not advanced: step s takes the uniform s
-   * draws ahead (none at temperature 0). next ({pos, n, prefill}, or null): the batch expected after
-   * this one, whose commands are recorded while the GPU runs this one (a prefill's too: they do not
-   * depend on its tokens).
+   * Decodes the window's last token (at pos) and the n − 1 tokens the GPU samples after it, at
+   * pos + 1..; returns each step's {token, certain, logits}. prefill (a restart, or a prompt: the
+   * window of pos + 1 tokens): the window's forward fills the KV cache and gives step 0's logits
+   * instead of the token's decode (one submit where a rebuilt window took a round trip to the host of its own). A step's
+   * token is the host's rule's (sampleToken's) where `certain`; after the first step that is not,
+   * the rest are void (the host samples that one from its logits and goes on from there). The stream
+   * is not advanced: step s takes the uniform s draws ahead (none at temperature 0).
+   * next ({pos, n, prefill}, or null): the batch expected after this one, if every token of this one
+   * is certain. With decodeAhead it is submitted before this one's records are read, going on from
+   * the GPU's token and window (its restart too); the call after takes it where its token and batch
+   * are the ones expected, else waits it out unread (and, where it restarted the window, rebuilds the
+   * host's: a prefill). Without, its commands are recorded while the GPU runs this one.
    */
-  async _decodeBatch(token, pos, n, { temperature, topK, stream, prefill = null, next = null }) {
+  async _decodeBatch(window, n, { temperature, topK, stream, prefill = false, next = null }) {
     this._setSampling(temperature, topK);
-    const commands = this._takeAhead(batchKey(pos, n, Boolean(prefill))) ?? this._batchCommands(pos, n, Boolean(prefill)).commands;
-    if (prefill) {
-      this._uploadPrefillTokens(prefill);
-      this.samplePlan.update(DECODE_BATCH, { logits_off: pos * this.cfg.vocabSize });
+    const token = window.at(-1), pos = window.length - 1;
+    let flight = this.chainFlight;
+    this.chainFlight = null;
+    if (flight && !(flight.key === batchKey(pos, n, prefill, flight.slot) && flight.token === token)) {
+      // a restart of the GPU's window that did not happen left its rows in the KV cache: the host's window is rebuilt
+      if (await this._landChain(flight)) prefill ||= window.length > 1;
+      flight = null;
     }
-    this._uploadDraws(this.genDraws, this.genDrawValues, n, { temperature, stream });
-    this.genToken[0] = token;
-    this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
+    flight ??= this._submitBatch(pos, n, { window, prefill, temperature, stream, drawsFrom: 0 });
+    if (next && this.decodeAhead) {
+      this.chainFlight = this._submitBatch(next.pos, next.n, { window: null, prefill: next.prefill, temperature, stream, drawsFrom: n });
+    } else if (next) {
+      this.ahead = this._batchCommands(next.pos, next.n, { prefill: next.prefill, slot: 1 - this.chainSlot });
+    }
+    await flight.read;
+    const steps = this._readSamples(this.chainReads[flight.slot], n);
+    // the batch ahead went on from this one's last token as the GPU sampled it
+    if (this.chainFlight) this.chainFlight.token = steps[n - 1].certain ? steps[n - 1].token : -1;
+    return steps;
+  }
+
+  /**
+   * Submits a batch of n steps from position pos in the read-back slot after the last one's, its
+   * draws from drawsFrom draws ahead of the stream. window (the host's, of pos + 1 tokens): its last
+   * token, and the window itself as the GPU's (a prefill's too, where `prefill`); null: the batch
+   * goes on from the GPU's token, and a prefill from the GPU's window. Returns {key, slot, n, read}.
+   */
+  _submitBatch(pos, n, { window, prefill, temperature, stream, drawsFrom }) {
+    const slot = (this.chainSlot = 1 - this.chainSlot), onGpu = prefill && !window;
+    // commands recorded ahead (without decodeAhead) are a host window's
+    const commands = (onGpu ? null : this._takeAhead(batchKey(pos, n, prefill, slot))) ?? this._batchCommands(pos, n, { prefill, onGpu, slot }).commands;
+    if (window) {
+      if (prefill) this._uploadPrefillTokens(window);
+      this.genWindowUpload.set(window);
+      this.device.queue.writeBuffer(this.genChainWindow, 0, this.genWindowUpload, 0, window.length);
+      this.genToken[0] = window.at(-1);
+      this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
+    }
+    if (prefill) this.samplePlan.update(DECODE_BATCH, { logits_off: pos * this.cfg.vocabSize });
+    this._uploadDraws(this.genDraws, this.genDrawValues, n, { temperature, stream, from: drawsFrom });
     this.device.queue.submit([commands]);
-    const read = mapForReading(this.genSamplesRead, "sampled tokens");
-    if (next) this.ahead = this._batchCommands(next.pos, next.n, next.prefill);
-    await read;
-    return this._readSamples(this.genSamplesRead, n);
+    return { key: batchKey(pos, n, prefill, slot), slot, n, prefill, read: mapForReading(this.chainReads[slot], "sampled tokens"), token: null };
+  }
+
+  /**
+   * Waits out the decode chain's batch submitted ahead (chainFlight, or `flight`), whose records are
+   * not wanted; returns whether it was a prefill (whose rows replaced the KV cache's).
+   */
+  async _landChain(flight = this.chainFlight) {
+    if (flight === this.chainFlight) this.chainFlight = null;
+    if (!flight) return false;
+    await flight.read;
+    this.chainReads[flight.slot].unmap();
+    return flight.prefill;
   }
 
   /**
@@ -1361,12 +1426,13 @@ export class Trainer {
       const nextW = w + n <= ctx ? w + n : Math.floor(ctx / 2) + 1, nextN = batchOf(out.length + n, nextW);
       const next = nextN > 0 ? { pos: nextW - 1, n: nextN, prefill: w + n > ctx && nextW > 1 } : null;
       const started = performance.now();
-      const steps = await this._decodeBatch(window[w - 1], w - 1, n, { temperature, topK, stream, prefill: prefill ? window : null, next });
+      const steps = await this._decodeBatch(window, n, { temperature, topK, stream, prefill, next });
       timeCap = Math.max(1, Math.floor(batchMs / ((performance.now() - started) / n)));
       prefill = false;
       await take(steps, true);
     }
     await this._landTokens(); // a batch submitted ahead of an abort, or of the last uncertain token
+    await this._landChain();
     return Uint8Array.from(out);
   }
 

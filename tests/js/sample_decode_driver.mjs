@@ -25,8 +25,10 @@ const usage = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.
 const logits = device.createBuffer({ size: 4 * V * STEPS, usage });
 const draws = device.createBuffer({ size: 4 * STEPS, usage });
 const tokens = device.createBuffer({ size: 16, usage });
+const batch = device.createBuffer({ size: 4 * STEPS, usage });
 const samples = device.createBuffer({ size: BYTES, usage });
 const read = device.createBuffer({ size: BYTES, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
+const readBatch = device.createBuffer({ size: 4 * STEPS, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
 let seed = 12345;
 const rand = () => { seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0; return seed / 2 ** 32; };
 
@@ -34,7 +36,7 @@ const rand = () => { seed = (Math.imul(seed, 1664525) + 1013904223) >>> 0; retur
 async function sampleOnGpu(rows, uniforms, temperature, topK, V = 256) {
   const plan = new Plan(device, ops.pipelines, "sample");
   for (let step = 0; step < STEPS; step++) {
-    ops.sampleDecode(plan, { V, logits, logitsOff: step * V, draws, tokens, samples, step, temperature, topK });
+    ops.sampleDecode(plan, { V, logits, logitsOff: step * V, draws, tokens, samples, batch, step, temperature, topK });
   }
   plan.freeze();
   device.queue.writeBuffer(logits, 0, rows);
@@ -44,15 +46,18 @@ async function sampleOnGpu(rows, uniforms, temperature, topK, V = 256) {
   plan.encode(pass);
   pass.end();
   enc.copyBufferToBuffer(samples, 0, read, 0, BYTES);
+  enc.copyBufferToBuffer(batch, 0, readBatch, 0, 4 * STEPS);
   device.queue.submit([enc.finish()]);
-  await read.mapAsync(GPUMapMode.READ);
-  const rec = new Float32Array(read.getMappedRange()).slice();
+  await Promise.all([read.mapAsync(GPUMapMode.READ), readBatch.mapAsync(GPUMapMode.READ)]);
+  const rec = new Float32Array(read.getMappedRange()).slice(), stepTokens = new Uint32Array(readBatch.getMappedRange()).slice();
   read.unmap();
+  readBatch.unmap();
   plan.destroy();
   const R = sampleRecordFloats(V);
   return Array.from({ length: STEPS }, (_, s) => {
     const copy = rec.subarray(s * R + 4, s * R + 4 + V), row = rows.subarray(s * V, s * V + V);
     if (!copy.every((x, i) => Object.is(x, row[i]))) throw new Error(`step ${s}: the logits' copy differs`);
+    if (stepTokens[s] !== rec[s * R]) throw new Error(`step ${s}: batch holds ${stepTokens[s]}, the record ${rec[s * R]}`);
     return { token: rec[s * R], certain: rec[s * R + 1] === 1 };
   });
 }
@@ -128,12 +133,14 @@ const presets = JSON.parse(readFileSync(new URL("../../site/static/presets.json"
 const corpus = new Uint8Array(readFileSync(new URL("../../site/static/data/tinyshakespeare.txt", import.meta.url)));
 const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, null], [1e-4, 40, 20, null], [0.8, 40, 1, null],
   [0.8, 40, 40, null, "\n"], [0.8, 40, 40, null, "ROMEO:", 0]];
+// the decode chain with its next batch submitted ahead (decodeAhead, the default) and without, and one workgroup
+const PATHS = [{ decodeInOneWorkgroup: false }, { decodeInOneWorkgroup: false, decodeAhead: false }, { decodeInOneWorkgroup: true }];
 let trainer;
-for (const oneWorkgroup of [false, true]) {
+for (const options of PATHS) {
   await trainer?.destroy();
-  trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus, decodeInOneWorkgroup: oneWorkgroup });
+  trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus, ...options });
   const recompute = new RecomputeDecoder(trainer);
-  const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0 };
+  const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0, ahead: 0, landed: 0 };
   let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
   const decode = trainer._decode.bind(trainer);
   // a batch of either path: the chain's (_decodeBatch, `prefill` where a rebuilt window opens it) or one
@@ -147,9 +154,13 @@ for (const oneWorkgroup of [false, true]) {
     made.uncertain += steps.some((s) => !s.certain) ? 1 : 0;
     return steps;
   };
-  trainer._decodeBatch = counted(trainer._decodeBatch.bind(trainer), (args) => Boolean(args[3].prefill));
+  trainer._decodeBatch = counted(trainer._decodeBatch.bind(trainer), (args) => args[2].prefill);
   trainer._tokensBatch = counted(trainer._tokensBatch.bind(trainer), (args) => args[2].upload);
   trainer._decode = (...args) => { made.hostDecodes += 1; return decode(...args); };
+  // the chain's batches submitted ahead (no host window), and those waited out unread
+  const submit = trainer._submitBatch.bind(trainer), land = trainer._landChain.bind(trainer);
+  trainer._submitBatch = (pos, n, o) => { made.ahead += o.window ? 0 : 1; return submit(pos, n, o); };
+  trainer._landChain = (flight = trainer.chainFlight) => { made.landed += flight ? 1 : 0; return land(flight); };
   for (const [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:", batchMs = Infinity] of RUNS) {
     Object.keys(made).forEach((k) => { made[k] = 0; });
     refuse = refused;
@@ -158,7 +169,7 @@ for (const oneWorkgroup of [false, true]) {
     // but in the last run: no time for more than one step a batch
     const kv = Array.from(await trainer.generate(Array.from(Buffer.from(prompt)), { ...job, batchMs, onToken: (t, l) => streamed.push([t, l.length]) }));
     const host = Array.from(await recompute.generate(Array.from(Buffer.from(prompt)), job));
-    out.generate.push({ oneWorkgroup: Boolean(trainer.tokensPlan), temperature, topK, maxNewTokens, refused, prompt, batchMs: String(batchMs),
+    out.generate.push({ oneWorkgroup: Boolean(trainer.tokensPlan), decodeAhead: trainer.decodeAhead, temperature, topK, maxNewTokens, refused, prompt, batchMs: String(batchMs),
       same: kv.join() === host.join(), count: kv.length,
       streamed: streamed.every(([t, n], i) => t === kv[i] && n === V) && streamed.length === kv.length, ...made });
   }

@@ -51,10 +51,11 @@ async function bench(job) {
   out.decode = [];
   const decodeJob = decodeNames.length ? JSON.parse(job.decode) : null;
   for (const name of decodeNames) {
-    const { kv, recompute } = await timeDecode(device, configFromPresets(presets, name), decodeJob);
-    out.decode.push({ preset: name, kv, recompute });
+    const timed = await timeDecode(device, configFromPresets(presets, name), decodeJob), { kv, recompute } = timed;
+    out.decode.push({ preset: name, ...timed });
     const rate = (mode) => (decodeJob.newTokens / (mode.ms / 1000)).toFixed(0);
-    self.postMessage({ line: `${name} decode: KV cache ${rate(kv)} tokens/s, recompute ${rate(recompute)} (${(recompute.ms / kv.ms).toFixed(1)}×)` });
+    const behind = timed.kvNotAhead ? `, not ahead ${rate(timed.kvNotAhead)}` : "";
+    self.postMessage({ line: `${name} decode: KV cache ${rate(kv)} tokens/s, recompute ${rate(recompute)} (${(recompute.ms / kv.ms).toFixed(1)}×)${behind}` });
   }
   device.destroy();
   return out;

@@ -152,15 +152,16 @@ export const sampleStep = ({ logitAt, V, out, topK, greedy, temperature, draw, s
 
 // logits: the decoded token's (V) at logits_off; draws: a uniform in [0, 1) per step, as f32;
 // tokens: [0] becomes the sampled token, which the next step's embedding reads; samples: step's
-// record at step · sampleRecordFloats(V).
+// record at step · sampleRecordFloats(V); batch: [step] the token too, so that a batch's tokens can be
+// copied into the window the GPU keeps (Trainer._batchCommands), whose restart the host need not see.
 export const sampleDecode = kernel("sample_decode", SAMPLE_DECODE_UNIFORMS,
-  [["logits", "read"], ["draws", "read"], ["tokens", "rw", "u32"], ["samples", "rw"]], /* wgsl */ `${SAMPLE_LOGITS}
+  [["logits", "read"], ["draws", "read"], ["tokens", "rw", "u32"], ["samples", "rw"], ["batch", "rw", "u32"]], /* wgsl */ `${SAMPLE_LOGITS}
 
 @compute @workgroup_size(${THREADS})
 fn sample_decode(@builtin(local_invocation_index) li: u32) {
   let V = p.V;
   let out = p.step * (V + 4u);
 ${sampleStep({ logitAt: (i) => `logits[p.logits_off + ${i}]`, V: "V", out: "out", topK: "p.top_k", greedy: "p.greedy",
-    temperature: "p.temperature", draw: "draws[p.step]", storeToken: "tokens[0] = picked.x;" })}
+    temperature: "p.temperature", draw: "draws[p.step]", storeToken: "tokens[0] = picked.x; batch[p.step] = picked.x;" })}
 }
 `);
