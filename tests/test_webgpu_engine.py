@@ -130,7 +130,9 @@ def test_probe_says_what_webgpu_can_do_here():
 def test_a_lost_device_fails_steps_and_calls_on_fatal():
     r = drive("lost")
     print(f"step in flight: {r['inFlightOutcome']}\nnext step: {r['next']}\nstep on a destroyed device: "
-          f"{r['trainerOutcome']}\nonFatal: {r['fatals']}")
+          f"{r['trainerOutcome']}\ngenerating when the device goes after {r['tokensBeforeLoss']} tokens: "
+          f"{r['generateOutcome']}\nonFatal: {r['fatals']}")
     assert r["inFlightOutcome"] != "hung" and r["trainerOutcome"].startswith("rejected: reading the loss of step 1")
+    assert r["generateOutcome"].startswith("rejected: reading sampled tokens back from the GPU failed")
     assert len(r["fatals"]) == 1 and r["fatals"][0].startswith("the WebGPU device was lost (destroyed: ")
     assert r["next"] == r["fatals"][0]

@@ -357,6 +357,17 @@ async function mapForReading(buffer, what) {
   }
 }
 
+/**
+ * A batch's records mapped for reading. A batch submitted ahead may never be awaited (the device lost
+ * while generate() throws): its rejection is marked handled so that it does not end a Node process,
+ * and the promise still rejects for whoever awaits it.
+ */
+function flightRead(buffer) {
+  const read = mapForReading(buffer, "sampled tokens");
+  read.catch(() => {});
+  return read;
+}
+
 function checkModel(m) {
   for (const k of ["nLayer", "nHead", "dModel", "ctx", "vocabSize"]) {
     if (!Number.isInteger(m[k]) || m[k] <= 0) throw new Error(`${k} must be a positive integer, got ${m[k]}`);
@@ -1152,7 +1163,7 @@ export class Trainer {
     if (prefill) this.samplePlan.update(DECODE_BATCH, { logits_off: pos * this.cfg.vocabSize });
     this._uploadDraws(this.genDraws, this.genDrawValues, n, { temperature, stream, from: drawsFrom });
     this.device.queue.submit([commands]);
-    return { key: batchKey(pos, n, prefill, slot), slot, n, prefill, read: mapForReading(this.chainReads[slot], "sampled tokens"), token: null };
+    return { key: batchKey(pos, n, prefill, slot), slot, n, prefill, read: flightRead(this.chainReads[slot]), token: null };
   }
 
   /**
@@ -1202,7 +1213,7 @@ export class Trainer {
     }
     this._uploadDraws(slot.draws, slot.drawValues, n, { temperature, stream, from: drawsFrom });
     this.device.queue.submit([slot.commands ?? this._tokensCommands(index)]);
-    const read = mapForReading(slot.read, "sampled tokens");
+    const read = flightRead(slot.read);
     slot.commands = this._tokensCommands(index);
     return { slot: index, n, read };
   }

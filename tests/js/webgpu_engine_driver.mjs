@@ -151,7 +151,16 @@ const parts = {
     const trainer = new Trainer(device2, configFromPresets(presets, "tiny"), { corpus, seed: SEED });
     device2.destroy();
     const trainerOutcome = await settle(trainer.step().then((s) => s.loss));
-    return { inFlightOutcome, next, trainerOutcome, fatals: [...fatals] };
+    // 3. generating on the decode chain, whose next batch is submitted before this one is read, when the
+    // device goes: generate rejects, and a batch ahead that no one awaits does not end the process
+    const device3 = await (await adapter()).requestDevice();
+    const generator = new Trainer(device3, configFromPresets(presets, "tiny"), { corpus, seed: SEED, decodeInOneWorkgroup: false });
+    let made = 0;
+    const generateOutcome = await settle(generator.generate(new TextEncoder().encode("ROMEO:"), {
+      maxNewTokens: 40, temperature: 0.8, topK: 40, batchMs: Infinity,
+      onToken: () => { made += 1; if (made === 3) device3.destroy(); } }).then((t) => `made ${t.length}`));
+    await new Promise((r) => setTimeout(r, 500)); // an unhandled rejection would end the process here
+    return { inFlightOutcome, next, trainerOutcome, generateOutcome, tokensBeforeLoss: made, fatals: [...fatals] };
   },
 };
 
