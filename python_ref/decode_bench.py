@@ -234,9 +234,9 @@ def js_run(r: dict) -> dict:
     """A JavaScript decode bench's {kv, recompute: {ms, tokens}} as a run (seconds, token bytes)."""
     run = {"kv_seconds": r["kv"]["ms"] / 1e3, "kv_tokens": bytes(r["kv"]["tokens"]),
            "recompute_seconds": r["recompute"]["ms"] / 1e3, "recompute_tokens": bytes(r["recompute"]["tokens"])}
-    if "kvNotAhead" in r:  # the A/B of the chain's batch submitted ahead (time_decode.js notAhead)
-        behind = r["kvNotAhead"]
-        run.update(kv_not_ahead_seconds=behind["ms"] / 1e3, kv_not_ahead_tokens=bytes(behind["tokens"]))
+    if r.get("variants"):  # the KV cache's variants timed in the same rounds (time_decode.js DECODE_VARIANTS)
+        run["variants"] = {name: {"seconds": v["ms"] / 1e3, "tokens": bytes(v["tokens"])}
+                           for name, v in r["variants"].items()}
     return run
 
 
@@ -248,22 +248,23 @@ def decode_figures(new_tokens: int, run: dict) -> dict:
                "same_tokens": run["kv_tokens"] == run["recompute_tokens"],
                "tokens_sha256": hashlib.sha256(run["kv_tokens"]).hexdigest()[:16],
                "kv_seconds": run["kv_seconds"], "recompute_seconds": run["recompute_seconds"]}
-    if "kv_not_ahead_seconds" in run:
-        behind = new_tokens / run["kv_not_ahead_seconds"]
-        figures.update(kv_not_ahead_tokens_per_s=behind, ahead_gain=kv_rate / behind,
-                       same_tokens=figures["same_tokens"] and run["kv_not_ahead_tokens"] == run["kv_tokens"])
+    if "variants" in run:  # each variant's tokens/s, the default's over it, and the same tokens from all
+        figures["variants"] = {name: {"kv_tokens_per_s": new_tokens / v["seconds"],
+                                      "default_over_variant": kv_rate / (new_tokens / v["seconds"])}
+                               for name, v in run["variants"].items()}
+        figures["same_tokens"] &= all(v["tokens"] == run["kv_tokens"] for v in run["variants"].values())
     return figures
 
 
 def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes = b"\n", seed: int = 0,
-                 threads: int | None = None, allow_software_gpu: bool = False, not_ahead: bool = False) -> dict:
+                 threads: int | None = None, allow_software_gpu: bool = False, variants: tuple[str, ...] = ()) -> dict:
     """KV-cache and full-recompute decode of `new_tokens` tokens on one engine (see the module's doc).
 
     threads: the CPU engines' thread count (pytorch-cpu, native, wasm-node); None = each one's own
     default (torch's setting; every core for native and WebAssembly, as the page does).
     Raises RuntimeError saying why when the engine is not available here. allow_software_gpu lets
-    wgsl-node run on a software adapter: for checking the tokens, never for a speed figure. not_ahead:
-    wgsl-node also times the KV cache without its next batch submitted ahead, in the same rounds.
+    wgsl-node run on a software adapter: for checking the tokens, never for a speed figure. variants:
+    wgsl-node also times these of time_decode.js's DECODE_VARIANTS (e.g. notAhead), in the same rounds.
     """
     reason = unavailable_reason(engine, allow_software_gpu)
     if reason is not None:
@@ -283,7 +284,7 @@ def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes 
         run = run_node_script("wasm/bench/decode_node.mjs", wasm_node_flags(),
                               {"wasmDir": str(build_dir() / "wasm"), "threads": threads}, *args)
     else:
-        extra = {"allowSoftware": allow_software_gpu, "notAhead": not_ahead}
+        extra = {"allowSoftware": allow_software_gpu, "variants": list(variants)}
         run = run_node_script("webgpu/bench/decode_bench.mjs", (), extra, *args)
     return {
         "engine": engine, "preset": preset, "new_tokens": new_tokens, "ctx": config.ctx,
@@ -324,8 +325,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the sample stream's seed")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of pytorch-cpu, native and wasm-node (default: torch's setting; every core)")
-    ap.add_argument("--wgsl-not-ahead", action="store_true",
-                    help="wgsl-node also times the KV cache without its next batch submitted ahead (an A/B)")
+    ap.add_argument("--wgsl-variants", default="",
+                    help="wgsl-node also times these trainers of time_decode.js's DECODE_VARIANTS, comma-separated "
+                    "(notAhead, oneWorkgroup, chain): an A/B in the same rounds")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     engines = args.engines.split(",") if args.engines else available_decode_engines()
@@ -337,9 +339,10 @@ def main(argv: list[str] | None = None) -> int:
     for preset in args.presets.split(","):
         for engine in engines:
             results.append(decode_bench(engine, preset, args.new_tokens, args.prompt.encode(), args.seed, args.threads,
-                                        not_ahead=args.wgsl_not_ahead))
+                                        variants=tuple(filter(None, args.wgsl_variants.split(",")))))
             r = results[-1]
-            behind = (f", not ahead {r['kv_not_ahead_tokens_per_s']:,.0f} tokens/s" if "ahead_gain" in r else "")
+            behind = "".join(f", {name} {v['kv_tokens_per_s']:,.0f} tokens/s"
+                             for name, v in r.get("variants", {}).items())
             print(f"{engine} {preset}: KV {r['kv_tokens_per_s']:,.0f} tokens/s, recompute "
                   f"{r['recompute_tokens_per_s']:,.0f} tokens/s, {r['speedup']:.1f}x{behind}",
                   file=sys.stderr, flush=True)

@@ -42,11 +42,11 @@ def test_kv_cache_and_recompute_give_the_same_tokens(engine):
 @pytest.mark.slow
 def test_wgsl_recompute_decoder_matches_kv_decode_on_swiftshader(swiftshader):
     """~15 s: SwiftShader runs 40 tokens each way (plus warm-up) of the tiny model, the KV cache with its next
-    batch submitted ahead and without (not_ahead)."""
-    r = db.decode_bench("wgsl-node", "tiny", new_tokens=40, allow_software_gpu=True, not_ahead=True)
+    batch submitted ahead and without, and all on the decode chain (time_decode.js's variants)."""
+    r = db.decode_bench("wgsl-node", "tiny", new_tokens=40, allow_software_gpu=True, variants=("notAhead", "chain"))
     print(f"wgsl-node on {r['where']}: 40 tokens, KV (ahead, not) and recompute alike: {r['same_tokens']}; "
           f"tokens {r['tokens_sha256']} (no speed figure: software adapter)")
-    assert r["same_tokens"] and "(software)" in r["where"] and "ahead_gain" in r
+    assert r["same_tokens"] and "(software)" in r["where"] and set(r["variants"]) == {"notAhead", "chain"}
 
 
 def test_software_adapter_gives_no_speed_figure(swiftshader):

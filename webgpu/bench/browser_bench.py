@@ -106,15 +106,15 @@ def run_page(chromium: str, query: str, timeout: float, extra_args: list[str]) -
             server.server_close()
 
 
-def decode_job_of(new_tokens: int, not_ahead: bool = False) -> dict:
+def decode_job_of(new_tokens: int, variants: tuple[str, ...] = ()) -> dict:
     """decode_bench.py's job for its wgsl-node engine: its prompt ("\n"), the page's sampling defaults, seed 0;
-    not_ahead: the KV cache without its next batch submitted ahead too (time_decode.js)."""
+    variants: time_decode.js's DECODE_VARIANTS to time too."""
     from python_ref.config import sampling_defaults
     from python_ref.decode_bench import decode_job
 
     defaults = sampling_defaults()
     job = decode_job(new_tokens, b"\n", {"temperature": defaults["temperature"], "topK": defaults["topK"], "seed": 0})
-    return {**job, "notAhead": not_ahead}
+    return {**job, "variants": list(variants)}
 
 
 def decode_result(r: dict, new_tokens: int) -> dict:
@@ -125,7 +125,7 @@ def decode_result(r: dict, new_tokens: int) -> dict:
     return {"engine": "wgsl-chromium", "preset": r["preset"], "new_tokens": new_tokens,
             **decode_figures(new_tokens, js_run(r)),
             "kv_rounds_ms": r["kv"]["roundsMs"], "recompute_rounds_ms": r["recompute"]["roundsMs"],
-            **({"kv_not_ahead_rounds_ms": r["kvNotAhead"]["roundsMs"]} if "kvNotAhead" in r else {})}
+            "variant_rounds_ms": {name: v["roundsMs"] for name, v in r.get("variants", {}).items()}}
 
 
 def main(argv=None) -> int:
@@ -139,8 +139,9 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-presets", default="",
                     help="also decode NEW_TOKENS at these presets: KV cache against recompute (decode_bench.py)")
     ap.add_argument("--new-tokens", type=int, default=512)
-    ap.add_argument("--decode-not-ahead", action="store_true",
-                    help="also decode without the next batch submitted ahead, in the same rounds (an A/B)")
+    ap.add_argument("--decode-variants", default="",
+                    help="also decode with these trainers of time_decode.js's DECODE_VARIANTS, comma-separated, "
+                    "in the same rounds (an A/B)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for each word from the page")
     ap.add_argument("--browser-arg", action="append", default=[], help="one more Chromium flag (repeatable)")
     ap.add_argument("--allow-software", action="store_true",
@@ -164,7 +165,7 @@ def main(argv=None) -> int:
         query = (f"presets={args.presets}&steps={args.steps}&warmup={args.warmup}&blocks={args.blocks}"
                  f"&clocksMs={0 if software else args.clocks_ms}")
         if args.decode_presets:
-            job = json.dumps(decode_job_of(args.new_tokens, args.decode_not_ahead))
+            job = json.dumps(decode_job_of(args.new_tokens, tuple(filter(None, args.decode_variants.split(",")))))
             query += f"&decodePresets={args.decode_presets}&decode={urllib.parse.quote(job)}"
         result = run_page(args.chromium, query, args.timeout, args.browser_arg)
         out.update(subgroups=result.get("subgroups"), presets=result["presets"])

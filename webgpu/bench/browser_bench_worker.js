@@ -54,7 +54,7 @@ async function bench(job) {
     const timed = await timeDecode(device, configFromPresets(presets, name), decodeJob), { kv, recompute } = timed;
     out.decode.push({ preset: name, ...timed });
     const rate = (mode) => (decodeJob.newTokens / (mode.ms / 1000)).toFixed(0);
-    const behind = timed.kvNotAhead ? `, not ahead ${rate(timed.kvNotAhead)}` : "";
+    const behind = Object.entries(timed.variants).map(([variant, mode]) => `, ${variant} ${rate(mode)}`).join("");
     self.postMessage({ line: `${name} decode: KV cache ${rate(kv)} tokens/s, recompute ${rate(recompute)} (${(recompute.ms / kv.ms).toFixed(1)}×)${behind}` });
   }
   device.destroy();

@@ -56,15 +56,16 @@ if [ -n "${CHROMIUM:-}" ]; then
   flags=()
   for f in ${CHROMIUM_FLAGS---use-angle=vulkan}; do flags+=("--browser-arg=$f"); done
   # CHROMIUM_DECODE=presets: also decoding at those presets, in the page and under Node (decode_bench.py) before and after;
-  # DECODE_NOT_AHEAD=1: each also without the decode chain's next batch submitted ahead, in the same rounds
+  # DECODE_VARIANTS=names: each also with those trainers of time_decode.js's DECODE_VARIANTS (notAhead, oneWorkgroup,
+  # chain), in the same rounds
   node_decode() {
     PATH=/tmp/wg/bin:$PATH python3 -m python_ref.decode_bench --engines wgsl-node --presets "$CHROMIUM_DECODE" --out "$OUT/$1.json" \
-      ${DECODE_NOT_AHEAD:+--wgsl-not-ahead} > "$OUT/$1.log" 2>&1 || echo "Node decode bench failed: exit $?"
+      ${DECODE_VARIANTS:+--wgsl-variants "$DECODE_VARIANTS"} > "$OUT/$1.log" 2>&1 || echo "Node decode bench failed: exit $?"
   }
   [ -z "${CHROMIUM_DECODE:-}" ] || node_decode decode_node
   chromium=$(bash webgpu/bench/unpack_chromium.sh) && python3 webgpu/bench/browser_bench.py --chromium "$chromium" \
     --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 --blocks "${BLOCKS:-1}" ${CHROMIUM_DECODE:+--decode-presets "$CHROMIUM_DECODE"} \
-    ${DECODE_NOT_AHEAD:+--decode-not-ahead} "${flags[@]}" --out "$OUT/browser_bench.json" 2> >(tee "$OUT/browser_bench.log" >&2) || echo "browser bench failed: exit $?"
+    ${DECODE_VARIANTS:+--decode-variants "$DECODE_VARIANTS"} "${flags[@]}" --out "$OUT/browser_bench.json" 2> >(tee "$OUT/browser_bench.log" >&2) || echo "browser bench failed: exit $?"
   wgsl_bench . webgpu_bench_again 2> >(tee "$OUT/webgpu_bench_again.log" >&2) || echo "WebGPU bench (again) failed: exit $?"
   [ -z "${CHROMIUM_DECODE:-}" ] || node_decode decode_node_again
 fi
