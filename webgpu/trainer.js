@@ -358,14 +358,20 @@ async function mapForReading(buffer, what) {
 }
 
 /**
- * A batch's records mapped for reading. A batch submitted ahead may never be awaited (the device lost
- * while generate() throws): its rejection is marked handled so that it does not end a Node process,
- * and the promise still rejects for whoever awaits it.
+ * A batch's read-back `buffer` being mapped: {buffer, read (the promise)}. A batch submitted ahead may
+ * never be awaited (the device lost while generate() throws): its rejection is marked handled so that
+ * it does not end a Node process, and the promise still rejects for whoever awaits it.
  */
-function flightRead(buffer) {
+function mapFlight(buffer) {
   const read = mapForReading(buffer, "sampled tokens");
   read.catch(() => {});
-  return read;
+  return { buffer, read };
+}
+
+/** Waits out a batch submitted ahead whose records are not wanted, and unmaps its read-back. */
+async function landFlight(flight) {
+  await flight.read;
+  flight.buffer.unmap();
 }
 
 function checkModel(m) {
@@ -969,7 +975,7 @@ export class Trainer {
         read: this.buffer(`tokens readback ${i}`, bytes, U().MAP_READ | U().COPY_DST),
         drawValues: new Float32Array(TOKENS_BATCH), commands: null }));
       this.tokensSlot = 1; // the slot of the batch submitted last
-      this.tokensFlight = null; // the batch submitted ahead: {slot, n, read}
+      this.tokensFlight = null; // the batch submitted ahead: _submitTokens's {n, buffer, read}
     }
     this._startTokensPlan();
   }
@@ -994,7 +1000,7 @@ export class Trainer {
     this.genWindowUpload = new Uint32Array(this.cfg.ctx + 1);
     this.chainReads = [0, 1].map((i) => this.buffer(`samples readback ${i}`, bytes, U().MAP_READ | U().COPY_DST));
     this.chainSlot = 1; // the read-back of the batch submitted last
-    this.chainFlight = null; // the batch submitted ahead: {key, slot, n, read, token}
+    this.chainFlight = null; // the batch submitted ahead: _submitBatch's flight
     this.genDrawValues = new Float32Array(DECODE_BATCH);
     this.genSlots = [this.genPlan];
     if (!sampleDecodeFits(V)) return;
@@ -1137,7 +1143,7 @@ export class Trainer {
       this.ahead = this._batchCommands(next.pos, next.n, { prefill: next.prefill, slot: 1 - this.chainSlot });
     }
     await flight.read;
-    const steps = this._readSamples(this.chainReads[flight.slot], n);
+    const steps = this._readSamples(flight.buffer, n);
     // the batch ahead went on from this one's last token as the GPU sampled it
     if (this.chainFlight) this.chainFlight.token = steps[n - 1].certain ? steps[n - 1].token : -1;
     return steps;
@@ -1147,7 +1153,8 @@ export class Trainer {
    * Submits a batch of n steps from position pos in the read-back slot after the last one's, its
    * draws from drawsFrom draws ahead of the stream. window (the host's, of pos + 1 tokens): its last
    * token, and the window itself as the GPU's (a prefill's too, where `prefill`); null: the batch
-   * goes on from the GPU's token, and a prefill from the GPU's window. Returns {key, slot, n, read}.
+   * goes on from the GPU's token, and a prefill from the GPU's window. Returns {key, slot, n, prefill,
+   * token, buffer, read} (mapFlight); token, the GPU's last one before it, is set once that is read.
    */
   _submitBatch(pos, n, { window, prefill, temperature, stream, drawsFrom }) {
     const slot = (this.chainSlot = 1 - this.chainSlot), onGpu = prefill && !window;
@@ -1163,7 +1170,7 @@ export class Trainer {
     if (prefill) this.samplePlan.update(DECODE_BATCH, { logits_off: pos * this.cfg.vocabSize });
     this._uploadDraws(this.genDraws, this.genDrawValues, n, { temperature, stream, from: drawsFrom });
     this.device.queue.submit([commands]);
-    return { key: batchKey(pos, n, prefill, slot), slot, n, prefill, read: flightRead(this.chainReads[slot]), token: null };
+    return { key: batchKey(pos, n, prefill, slot), slot, n, prefill, token: null, ...mapFlight(this.chainReads[slot]) };
   }
 
   /**
@@ -1173,8 +1180,7 @@ export class Trainer {
   async _landChain(flight = this.chainFlight) {
     if (flight === this.chainFlight) this.chainFlight = null;
     if (!flight) return false;
-    await flight.read;
-    this.chainReads[flight.slot].unmap();
+    await landFlight(flight);
     return flight.prefill;
   }
 
@@ -1195,13 +1201,13 @@ export class Trainer {
     this.tokensFlight = null;
     if (next > 0 && this.decodeAhead) this.tokensFlight = this._submitTokens(next, { window: null, temperature, stream, drawsFrom: flight.n });
     await flight.read;
-    return this._readSamples(this.tokenSlots[flight.slot].read, flight.n);
+    return this._readSamples(flight.buffer, flight.n);
   }
 
   /**
    * Submits a batch of n steps in the slot after the last one's: its steps, its window (where given:
    * uploaded and rebuilt first) and its draws (from drawsFrom draws ahead of the stream). Returns
-   * {slot, n, read}; the slot's next commands are recorded while the GPU runs.
+   * {n, buffer, read} (mapFlight); the slot's next commands are recorded while the GPU runs.
    */
   _submitTokens(n, { window, temperature, stream, drawsFrom }) {
     const index = (this.tokensSlot = 1 - this.tokensSlot), slot = this.tokenSlots[index];
@@ -1213,18 +1219,16 @@ export class Trainer {
     }
     this._uploadDraws(slot.draws, slot.drawValues, n, { temperature, stream, from: drawsFrom });
     this.device.queue.submit([slot.commands ?? this._tokensCommands(index)]);
-    const read = flightRead(slot.read);
+    const flight = { n, ...mapFlight(slot.read) };
     slot.commands = this._tokensCommands(index);
-    return { slot: index, n, read };
+    return flight;
   }
 
   /** Waits out the batch submitted ahead, if any, whose records are not wanted (the window changed under it). */
   async _landTokens() {
     const flight = this.tokensFlight;
     this.tokensFlight = null;
-    if (!flight) return;
-    await flight.read;
-    this.tokenSlots[flight.slot].read.unmap();
+    if (flight) await landFlight(flight);
   }
 
   /** Slot `index`'s batch: its dispatch, then every step's record copied out. */
