@@ -7,7 +7,7 @@
 // buffer, row past) and are read back by the same workgroup after a storage barrier.
 import { kernel, range } from "./kernel.js";
 import { attendBytes, attendOne } from "./attention_decode.js";
-import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, embeddedRow, normalisedRow, rowDots, partialRow } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, embeddedRow, normalisedRow, rowDots, partialRow, scalarP } from "./decode_row.js";
 
 /** Bytes of workgroup memory for model width C, head size D, kvT keys (summedRow's scratch: attention's `sums`). */
 const fusedBytes = (C, D, kvT) => attendBytes(kvT, THREADS) + rowArrays(C, false).bytes + 4 * 3 * D + 4 * D;
@@ -38,8 +38,11 @@ export function attentionDecodeQkv(C, D, kvT, embed = false) {
     store: (i, value) => `y[${i}] = ${value};`, kBuf: "qkv", vBuf: "qkv", threads: THREADS });
   // output o of the q/k/v product: o / D says which of the three, o % D its channel of head h
   const qkvRow = (o) => `(p.w_off + (${o} / D) * p.w_stride + (h * D + ${o} % D) * C) / 4u`;
-  const qkvStore = (o, dot) => `let bias_at = p.bias_off + (${o} / D) * p.w_stride + h * D + ${o} % D;
-      head[${o}] = ${dot} + P[bias_at / 4u][bias_at % 4u];`;
+  const qkvBias = (o) => scalarP(`p.bias_off + (${o} / D) * p.w_stride + h * D + ${o} % D`);
+  const qkv = rowDots("qkv", 3 * D, C4, qkvRow, (o, value) => `head[${o}] = ${value};`, qkvBias);
+  const row = embed ? embeddedRow(C4) : summedRow(C4, "sums"), ln = normalisedRow(C4, "p.ln_w_off", "p.ln_b_off");
+  // o_proj's share of head h: its weight's columns h·D.. times the head's output
+  const oProj = partialRow("o_proj", C, D4, (n) => `(p.o_off + ${n} * C + h * D) / 4u`, (i) => `y[${i}u]`, "(p.parts_out_off + h * C) / 4u");
   return kernel(`attention_decode_qkv_c${C}_d${D}_k${kvT}${embed ? "_embed" : ""}`, ATTENTION_DECODE_QKV_UNIFORMS,
     [...rowBindings("rw", embed ? ["Tokens", "read", "u32"] : undefined), ["qkv", "rw", "vec4f"]],
     /* wgsl */ `${attend.decls}${rowArrays(C, false).decls}
@@ -52,9 +55,11 @@ fn attention_decode_qkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
   let h = wid.x;
   let keys = p.past + 1u;
   let KOFF = p.qkv_stride / 4u;
-${embed ? embeddedRow() : summedRow(C4, "sums")}
-${normalisedRow("p.ln_w_off", "p.ln_b_off")}
-${rowDots(3 * D, C4, qkvRow, qkvStore)}
+${row.loads}${ln.loads}
+${qkv.loads}${oProj.loads}
+${row.math}
+${ln.math}
+${qkv.math}
   // into the KV cache at row past (q too, where the unfused product leaves it), then read back
   if (li < ${3 * D4}u) {
     let which = li / D4;
@@ -65,9 +70,7 @@ ${rowDots(3 * D, C4, qkvRow, qkvStore)}
   var qr: array<vec4f, D4>;
 ${range(D4).map((i) => `  qr[${i}] = vec4f(head[${4 * i}u], head[${4 * i + 1}u], head[${4 * i + 2}u], head[${4 * i + 3}u]) * p.scale;`).join("\n")}
 ${attend.body}
-  workgroupBarrier();
-  // o_proj's share of head h: its weight's columns h·D.. times the head's output
-${partialRow(C, D4, (n) => `(p.o_off + ${n} * C + h * D) / 4u`, (i) => `y[${i}u]`, "(p.parts_out_off + h * C) / 4u")}
+  workgroupBarrier();${oProj.math}
 }
 `, "attention_decode_qkv");
 }

@@ -9,6 +9,7 @@
 import { kernel, range } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
 import { SAMPLE_LOGITS, sampleStep } from "./sample_decode.js";
+import { scalarP } from "./decode_row.js";
 
 const THREADS = 256;
 const LOADS = 32; // vec4 loads an invocation issues before the first product waits on one (a round)
@@ -84,8 +85,6 @@ export const DECODE_TOKENS_UNIFORMS = ["rebuild", "steps", "V", "top_k", "greedy
   "block_stride", "ln1_w", "ln1_b", "qkv_w", "qkv_b", "qkv_stride", "o_w", "o_b", "ln2_w", "ln2_b", "in_w", "in_b", "out_w",
   "out_b", "lnf_w", "lnf_b", "kv_layer", "kv_stride"].map((n) => [n, "u32"]).concat([["temperature", "f32"], ["ln_eps", "f32"], ["scale", "f32"]]);
 
-// f32 element i of P (bound as vec4s)
-const scalarP = (i) => `P[(${i}) / 4u][(${i}) % 4u]`;
 // vec4 i of f32 workgroup array `a`
 const vec4At = (a, i) => `vec4f(${a}[4u * (${i})], ${a}[4u * (${i}) + 1u], ${a}[4u * (${i}) + 2u], ${a}[4u * (${i}) + 3u])`;
 

@@ -21,15 +21,18 @@ export const LOGITS_DECODE_UNIFORMS = ["V", "ln_w_off", "ln_b_off", "w_off", "lo
 // logits_off. Every offset but logits_off a multiple of 4 floats (read as vec4s).
 export function logitsDecode(C) {
   const C4 = C / 4;
+  const row = summedRow(C4), ln = normalisedRow(C4, "p.ln_w_off", "p.ln_b_off");
+  const head = rowDots("head", OUTPUTS, C4, (o) => `(p.w_off + min(first + ${o}, p.V - 1u) * C) / 4u`,
+    (o, dot) => `if (first + ${o} < p.V) { logits[p.logits_off + first + ${o}] = ${dot}; }`);
   return kernel(`logits_decode_c${C}`, LOGITS_DECODE_UNIFORMS, [...rowBindings("read"), ["logits", "rw"]], /* wgsl */ `${rowArrays(C).decls}
 
 @compute @workgroup_size(${THREADS})
 fn logits_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let first = wid.x * ${OUTPUTS}u; // the workgroup's first logit
-${summedRow(C4)}
-${normalisedRow("p.ln_w_off", "p.ln_b_off")}
-${rowDots(OUTPUTS, C4, (o) => `(p.w_off + min(first + ${o}, p.V - 1u) * C) / 4u`,
-    (o, dot) => `if (first + ${o} < p.V) { logits[p.logits_off + first + ${o}] = ${dot}; }`)}
+${row.loads}${ln.loads}
+${head.loads}
+${row.math}
+${ln.math}${head.math}
 }
 `, "logits_decode");
 }

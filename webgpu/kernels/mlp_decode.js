@@ -6,7 +6,7 @@
 // share of a slice needs those outputs only, so no workgroup waits on another.
 import { kernel } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
-import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, normalisedRow, rowDots, partialRow } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, normalisedRow, rowDots, partialRow, scalarP } from "./decode_row.js";
 
 /** Hidden units a workgroup takes for model width C (4·C of them): 32, or 16 where 32 does not divide them (C is a multiple of 4). */
 export const mlpDecodeSlice = (C) => [32, 16].find((s) => (4 * C) % s === 0);
@@ -27,6 +27,12 @@ export const MLP_DECODE_UNIFORMS = ["ln_w_off", "ln_b_off", "in_off", "in_bias_o
 // at parts_out_off + j·C. Every offset but in_bias_off a multiple of 4 floats (read as vec4s).
 export function mlpDecode(C) {
   const C4 = C / 4, S = mlpDecodeSlice(C);
+  const row = summedRow(C4), ln = normalisedRow(C4, "p.ln_w_off", "p.ln_b_off");
+  const fcIn = rowDots("fc_in", S, C4, (o) => `(p.in_off + (first + ${o}) * C) / 4u`, (o, value) => `hidden[${o}] = gelu(${value});`,
+    (o) => scalarP(`p.in_bias_off + first + ${o}`));
+  // fc_out's share of the slice: its weight's columns first.. times the slice's hidden values
+  const fcOut = partialRow("fc_out", C, S / 4, (n) => `(p.out_off + ${n} * 4u * C + first) / 4u`,
+    (i) => `vec4f(hidden[${4 * i}u], hidden[${4 * i + 1}u], hidden[${4 * i + 2}u], hidden[${4 * i + 3}u])`, "(p.parts_out_off + wid.x * C) / 4u");
   return kernel(`mlp_decode_c${C}`, MLP_DECODE_UNIFORMS, rowBindings(), /* wgsl */ `${GELU_FNS}${rowArrays(C).decls}
 const S = ${S}u; // hidden units a workgroup
 var<workgroup> hidden: array<f32, S>; // gelu(fc_in) of the slice
@@ -34,13 +40,10 @@ var<workgroup> hidden: array<f32, S>; // gelu(fc_in) of the slice
 @compute @workgroup_size(${THREADS})
 fn mlp_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let first = wid.x * S; // the slice's first hidden unit
-${summedRow(C4)}
-${normalisedRow("p.ln_w_off", "p.ln_b_off")}
-${rowDots(S, C4, (o) => `(p.in_off + (first + ${o}) * C) / 4u`, (o, dot) => `let bias_at = p.in_bias_off + first + ${o};
-      hidden[${o}] = gelu(${dot} + P[bias_at / 4u][bias_at % 4u]);`)}
-  // fc_out's share of the slice: its weight's columns first.. times the slice's hidden values
-${partialRow(C, S / 4, (n) => `(p.out_off + ${n} * 4u * C + first) / 4u`,
-    (i) => `vec4f(hidden[${4 * i}u], hidden[${4 * i + 1}u], hidden[${4 * i + 2}u], hidden[${4 * i + 3}u])`, "(p.parts_out_off + wid.x * C) / 4u")}
+${row.loads}${ln.loads}
+${fcIn.loads}${fcOut.loads}
+${row.math}
+${ln.math}${fcIn.math}${fcOut.math}
 }
 `, "mlp_decode");
 }
