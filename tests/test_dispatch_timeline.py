@@ -27,14 +27,15 @@ def test_every_dispatch_of_a_step_is_timed_in_place(tmp_path):
 
 def test_every_dispatch_of_a_decoded_token_is_timed_in_place(tmp_path):
     out = tmp_path / "timeline.json"
-    subprocess.run(["node", str(ROOT / "webgpu/bench/dispatch_timeline.mjs"), "tiny", str(out), "1", "1", "--decode"],
-                   env=swiftshader_env(), check=True, capture_output=True, timeout=600)
+    subprocess.run(["node", str(ROOT / "webgpu/bench/dispatch_timeline.mjs"), "tiny", str(out), "1", "1", "--decode",
+                    "--at=5"], env=swiftshader_env(), check=True, capture_output=True, timeout=600)
     tiny = json.loads(out.read_text())["tiny"]
     print(f"{tiny['dispatches']} dispatches, span {tiny['spanUs'] / 1e3:.1f} ms, "
           f"families {[(f['family'], f['count']) for f in tiny['families']]}")
     presets = json.loads((ROOT / "site/static/presets.json").read_text())["presets"]
     # the token's decode plan and its sampling on the GPU
     assert tiny["dispatches"] == len(tiny["each"]) == 1 + 2 * presets["tiny"]["nLayer"] + 1
+    assert tiny["position"] == 5  # --at: a token with 5 keys cached, not the window's last position
     assert all(d["us"] > 0 for d in tiny["each"])
     families = {f["family"] for f in tiny["families"]}
     assert families == {"attention_decode_qkv", "mlp_decode", "logits_decode", "sample_decode"}

@@ -9,8 +9,9 @@
 // ctx − 1 keys cached by a prefill, and the GPU's sampling of the next token: a batch of one step),
 // each timed token queued behind an untimed one, as in generation. These are the decode chain's
 // dispatches, at every preset: where a batch decodes in one workgroup by the rule (tiny,
-// decode_tokens.js), its one dispatch is timed whole by decode_paths.mjs.
-//   node webgpu/bench/dispatch_timeline.mjs large,huge [out.json] [R=20] [WARMUP=20] [--decode]
+// decode_tokens.js), its one dispatch is timed whole by decode_paths.mjs. --at=P: at position P
+// instead (P keys cached, P < ctx), so that attention's share can be told from the rest.
+//   node webgpu/bench/dispatch_timeline.mjs large,huge [out.json] [R=20] [WARMUP=20] [--decode [--at=P]]
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../node_gpu.js";
@@ -22,7 +23,8 @@ const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8"));
 const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
 const decode = process.argv.includes("--decode");
-const [names, outPath, rounds, warmup] = process.argv.slice(2).filter((a) => a !== "--decode");
+const at = process.argv.find((a) => a.startsWith("--at="))?.slice(5);
+const [names, outPath, rounds, warmup] = process.argv.slice(2).filter((a) => !a.startsWith("--"));
 const R = Number(rounds ?? 20), WARMUP = Number(warmup ?? 20);
 const { device } = await nodeDevice({ features: ["timestamp-query"], exactTimestamps: true });
 // a kernel's family: its name up to the tile or lane count (matmul_pair_backward_input_64x64w_... -> matmul_pair)
@@ -75,12 +77,13 @@ async function trainingRounds(trainer) {
 }
 
 async function decodeRounds(trainer) {
-  const pos = trainer.cfg.ctx - 1, prompt = Array.from({ length: pos }, (_, i) => 32 + (i % 90));
+  const pos = Math.min(Number(at ?? Infinity), trainer.cfg.ctx - 1), prompt = Array.from({ length: pos }, (_, i) => 32 + (i % 90));
   await trainer._prefill(prompt);
   for (let i = 0; i < WARMUP; i++) await trainer._decode(66, pos);
   trainer.ahead = null;
   const { samplePlan } = trainer, commands = samplePlan ? () => trainer._batchCommands(pos, 1) : () => trainer._decodeCommands(pos);
   return {
+    position: pos,
     entries: [...trainer.genPlan.entries, ...(samplePlan ? [samplePlan.entries[0]] : [])],
     async round(split) {
       const before = commands();
@@ -96,7 +99,7 @@ async function decodeRounds(trainer) {
 const out = {};
 for (const name of names.split(",")) {
   const trainer = new Trainer(device, configFromPresets(presets, name), { corpus, decodeInOneWorkgroup: decode ? false : undefined });
-  const { entries, round } = await (decode ? decodeRounds : trainingRounds)(trainer);
+  const { entries, round, position } = await (decode ? decodeRounds : trainingRounds)(trainer);
   const n = entries.length;
   const querySet = device.createQuerySet({ type: "timestamp", count: 2 * n });
   const resolved = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
@@ -129,8 +132,8 @@ for (const name of names.split(",")) {
   }
   const spanUs = median(runs.map((run) => run[n - 1][1]));
   const busyUs = dispatches.reduce((s, d) => s + d.us, 0), gapUs = dispatches.reduce((s, d) => s + d.gapUs, 0);
-  out[name] = { dispatches: n, spanUs, busyUs, gapUs, families: Object.values(families).sort((a, b) => b.us - a.us), each: dispatches };
-  console.log(`${name}: ${n} dispatches, ${decode ? "token" : "step"} span ${(spanUs / 1e3).toFixed(3)} ms = ${(busyUs / 1e3).toFixed(3)} ms in dispatches + ` +
+  out[name] = { ...(decode ? { position } : {}), dispatches: n, spanUs, busyUs, gapUs, families: Object.values(families).sort((a, b) => b.us - a.us), each: dispatches };
+  console.log(`${name}: ${n} dispatches, ${decode ? `token (position ${position})` : "step"} span ${(spanUs / 1e3).toFixed(3)} ms = ${(busyUs / 1e3).toFixed(3)} ms in dispatches + ` +
     `${(gapUs / 1e3).toFixed(3)} ms between them (median ${median(dispatches.slice(1).map((d) => d.gapUs)).toFixed(1)} µs)`);
   for (const f of out[name].families) {
     console.log(`  ${f.family.padEnd(34)} ${String(f.count).padStart(4)} × ${(f.us / f.count).toFixed(1).padStart(7)} µs = ${(f.us / 1e3).toFixed(3)} ms (${(100 * f.us / busyUs).toFixed(0)}%)`);
