@@ -256,6 +256,11 @@ def decode_figures(new_tokens: int, run: dict) -> dict:
     return figures
 
 
+def variant_names(text: str) -> tuple[str, ...]:
+    """A command line's comma-separated names of time_decode.js's DECODE_VARIANTS ("" for none)."""
+    return tuple(filter(None, text.split(",")))
+
+
 def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes = b"\n", seed: int = 0,
                  threads: int | None = None, allow_software_gpu: bool = False, variants: tuple[str, ...] = ()) -> dict:
     """KV-cache and full-recompute decode of `new_tokens` tokens on one engine (see the module's doc).
@@ -325,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0, help="the sample stream's seed")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of pytorch-cpu, native and wasm-node (default: torch's setting; every core)")
-    ap.add_argument("--wgsl-variants", default="",
+    ap.add_argument("--wgsl-variants", type=variant_names, default=(),
                     help="wgsl-node also times these trainers of time_decode.js's DECODE_VARIANTS, comma-separated "
                     "(notAhead, oneWorkgroup, chain): an A/B in the same rounds")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
@@ -339,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
     for preset in args.presets.split(","):
         for engine in engines:
             results.append(decode_bench(engine, preset, args.new_tokens, args.prompt.encode(), args.seed, args.threads,
-                                        variants=tuple(filter(None, args.wgsl_variants.split(",")))))
+                                        variants=args.wgsl_variants))
             r = results[-1]
             behind = "".join(f", {name} {v['kv_tokens_per_s']:,.0f} tokens/s"
                              for name, v in r.get("variants", {}).items())

@@ -1131,7 +1131,7 @@ export class Trainer {
     const token = window.at(-1), pos = window.length - 1;
     let flight = this.chainFlight;
     this.chainFlight = null;
-    if (flight && !(flight.key === batchKey(pos, n, prefill, flight.slot) && flight.token === token)) {
+    if (flight && !(flight.pos === pos && flight.n === n && flight.prefill === prefill && flight.token === token)) {
       // a restart of the GPU's window that did not happen left its rows in the KV cache: the host's window is rebuilt
       if (await this._landChain(flight)) prefill ||= window.length > 1;
       flight = null;
@@ -1153,8 +1153,8 @@ export class Trainer {
    * Submits a batch of n steps from position pos in the read-back slot after the last one's, its
    * draws from drawsFrom draws ahead of the stream. window (the host's, of pos + 1 tokens): its last
    * token, and the window itself as the GPU's (a prefill's too, where `prefill`); null: the batch
-   * goes on from the GPU's token, and a prefill from the GPU's window. Returns {key, slot, n, prefill,
-   * token, buffer, read} (mapFlight); token, the GPU's last one before it, is set once that is read.
+   * goes on from the GPU's token, and a prefill from the GPU's window. Returns {pos, n, prefill, token,
+   * buffer, read} (mapFlight); token, the GPU's last one before it, is set once that is read.
    */
   _submitBatch(pos, n, { window, prefill, temperature, stream, drawsFrom }) {
     const slot = (this.chainSlot = 1 - this.chainSlot), onGpu = prefill && !window;
@@ -1170,7 +1170,7 @@ export class Trainer {
     if (prefill) this.samplePlan.update(DECODE_BATCH, { logits_off: pos * this.cfg.vocabSize });
     this._uploadDraws(this.genDraws, this.genDrawValues, n, { temperature, stream, from: drawsFrom });
     this.device.queue.submit([commands]);
-    return { key: batchKey(pos, n, prefill, slot), slot, n, prefill, token: null, ...mapFlight(this.chainReads[slot]) };
+    return { pos, n, prefill, token: null, ...mapFlight(this.chainReads[slot]) };
   }
 
   /**

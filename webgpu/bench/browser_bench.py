@@ -129,6 +129,8 @@ def decode_result(r: dict, new_tokens: int) -> dict:
 
 
 def main(argv=None) -> int:
+    from python_ref.decode_bench import variant_names
+
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--chromium", default=shutil.which("chromium"), help="the browser (default: chromium on PATH)")
     ap.add_argument("--presets", default="tiny,small,medium,large,xl,huge,massive")
@@ -139,7 +141,7 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-presets", default="",
                     help="also decode NEW_TOKENS at these presets: KV cache against recompute (decode_bench.py)")
     ap.add_argument("--new-tokens", type=int, default=512)
-    ap.add_argument("--decode-variants", default="",
+    ap.add_argument("--decode-variants", type=variant_names, default=(),
                     help="also decode with these trainers of time_decode.js's DECODE_VARIANTS, comma-separated, "
                     "in the same rounds (an A/B)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for each word from the page")
@@ -165,7 +167,7 @@ def main(argv=None) -> int:
         query = (f"presets={args.presets}&steps={args.steps}&warmup={args.warmup}&blocks={args.blocks}"
                  f"&clocksMs={0 if software else args.clocks_ms}")
         if args.decode_presets:
-            job = json.dumps(decode_job_of(args.new_tokens, tuple(filter(None, args.decode_variants.split(",")))))
+            job = json.dumps(decode_job_of(args.new_tokens, args.decode_variants))
             query += f"&decodePresets={args.decode_presets}&decode={urllib.parse.quote(job)}"
         result = run_page(args.chromium, query, args.timeout, args.browser_arg)
         out.update(subgroups=result.get("subgroups"), presets=result["presets"])

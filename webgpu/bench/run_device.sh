@@ -80,12 +80,13 @@ fi
 # BASELINE=DIR (a carried copy of an earlier commit's webgpu/ and site/static/, and python_ref/ for DECODE_AB, e.g.
 # from `git archive`): the same WGSL bench on that code, then this code again, in the same call (A/B/A against drift)
 [ -z "${BASELINE:-}" ] || ln -sfn "$PWD/webgpu/node_modules" "$BASELINE/webgpu/node_modules"
+side_dir() { if [ "$1" = baseline ]; then echo "$BASELINE"; else echo .; fi; }  # where a side of the A/B's code is
 # with DECODE_AB=presets: decoding on both instead, this code then the baseline, twice (A/B/A/B): a decoded token's
 # dispatches in place (dispatch_timeline.mjs --decode) and 512 tokens under Node (decode_bench.py, wgsl-node)
 if [ -n "${BASELINE:-}" ] && [ -n "${DECODE_AB:-}" ]; then
   for round in 1 2; do
     for side in this baseline; do
-      dir=$([ $side = baseline ] && echo "$BASELINE" || echo .)
+      dir=$(side_dir $side)
       (cd "$dir" && /tmp/wg/bin/node webgpu/bench/dispatch_timeline.mjs "$DECODE_AB" "$OUT/decode_timeline_${side}_$round.json" 20 20 \
         --decode 2> >(without_warnings >&2)) | tee "$OUT/decode_timeline_${side}_$round.log" || echo "decode timeline ($side) failed: exit $?"
       (cd "$dir" && PATH=/tmp/wg/bin:$PATH python3 -m python_ref.decode_bench --engines wgsl-node --presets "$DECODE_AB" \
@@ -94,7 +95,7 @@ if [ -n "${BASELINE:-}" ] && [ -n "${DECODE_AB:-}" ]; then
   done
 elif [ -n "${BASELINE:-}" ]; then
   for side in baseline again; do
-    dir=$([ $side = baseline ] && echo "$BASELINE" || echo .)
+    dir=$(side_dir $side)
     wgsl_bench "$dir" "webgpu_bench_$side" 2> >(tee "$OUT/webgpu_bench_$side.log" >&2) || echo "WebGPU bench ($side) failed: exit $?"
   done
 fi

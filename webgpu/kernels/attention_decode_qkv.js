@@ -7,7 +7,7 @@
 // buffer, row past) and are read back by the same workgroup after a storage barrier.
 import { kernel, range } from "./kernel.js";
 import { attendBytes, attendOne } from "./attention_decode.js";
-import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, embeddedRow, normalisedRow, rowDots, partialRow, scalarP } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, embeddedRow, normalisedRow, rowDots, partialRow, scalarP, loadsFirst } from "./decode_row.js";
 
 /** Bytes of workgroup memory for model width C, head size D, kvT keys (summedRow's scratch: attention's `sums`). */
 const fusedBytes = (C, D, kvT) => attendBytes(kvT, THREADS) + rowArrays(C, false).bytes + 4 * 3 * D + 4 * D;
@@ -55,8 +55,7 @@ fn attention_decode_qkv(@builtin(workgroup_id) wid: vec3u, @builtin(local_invoca
   let h = wid.x;
   let keys = p.past + 1u;
   let KOFF = p.qkv_stride / 4u;
-${row.loads}${ln.loads}
-${qkv.loads}${oProj.loads}
+${loadsFirst(row, ln, qkv, oProj)}
 ${row.math}
 ${ln.math}
 ${qkv.math}

@@ -47,6 +47,13 @@ ${scratch ? `var<workgroup> part_sums: array<vec4f, ${scratch}>;` : ""}`,
   };
 }
 
+/**
+ * WGSL of the `loads` of a kernel's pieces ({loads, math}: summedRow, embeddedRow, normalisedRow, rowDots,
+ * partialRow), for the kernel's start: none depends on what the kernel computes, so none waits behind a
+ * barrier before its piece (docs/performance.md §45).
+ */
+export const loadsFirst = (...pieces) => pieces.map((piece) => piece.loads).join("\n");
+
 // Where a row has at most DECODE_THREADS vec4s, invocation li holds column li: what a column needs from
 // memory (the row's base and bias, a LayerNorm's weight and bias) can then be loaded at the kernel's start.
 const oneColumnEach = (C4) => C4 <= DECODE_THREADS;

@@ -3,7 +3,7 @@
 // with the token embedding, OUTPUTS logits a workgroup, each workgroup summing and normalising the
 // row itself (C values, cheap) so that none waits on another.
 import { kernel } from "./kernel.js";
-import { DECODE_THREADS as THREADS, DOT_LANES, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, normalisedRow, rowDots } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, DOT_LANES, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, normalisedRow, rowDots, loadsFirst } from "./decode_row.js";
 
 const OUTPUTS = THREADS / DOT_LANES; // logits a workgroup: one pass of rowDots
 
@@ -29,8 +29,7 @@ export function logitsDecode(C) {
 @compute @workgroup_size(${THREADS})
 fn logits_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let first = wid.x * ${OUTPUTS}u; // the workgroup's first logit
-${row.loads}${ln.loads}
-${head.loads}
+${loadsFirst(row, ln, head)}
 ${row.math}
 ${ln.math}${head.math}
 }

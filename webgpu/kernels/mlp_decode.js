@@ -6,7 +6,7 @@
 // share of a slice needs those outputs only, so no workgroup waits on another.
 import { kernel } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
-import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, normalisedRow, rowDots, partialRow, scalarP } from "./decode_row.js";
+import { DECODE_THREADS as THREADS, SUMMED_ROW_UNIFORMS, rowBindings, rowArrays, summedRow, normalisedRow, rowDots, partialRow, scalarP, loadsFirst } from "./decode_row.js";
 
 /** Hidden units a workgroup takes for model width C (4·C of them): 32, or 16 where 32 does not divide them (C is a multiple of 4). */
 export const mlpDecodeSlice = (C) => [32, 16].find((s) => (4 * C) % s === 0);
@@ -40,8 +40,7 @@ var<workgroup> hidden: array<f32, S>; // gelu(fc_in) of the slice
 @compute @workgroup_size(${THREADS})
 fn mlp_decode(@builtin(workgroup_id) wid: vec3u, @builtin(local_invocation_index) li: u32) {
   let first = wid.x * S; // the slice's first hidden unit
-${row.loads}${ln.loads}
-${fcIn.loads}${fcOut.loads}
+${loadsFirst(row, ln, fcIn, fcOut)}
 ${row.math}
 ${ln.math}${fcIn.math}${fcOut.math}
 }
