@@ -34,7 +34,8 @@ def test_the_page_worker_trains_a_preset_and_decodes_python_refs_tokens(tmp_path
     from python_ref.decode_bench import decode_bench
 
     proc, result = run_bench(tmp_path, "--presets", "tiny", "--steps", "2", "--warmup", "1", "--allow-software",
-                             "--decode-presets", "tiny", "--new-tokens", "20", "--decode-variants", "notAhead")
+                             "--page-loop", "2", "--decode-presets", "tiny", "--new-tokens", "20",
+                             "--decode-variants", "notAhead")
     assert proc.returncode == 0, proc.stderr
     (tiny,) = result["presets"]
     print(f"tiny in the page's worker: {tiny['dispatchesPerStep']} dispatches a step, "
@@ -44,6 +45,8 @@ def test_the_page_worker_trains_a_preset_and_decodes_python_refs_tokens(tmp_path
     # a few steps from the initial weights: near ln 256 and falling
     assert math.isfinite(tiny["lastLoss"]) and 4.5 < tiny["lastLoss"] < tiny["firstLoss"] < math.log(256) + 0.2
     assert "tiny: " in proc.stderr  # the worker's line, relayed as it came
+    # the page's own loop (step_stream.js), one round as the page trains and one draining every burst
+    assert len(tiny["pageLoopRoundsMs"]) == len(tiny["drainedEachBurstRoundsMs"]) == 1 and tiny["pageLoopMs"] > 0
     assert result["subgroups"]["width"] >= 1
     (decoded,) = result["decode"]
     reference = decode_bench("pytorch-cpu", "tiny", new_tokens=20)

@@ -62,6 +62,7 @@ def test_exact_resume_through_export_state_and_data_state(train_run):
 
 def test_software_adapter_is_described_as_such(train_run):
     assert train_run["description"].endswith("(software: correct, not fast).")
+    assert train_run["stepsInFlight"] == 2  # seconds a step here: Stop waits for at most 2 queued steps
 
 
 def test_generation_stops_within_one_token_of_abort():

@@ -42,7 +42,7 @@ const parts = {
     const whole = await engineFor("tiny");
     const losses = await train(whole, STEPS);
     const wholeState = await whole.exportState();
-    const description = whole.description;
+    const { description, stepsInFlight } = whole;
     whole.destroy();
 
     const first = await engineFor("tiny");
@@ -55,7 +55,7 @@ const parts = {
     const resumedState = await resumed.exportState();
     const end = { step: resumed.step, dataState: resumed.dataState() };
     resumed.destroy();
-    return { description, losses, firstLosses, dataState, stateBytes: state.length, resumedStep, resumedLosses, end,
+    return { description, stepsInFlight, losses, firstLosses, dataState, stateBytes: state.length, resumedStep, resumedLosses, end,
       sameFinalState: wholeState.length === resumedState.length && wholeState.every((b, i) => b === resumedState[i]) };
   },
 

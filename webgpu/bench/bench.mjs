@@ -1,6 +1,7 @@
 // Real-GPU benchmark of the WGSL trainer under Node (npm `webgpu`, Dawn on Vulkan):
 //   node webgpu/bench/bench.mjs [--presets small,medium,...] [--steps N] [--warmup N] [--blocks N] [--sizes 1024,2048,4096]
-//                               [--clocks-ms 300] [--profile 1] [--out FILE] [--adapter-only 1]
+//                               [--clocks-ms 300] [--page-loop STEPS] [--profile 1] [--out FILE] [--adapter-only 1]
+// --page-loop: also STEPS steps a round in the page's own training loop (time_trainer.js timePageLoop).
 // Writes one JSON object (to FILE, else stdout — where Dawn's shader-compiler warnings also land): adapter, per-preset ms/step and tokens/s (one submit per step, the loss
 // read back through the ring without stalling, waited for without busy-waiting: replay.mjs runSteps), and matmul GFLOP/s (checked against float64 sums).
 // Never run this on a software adapter and call it a speed: --adapter-only 1 prints only the adapter (so a caller,
@@ -22,6 +23,7 @@ const steps = Number(args.steps ?? 30), warmup = Number(args.warmup ?? 5);
 const blocks = Number(args.blocks ?? 1); // time_trainer.js timeTrainer: the timed steps in equal blocks
 checkBlocks(steps, blocks);
 const clocksMs = Number(args["clocks-ms"] ?? 300); // 0 on a software adapter, whose clocks mean nothing
+const pageLoop = Number(args["page-loop"] ?? 0);
 const sizes = (args.sizes ?? "1024,2048,4096").split(",").filter(Boolean).map(Number);
 
 const { device, info, subgroups } = await nodeDevice();
@@ -40,7 +42,7 @@ const ops = new Ops(device);
 
 for (const name of presetNames) {
   const { entry, trainer } = await timeTrainer(device, ops, name, configFromPresets(presets, name), corpus,
-    { steps, warmup, blocks, clocksMs, keep: true });
+    { steps, warmup, blocks, clocksMs, pageLoop, keep: true });
   out.presets.push(entry);
   console.error(describeEntry(entry));
   if (args.profile) entry.profile = await profile(trainer, name);

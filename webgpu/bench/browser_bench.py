@@ -2,7 +2,8 @@
 Node + Dawn figure of bench.mjs on the same GPU (run_device.sh runs both in one call).
 
     python webgpu/bench/browser_bench.py [--chromium PATH] [--presets tiny,small] [--steps 30] [--warmup 5]
-                                         [--blocks 1] [--clocks-ms 300] [--out FILE] [--allow-software]
+                                         [--blocks 1] [--clocks-ms 300] [--page-loop STEPS] [--out FILE]
+                                         [--allow-software]
 
 Serves the repository on 127.0.0.1 with the playground's headers (`_headers`: cross-origin isolated),
 starts Chromium headless on webgpu/bench/browser_bench.html, which times each preset in a module worker
@@ -138,6 +139,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--blocks", type=int, default=1)
     ap.add_argument("--clocks-ms", type=int, default=300)
+    ap.add_argument("--page-loop", type=int, default=0,
+                    help="also time this many steps a round in the page's own loop (time_trainer.js timePageLoop)")
     ap.add_argument("--decode-presets", default="",
                     help="also decode NEW_TOKENS at these presets: KV cache against recompute (decode_bench.py)")
     ap.add_argument("--new-tokens", type=int, default=512)
@@ -165,7 +168,7 @@ def main(argv=None) -> int:
         out["refused"] = "software adapter: no speed figure"
     else:
         query = (f"presets={args.presets}&steps={args.steps}&warmup={args.warmup}&blocks={args.blocks}"
-                 f"&clocksMs={0 if software else args.clocks_ms}")
+                 f"&clocksMs={0 if software else args.clocks_ms}&pageLoop={args.page_loop}")
         if args.decode_presets:
             job = json.dumps(decode_job_of(args.new_tokens, args.decode_variants))
             query += f"&decodePresets={args.decode_presets}&decode={urllib.parse.quote(job)}"

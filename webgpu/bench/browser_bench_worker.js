@@ -25,7 +25,7 @@ async function browserVersion() {
 }
 
 /**
- * job: the page's query, as strings: presets (comma-separated) with steps, warmup, blocks, clocksMs; decodePresets
+ * job: the page's query, as strings: presets (comma-separated) with steps, warmup, blocks, clocksMs, pageLoop; decodePresets
  * (comma-separated) with decode (time_decode.js's job, as JSON). Neither: the adapter only.
  */
 async function bench(job) {
@@ -44,7 +44,8 @@ async function bench(job) {
   const ops = new Ops(device);
   for (const name of names) {
     const { entry } = await timeTrainer(device, ops, name, configFromPresets(presets, name), corpus,
-      { steps: Number(job.steps), warmup: Number(job.warmup), blocks: Number(job.blocks ?? 1), clocksMs: Number(job.clocksMs ?? 300) });
+      { steps: Number(job.steps), warmup: Number(job.warmup), blocks: Number(job.blocks ?? 1), clocksMs: Number(job.clocksMs ?? 300),
+        pageLoop: Number(job.pageLoop ?? 0) });
     out.presets.push(entry);
     self.postMessage({ line: describeEntry(entry) });
   }

@@ -21,7 +21,8 @@ cp .wgcarry/webgpu/index.js .wgcarry/webgpu/package.json webgpu/node_modules/web
 unxz .wgcarry/webgpu/dist/linux-x64/dawn.node.xz webgpu/node_modules/webgpu/dist/linux-x64/dawn.node
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv | tee "$OUT/gpu.txt"
 PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
-# BLOCKS=N: both benches time their STEPS in N blocks and report the median block beside the mean
+# BLOCKS=N: both benches time their STEPS in N blocks and report the median block beside the mean;
+# PAGE_LOOP=S: the WGSL benches then time BLOCKS rounds of S steps in the page's own loop (time_trainer.js)
 # Dawn prints each shader compiler warning with its source line and a caret: keep only the rest
 without_warnings() { grep -v "^Warning\|warning\|^ *\^\|^ *$"; }
 # PROFILE=1 adds each preset's host encode/submit cost and per-kernel GPU times; SKIP_TORCH=1 skips PyTorch,
@@ -43,7 +44,7 @@ wgsl_bench() {
   local dir=$1 name=$2
   shift 2
   /tmp/wg/bin/node "$dir/webgpu/bench/bench.mjs" --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
-    --blocks "${BLOCKS:-1}" --sizes "${SIZES-1024,2048,4096}" --out "$OUT/$name.json" "$@"
+    --blocks "${BLOCKS:-1}" --sizes "${SIZES-1024,2048,4096}" ${PAGE_LOOP:+--page-loop "$PAGE_LOOP"} --out "$OUT/$name.json" "$@"
 }
 # each side runs even if the other fails, so one run always brings back what can be measured
 wgsl_bench . webgpu_bench ${PROFILE:+--profile 1} 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
@@ -64,7 +65,7 @@ if [ -n "${CHROMIUM:-}" ]; then
   }
   [ -z "${CHROMIUM_DECODE:-}" ] || node_decode decode_node
   chromium=$(bash webgpu/bench/unpack_chromium.sh) && python3 webgpu/bench/browser_bench.py --chromium "$chromium" \
-    --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 --blocks "${BLOCKS:-1}" ${CHROMIUM_DECODE:+--decode-presets "$CHROMIUM_DECODE"} \
+    --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 --blocks "${BLOCKS:-1}" ${PAGE_LOOP:+--page-loop "$PAGE_LOOP"} ${CHROMIUM_DECODE:+--decode-presets "$CHROMIUM_DECODE"} \
     ${DECODE_VARIANTS:+--decode-variants "$DECODE_VARIANTS"} "${flags[@]}" --out "$OUT/browser_bench.json" 2> >(tee "$OUT/browser_bench.log" >&2) || echo "browser bench failed: exit $?"
   wgsl_bench . webgpu_bench_again 2> >(tee "$OUT/webgpu_bench_again.log" >&2) || echo "WebGPU bench (again) failed: exit $?"
   [ -z "${CHROMIUM_DECODE:-}" ] || node_decode decode_node_again

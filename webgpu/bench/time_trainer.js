@@ -3,15 +3,18 @@
 // figures come from the same loop.
 import { Trainer } from "../trainer.js";
 import { raiseClocks, runSteps, median } from "./replay.mjs";
+import { StepStream, burst, BURST_MS, STEPS_IN_FLIGHT } from "../../site/static/js/step_stream.js";
+import { yieldToMessages } from "../../site/static/js/yield_to_messages.js";
 
 /**
  * Builds a trainer for `config` (the named preset's), runs `warmup` steps, raises the clocks, then
  * times `steps` in `blocks` equal blocks, each drained before the next. msPerStep is the mean of them
  * all, medianBlockMs the typical block's: a machine stalls now and then (one medium block at 2.9
  * ms/step among others at 1.1, docs/performance.md §29), and one mean over 200 steps carries it whole.
+ * pageLoop: then also `blocks` rounds of that many steps in the page's own loop (timePageLoop).
  * -> the bench's entry for the preset (and the trainer, for a profile, when keep is set).
  */
-export async function timeTrainer(device, ops, name, config, corpus, { steps, warmup, blocks = 1, clocksMs = 300, keep = false }) {
+export async function timeTrainer(device, ops, name, config, corpus, { steps, warmup, blocks = 1, clocksMs = 300, pageLoop = 0, keep = false }) {
   checkBlocks(steps, blocks);
   const t0 = performance.now();
   const trainer = new Trainer(device, config, { corpus });
@@ -32,11 +35,42 @@ export async function timeTrainer(device, ops, name, config, corpus, { steps, wa
     const tokens = config.training.batch * config.model.ctx;
     const entry = { preset: name, params: trainer.P, batch: config.training.batch, ctx: config.model.ctx, msPerStep: ms,
       tokensPerSecond: tokens / (ms / 1000), blocks, blockMs, medianBlockMs: median(blockMs), setupMs, firstLoss: values[0],
-      lastLoss: values[values.length - 1], dispatchesPerStep: trainer.trainPlan.entries.length };
+      lastLoss: values[values.length - 1], dispatchesPerStep: trainer.trainPlan.entries.length,
+      ...(pageLoop ? await timePageLoop(trainer, pageLoop, blocks) : {}) };
     return keep ? { entry, trainer } : { entry };
   } finally {
     if (!keep) trainer.destroy();
   }
+}
+
+/**
+ * The page's own training loop on `trainer` (site/static/js/step_stream.js, as worker.js runs it):
+ * bursts of BURST_MS with STEPS_IN_FLIGHT.gpu steps queued and the worker's yield between bursts, `steps`
+ * steps a round, then the queue drained. Each of `rounds` rounds runs once as the page trains (the
+ * queue kept from one burst to the next) and once draining it after every burst, as the page did before
+ * docs/performance.md §46. -> {pageLoopMs, drainedEachBurstMs}: the median round of each, ms a step
+ * (and each round's, as ...RoundsMs).
+ */
+async function timePageLoop(trainer, steps, rounds) {
+  const engine = { trainStep: () => trainer.step(), get step() { return trainer.stepCount; } };
+  const round = async (drainEachBurst) => {
+    const stream = new StepStream(engine, STEPS_IN_FLIGHT.gpu, () => {});
+    let done = 0;
+    const start = performance.now();
+    while (done < steps) {
+      await burst(stream, BURST_MS, { more: () => done < steps, afterStep: () => { done += 1; } });
+      if (drainEachBurst) await stream.drain();
+      await yieldToMessages();
+    }
+    await stream.drain();
+    return (performance.now() - start) / steps;
+  };
+  const kept = [], drained = [];
+  for (let r = 0; r < rounds; r++) {
+    kept.push(await round(false));
+    drained.push(await round(true));
+  }
+  return { pageLoopMs: median(kept), pageLoopRoundsMs: kept, drainedEachBurstMs: median(drained), drainedEachBurstRoundsMs: drained };
 }
 
 /** Throws unless `blocks` divides `steps` into whole blocks (the benches' --blocks and --steps). */
@@ -47,5 +81,6 @@ export function checkBlocks(steps, blocks) {
 /** The line a bench prints for an entry of timeTrainer. */
 export function describeEntry(e) {
   return `${e.preset}: ${e.msPerStep.toFixed(2)} ms/step${e.blocks > 1 ? ` (median of ${e.blocks} blocks ${e.medianBlockMs.toFixed(3)})` : ""} ` +
-    `(${e.dispatchesPerStep} dispatches), ${e.tokensPerSecond.toFixed(0)} tokens/s, loss ${e.firstLoss.toFixed(3)} -> ${e.lastLoss.toFixed(3)}`;
+    `(${e.dispatchesPerStep} dispatches), ${e.tokensPerSecond.toFixed(0)} tokens/s, loss ${e.firstLoss.toFixed(3)} -> ${e.lastLoss.toFixed(3)}` +
+    (e.pageLoopMs ? `; the page's loop ${e.pageLoopMs.toFixed(3)} ms/step (draining each burst ${e.drainedEachBurstMs.toFixed(3)})` : "");
 }

@@ -7,11 +7,10 @@
 import { openStore } from "./checkpoint_store.js";
 import { readTinyGPT, writeTinyGPT, writeCompactF16, paramCount } from "./tinygpt_file.js";
 import { configFromPresets, configFromHeader } from "./model_config.js";
-import { yieldToMessages } from "./engines/wasm_engine.js";
+import { yieldToMessages } from "./yield_to_messages.js";
+import { StepStream, burst, BURST_MS } from "./step_stream.js";
 
 const PRESETS_URL = new URL("../presets.json", import.meta.url);
-const BURST_MS = 50;  // steps run back to back for this long before the worker looks at its messages
-const IN_FLIGHT = { wasm: 1, webgpu: 4 };  // steps queued before the oldest loss is awaited
 const PROBE_STEPS = 3;
 
 const engineModules = {
@@ -101,6 +100,7 @@ function announce(notice = null) {
 /** The whole .tinygpt of the model in memory: state with moments and everything to resume it. */
 async function checkpointBytes() {
   const c = current;
+  await c.stream?.drain();  // the file's loss history reaches the step its weights are at
   const state = await c.engine.exportState();
   const last = c.lossHistory[c.lossHistory.length - 1];
   const vals = c.valHistory.map(([, v]) => v);
@@ -136,40 +136,31 @@ async function trainLoop(checkpointSeconds) {
   phase("training", "Training…");
   let lastSave = performance.now();
   let last = performance.now();
-  const pending = [];
-  const settle = async () => {
-    const { step, loss } = pending.shift();
-    const value = await loss;
+  // steps stay queued from one burst to the next (step_stream.js); what needs every loss drains them
+  c.stream = new StepStream(c.engine, c.engine.stepsInFlight, (step, loss) => {
     const now = performance.now();
-    c.lossHistory.push([step, value]);
-    post({ type: "step", step, loss: value, ms: now - last });
+    c.lossHistory.push([step, loss]);
+    post({ type: "step", step, loss, ms: now - last });
     last = now;
-  };
-  const drain = async () => { while (pending.length) await settle(); };
+  });
   const running = () => !stopRequested && !fatal && c === current;
+  const evaluateAt = async (step) => {
+    if (step % evalEvery !== 0 && step !== c.targetSteps) return;
+    await c.stream.drain();
+    const valLoss = await c.engine.evaluate();
+    c.valHistory.push([step, valLoss]);
+    post({ type: "eval", step, valLoss });
+    last = performance.now();  // the evaluation's time is not a step's
+  };
   while (c.engine.step < c.targetSteps && running()) {
     // A sample may hold the model; Stop must not wait for it (generation and training never block
     // each other's Stop). A burst that has not begun when Stop comes never touches the engine.
     let began = false;
     const stopped = new Promise((resolve) => { stopHeard = resolve; });
-    const burst = exclusive(async () => {
+    const work = exclusive(async () => {
       if (!running()) return;
       began = true;
-      const burstEnd = performance.now() + BURST_MS;
-      do {
-        const { loss } = await c.engine.trainStep();
-        const step = c.engine.step;
-        pending.push({ step, loss });
-        if (pending.length >= IN_FLIGHT[c.backend]) await settle();
-        if (step % evalEvery === 0 || step === c.targetSteps) {
-          await drain();
-          const valLoss = await c.engine.evaluate();
-          c.valHistory.push([step, valLoss]);
-          post({ type: "eval", step, valLoss });
-          last = performance.now();  // the evaluation's time is not a step's
-        }
-      } while (c.engine.step < c.targetSteps && performance.now() < burstEnd && running());
-      await drain();
+      await burst(c.stream, BURST_MS, { more: () => c.engine.step < c.targetSteps && running(), afterStep: evaluateAt });
       if (performance.now() - lastSave >= checkpointSeconds * 1000) {
         await checkpoint();
         phase("training", "Training…");
@@ -177,11 +168,12 @@ async function trainLoop(checkpointSeconds) {
         last = lastSave;  // the save's time is not a step's
       }
     });
-    await Promise.race([burst, stopped]);
-    if (began) await burst;
+    await Promise.race([work, stopped]);
+    if (began) await work;
     await yieldToMessages();
   }
   if (c !== current) return;
+  await c.stream.drain();
   // Not behind the lock: a sample still running only reads the weights, as the export does.
   if (!fatal) await checkpoint();
   phase("idle", "");

@@ -2,18 +2,14 @@
 // that wasm_loader.js picks for this browser and model, behind the engine interface.
 import { loadTinyGPT, memoryNeedBytes, detectFeatures, BUILD_MEMORY_LIMIT, RUNTIME_OVERHEAD_BYTES } from "../wasm_loader.js";
 import { topBytes } from "../next_byte.js";
+import { yieldToMessages } from "../yield_to_messages.js";
+import { STEPS_IN_FLIGHT } from "../step_stream.js";
 
 const GEN_BURST_MS = 30;  // tokens made back to back before the worker looks at its messages
 
 // Instantiated builds, kept for the next model (a module and its thread pool start once a page).
 const instances = new Map();
 
-// Lets queued messages run. setTimeout(0) is clamped to 4 ms when nested; a MessageChannel is not.
-export const yieldToMessages = () => new Promise((resolve) => {
-  const { port1, port2 } = new MessageChannel();
-  port1.onmessage = () => { port1.close(); resolve(); };
-  port2.postMessage(null);
-});
 
 // tg_config's fields by their presets.json keys, and the batch.
 const loaderConfig = ({ model, training, initStd }) => ({ ...model, initStd, batch: training.batch });
@@ -60,6 +56,7 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
     kind: "wasm",
     description: `WebAssembly build: ${loaded.build} (${loaded.threads} thread${loaded.threads > 1 ? "s" : ""}). Why: ${loaded.reason}.`,
     paramCount: api.tg_param_count(handle),
+    stepsInFlight: STEPS_IN_FLIGHT.wasm,
     get step() { return api.tg_step(handle); },
     dataState: () => ({ seed: api.tg_data_seed(handle), batchesDrawn: api.tg_batches_drawn(handle) }),
     async trainStep() {

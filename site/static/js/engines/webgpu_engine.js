@@ -7,6 +7,7 @@ import { attentionWeights } from "../../../webgpu/inspect.js";
 import { isSoftwareAdapter } from "../../../webgpu/software_adapter.js";
 import { requestDeviceWithSubgroups } from "../../../webgpu/subgroups.js";
 import { softmax, topBytes } from "../next_byte.js";
+import { STEPS_IN_FLIGHT } from "../step_stream.js";
 
 /** The adapter's name in words, from whatever GPUAdapterInfo offers. */
 function adapterName(adapter) {
@@ -139,6 +140,7 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
     // a sentence, as the WebAssembly engine's: the page follows it with the parameter count
     description: `WebGPU on ${name}` + (subgroups ? `, ${subgroups.reason}` : "") + (chosen && isSoftware(chosen) ? " (software: correct, not fast)" : "") + ".",
     paramCount: trainer.P,
+    stepsInFlight: chosen && isSoftware(chosen) ? STEPS_IN_FLIGHT.software : STEPS_IN_FLIGHT.gpu,
     get step() { return trainer.stepCount; },
     dataState: () => ({ seed: trainer.seed, batchesDrawn: trainer.batchesDrawn }),
     // queues one step (one submit); its loss resolves once the GPU is done, without blocking the next
