@@ -129,7 +129,9 @@ def test_stop_training_while_a_sample_holds_the_model(server_url, page):
     page.click("#stop")
     page.wait_for_function("document.getElementById('status').textContent.startsWith('Stopped')")
     print(f"\ntraining Stop during a sample: heard after {(time.monotonic() - t0) * 1000:.0f} ms")
-    assert time.monotonic() - t0 < 1.0
+    # 0.38-0.41 s alone (the final save comes first), and 1.3 s once beside the suite's other process on the
+    # 2-core box. Blocked behind the sample's 100,000 tokens, it would not come at all.
+    assert time.monotonic() - t0 < 2.0
     assert page.locator("#sample-stop").is_enabled()  # the sample goes on until its own Stop
     page.click("#sample-stop")
     page.wait_for_function("!document.getElementById('sample-button').disabled")
