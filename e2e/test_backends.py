@@ -6,7 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from e2e.page_actions import ROOT, losses, open_playground, screenshot, train
+from e2e.page_actions import ROOT, losses, open_playground, parse, screenshot, start_long_run, train
+from python_ref import tinygpt_file
 from server_process import running_server
 
 PARITY_STEPS = 20
@@ -103,3 +104,28 @@ def test_without_cross_origin_isolation_it_says_so_and_trains_single_threaded(tm
         assert text.startswith("Finished")
         assert "build: simd (1 thread)" in build and "not cross-origin isolated" in build
         screenshot(page, "backends_not_isolated")
+
+
+def test_stop_on_webgpu_mid_run_settles_the_queued_steps(server_url, page, tmp_path):
+    """The page keeps WebGPU steps queued from one burst to the next (step_stream.js). Stop in the middle of
+    a run settles them: the status, the loss chart, the saved checkpoint and the downloaded file all reach
+    the step the weights are at, with every loss on the way."""
+    page.set_default_timeout(400_000)  # SwiftShader: seconds a step (see above)
+    open_playground(page, server_url)
+    page.select_option("#backend", "webgpu")
+    start_long_run(page)
+    page.wait_for_function("/^step ([3-9]|\\d\\d+)\\//.test(document.getElementById('status').textContent)")
+    page.click("#stop")
+    page.wait_for_function("document.getElementById('status').textContent.startsWith('Stopped')")
+    text = page.locator("#status").inner_text()
+    step = parse(text)["step"]
+    shown = losses(page)
+    saved = tinygpt_file.read_state(download(page, tmp_path / "stopped.tinygpt"))
+    history = saved.header["lossHistory"]
+    print(f"\n{text}\nthe file: step {saved.step}, {len(history)} losses, the last {history[-1]}")
+    assert saved.step == step and [s for s, _ in history] == list(range(1, step + 1))
+    assert [loss for _, loss in history] == shown[1:step + 1] and all(x is None for x in shown[step + 1:])
+    table = page.locator("#checkpoints").inner_text()  # the save at Stop: its step and its last loss
+    assert f"\t{step} of 100000\t{history[-1][1]:.4f}\t" in table, table
+    screenshot(page, "backends_webgpu_stopped")
+    assert page.errors == []
