@@ -55,10 +55,10 @@ async function timePageLoop(trainer, steps, rounds) {
   const engine = { trainStep: () => trainer.step(), get step() { return trainer.stepCount; } };
   const round = async (drainEachBurst) => {
     const stream = new StepStream(engine, STEPS_IN_FLIGHT.gpu, () => {});
-    let done = 0;
+    const first = trainer.stepCount, more = () => trainer.stepCount - first < steps;
     const start = performance.now();
-    while (done < steps) {
-      await burst(stream, BURST_MS, { more: () => done < steps, afterStep: () => { done += 1; } });
+    while (more()) {
+      await burst(stream, BURST_MS, { more });
       if (drainEachBurst) await stream.drain();
       await yieldToMessages();
     }
