@@ -200,9 +200,8 @@ def run_decode(selected: list[Backend], presets: list[str], new_tokens: int) -> 
     # through sys.modules, where the tests put a stand-in (the package attribute would bypass it)
     decode_bench = importlib.import_module("python_ref.decode_bench")
     keys = [b.key for b in selected]
-    available = decode_bench.available_decode_engines()
-    engines = [e for e in getattr(decode_bench, "ENGINES", available)
-               if any(k == e or k.startswith(e + "-") for k in keys)]
+    engines = [e for e in decode_bench.ENGINES if any(k == e or k.startswith(e + "-") for k in keys)]
+    available = decode_bench.available_decode_engines(tuple(engines))
     out = {"new_tokens": new_tokens, "results": [], "skipped": {}, "errors": []}
     for engine in [e for e in engines if e not in available]:
         try:  # raises at once with the reason

@@ -182,7 +182,7 @@ def wasm_builds() -> list[dict]:
 
 def catalogue(threads: int) -> list[Backend]:
     """Every backend, CPU ones before GPU ones within each engine; `threads` is the 'all cores' count."""
-    from .bench_js import ChromiumSession, WasmChromium, WasmNode, WgslChromium, WgslNode
+    from .bench_js import ChromiumSession, WasmChromium, WasmNode, WgslChromium, WgslChromiumPageLoop, WgslNode
 
     backends: list[Backend] = [PyTorchCPU(threads)]
     backends += [PyTorchCUDA(mode) for mode in ("eager", "cudagraph", "cudagraph+compile")]
@@ -194,5 +194,5 @@ def catalogue(threads: int) -> list[Backend]:
     chromium = ChromiumSession()
     backends += [WasmChromium(b["name"], threads if b["needs"]["threads"] else 1, chromium)
                  for b in builds if "worker" in b["environment"]]
-    backends += [WgslNode(), WgslChromium()]
+    backends += [WgslNode(), WgslChromium(), WgslChromiumPageLoop()]
     return backends

@@ -9,6 +9,7 @@ runs the WGSL correctly but says nothing about a GPU's speed.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -213,11 +214,39 @@ class WgslNode(Backend):
         return {"ms_per_step": row["msPerStep"], "steps": steps, "setup_s": row["setupMs"] / 1e3}
 
 
+def chromium_args() -> list[str]:
+    """More Chromium flags from TINYGPT_CHROMIUM_ARGS: a GPU server without a display needs
+    --use-angle=vulkan (docs/performance.md §43)."""
+    return os.environ.get("TINYGPT_CHROMIUM_ARGS", "").split()
+
+
+def run_browser_bench(*args: str, out: Path | None = None) -> subprocess.CompletedProcess:
+    """webgpu/bench/browser_bench.py of the checkout with TINYGPT_CHROMIUM_ARGS's flags."""
+    flags = [f"--browser-arg={a}" for a in chromium_args()]
+    return subprocess.run([sys.executable, str(checkout() / "webgpu/bench/browser_bench.py"), *args, *flags,
+                           *(["--out", str(out)] if out else [])], capture_output=True, text=True, timeout=3600)
+
+
+@functools.lru_cache(maxsize=1)
+def chromium_webgpu_refusal() -> str | None:
+    """Why headless Chromium's WebGPU gives no speed figure here (no browser, no adapter, a software
+    one), or None on a hardware adapter. Asked once a process: every Chromium series and the page's
+    decode share the answer."""
+    checkout()
+    if shutil.which("chromium") is None:
+        return "no `chromium` on PATH"
+    proc = run_browser_bench("--presets", "")
+    if proc.returncode == 2:  # the bench's refusal: a software adapter
+        return f"{proc.stderr.strip().splitlines()[-1]} (headless Chromium)"
+    if proc.returncode != 0:
+        return f"no WebGPU adapter in headless Chromium: {proc.stderr.strip()[-500:]}"
+    return None
+
+
 class WgslChromium(Backend):
-    """The WGSL trainer as the page runs it: in a module worker of headless Chromium's WebGPU
-    (webgpu/bench/browser_bench.py), Chromium started afresh for each cell, as WgslNode starts Node.
-    TINYGPT_CHROMIUM_ARGS adds browser flags: a GPU server without a display needs --use-angle=vulkan
-    (docs/performance.md §43)."""
+    """The WGSL trainer in a module worker of headless Chromium's WebGPU (webgpu/bench/browser_bench.py),
+    Chromium started afresh for each cell, as WgslNode starts Node; its steps timed in blocks, each
+    drained before the next, as bench.mjs times them under Node."""
     family = "WGSL in Chromium"
     key = "wgsl-chromium"
     label = "WGSL, Chromium"
@@ -226,27 +255,41 @@ class WgslChromium(Backend):
 
     def start(self, stack):
         self.root = checkout()
-        if shutil.which("chromium") is None:
-            raise Unavailable("no `chromium` on PATH")
-        proc = self.run_bench("--presets", "")
-        if proc.returncode == 2:  # the bench's refusal: a software adapter
-            raise Unavailable(f"{proc.stderr.strip().splitlines()[-1]} (headless Chromium)")
-        if proc.returncode != 0:
-            raise Unavailable(f"no WebGPU adapter in headless Chromium: {proc.stderr.strip()[-500:]}")
+        if why := chromium_webgpu_refusal():
+            raise Unavailable(why)
 
     def run_bench(self, *args: str, out: Path | None = None) -> subprocess.CompletedProcess:
-        flags = [f"--browser-arg={a}" for a in os.environ.get("TINYGPT_CHROMIUM_ARGS", "").split()]
-        return subprocess.run([sys.executable, str(self.root / "webgpu/bench/browser_bench.py"), *args, *flags,
-                               *(["--out", str(out)] if out else [])], capture_output=True, text=True, timeout=3600)
+        return run_browser_bench(*args, out=out)
 
-    def measure(self, preset, budget, estimate_ms):
-        steps = budget.count(estimate_ms)
+    def page_row(self, preset: str, *args: str) -> tuple[dict, str]:
+        """(browser_bench.py's entry for the preset, the browser's version)."""
         with tempfile.TemporaryDirectory(prefix="tinygpt-wgsl-chromium-") as tmp:
             out = Path(tmp) / "browser.json"
-            proc = self.run_bench("--presets", preset, "--steps", str(steps), "--warmup", str(WGSL_WARMUP), out=out)
+            proc = self.run_bench("--presets", preset, "--warmup", str(WGSL_WARMUP), *args, out=out)
             if proc.returncode != 0:
                 raise RuntimeError(f"browser_bench.py exit {proc.returncode}: {proc.stderr.strip()[-2000:]}")
             result = json.loads(out.read_text())
         (row,) = result["presets"]
-        return {"ms_per_step": row["msPerStep"], "steps": steps, "setup_s": row["setupMs"] / 1e3,
-                "browser": result["browser"]}
+        return row, result["browser"]
+
+    def measure(self, preset, budget, estimate_ms):
+        steps = budget.count(estimate_ms)
+        row, browser = self.page_row(preset, "--steps", str(steps))
+        return {"ms_per_step": row["msPerStep"], "steps": steps, "setup_s": row["setupMs"] / 1e3, "browser": browser}
+
+
+class WgslChromiumPageLoop(WgslChromium):
+    """The same trainer in the page's own training loop (site/static/js/step_stream.js, as the page's
+    worker runs it: bursts with the GPU's steps kept queued from one to the next, the worker's yield
+    between them): the speed a person's page trains at (docs/performance.md §46). Each cell also keeps
+    the same loop draining its queue after every burst, the page before §46, as drained_each_burst_ms."""
+    key = "wgsl-chromium-page"
+    label = "WGSL, the page's loop, Chromium"
+    method = (f"webgpu/bench/browser_bench.py --page-loop: one round of the timed steps in the page's training "
+              f"loop (step_stream.js), after {WGSL_WARMUP} warm-up steps; on a hardware adapter only")
+
+    def measure(self, preset, budget, estimate_ms):
+        steps = budget.count(estimate_ms)  # a round, timed twice: kept queued, then drained each burst
+        row, browser = self.page_row(preset, "--steps", "1", "--page-loop", str(steps))
+        return {"ms_per_step": row["pageLoopMs"], "steps": steps, "setup_s": row["setupMs"] / 1e3, "browser": browser,
+                "drained_each_burst_ms": row["drainedEachBurstMs"]}

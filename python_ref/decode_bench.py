@@ -16,7 +16,10 @@ Engines:
              (webgpu/bench/decode_bench.mjs), on a hardware adapter only: a software one
              (SwiftShader, llvmpipe) runs the WGSL correctly but gives no speed figure. Its recompute
              runs one ctx-long forward, the window padded (recompute_decoder.js says why and what it costs)
-Each mode is timed after an untimed warm-up of both. native, wasm-node and wgsl-node take rounds of the two
+  wgsl-chromium  the same two decoders in a module worker of headless Chromium's WebGPU, as the page runs
+             them (webgpu/bench/browser_bench.py, time_decode.js), on a hardware adapter only; Chromium
+             takes more flags from TINYGPT_CHROMIUM_ARGS (a GPU server without a display: --use-angle=vulkan)
+Each mode is timed after an untimed warm-up of both. native, wasm-node and the WGSL engines take rounds of the two
 modes in turn and keep each mode's median (ROUNDS: at least 3, more while the KV cache's rounds add up to
 less than half a second, at most 15), as a tiny model's 512 tokens take 10-40 ms there and one run of the
 same code read 3,484 and 17,180 tokens/s minutes apart; the PyTorch engines, 0.3 s and more a round, are
@@ -32,6 +35,7 @@ import argparse
 import ctypes
 import functools
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -52,10 +56,10 @@ from .model import TinyGPT
 from .resources import CHECKOUT
 from .sample import check_sampling_args, generate
 
-ENGINES = ("pytorch-cpu", "pytorch-cuda", "native", "wasm-node", "wgsl-node")
+ENGINES = ("pytorch-cpu", "pytorch-cuda", "native", "wasm-node", "wgsl-node", "wgsl-chromium")
 DEFAULT_PRESETS = "tiny,small,medium,large"
 WARMUP_TOKENS = 16
-# rounds of both modes in turn (native here; wasm-node and wgsl-node get it in their job): at least `min`,
+# rounds of both modes in turn (native here; wasm-node and the WGSL engines get it in their job): at least `min`,
 # then more while the KV cache's rounds add up to less than `seconds`, at most `max`
 ROUNDS = {"min": 3, "max": 15, "seconds": 0.5}
 RELAXED_SIMD_FLAG = "--experimental-wasm-relaxed-simd"  # Node 20 has relaxed SIMD only behind it
@@ -109,6 +113,12 @@ def unavailable_reason(engine: str, allow_software_gpu: bool = False) -> str | N
     if engine == "native":
         lib = build_dir() / "native/libtinygpt.so"
         return None if lib.exists() else f"{lib} is missing: run `make build`"
+    if engine == "wgsl-chromium":
+        from .bench_js import chromium_webgpu_refusal
+
+        if allow_software_gpu:
+            return None if shutil.which("chromium") else "no `chromium` on PATH"
+        return chromium_webgpu_refusal()
     if shutil.which("node") is None:
         return "no `node` on PATH"
     if engine == "wasm-node":
@@ -129,8 +139,9 @@ def unavailable_reason(engine: str, allow_software_gpu: bool = False) -> str | N
     return None
 
 
-def available_decode_engines() -> list[str]:
-    return [e for e in ENGINES if unavailable_reason(e) is None]
+def available_decode_engines(engines: tuple[str, ...] = ENGINES) -> list[str]:
+    """Those of `engines` that give a figure here (each one asked, Chromium's by starting it)."""
+    return [e for e in engines if unavailable_reason(e) is None]
 
 
 def threads_label(n: int) -> str:
@@ -230,6 +241,28 @@ def run_node_script(script: str, flags: tuple[str, ...], extra: dict, preset: st
                                    else r["adapter"] + (" (software)" if r["software"] else ""))}
 
 
+@functools.lru_cache(maxsize=1)
+def browser_bench():
+    """webgpu/bench/browser_bench.py of the checkout, as a module (a script, not in a package)."""
+    spec = importlib.util.spec_from_file_location("browser_bench", CHECKOUT / "webgpu/bench/browser_bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_in_page(extra: dict, preset: str, new_tokens: int, prompt: bytes, sampling: dict) -> dict:
+    """wgsl-chromium: both decoders in the page's module worker of headless Chromium (browser_bench.py)."""
+    from .bench_js import adapter_name, chromium_args, is_software_adapter
+
+    job = {**decode_job(new_tokens, prompt, sampling), "variants": extra["variants"]}
+    result = browser_bench().decode_in_page(shutil.which("chromium"), preset, job, chromium_args())
+    software = is_software_adapter(result["adapter"])
+    if software and not extra["allowSoftware"]:  # the adapter probed first, unless the driver changed
+        raise RuntimeError(f"ran on a software adapter ({adapter_name(result['adapter'])}): no speed figure")
+    (r,) = result["decode"]
+    return {**js_run(r), "where": f"{result['browser']}, {adapter_name(result['adapter'])}" + " (software)" * software}
+
+
 def js_run(r: dict) -> dict:
     """A JavaScript decode bench's {kv, recompute: {ms, tokens}} as a run (seconds, token bytes)."""
     run = {"kv_seconds": r["kv"]["ms"] / 1e3, "kv_tokens": bytes(r["kv"]["tokens"]),
@@ -268,8 +301,8 @@ def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes 
     threads: the CPU engines' thread count (pytorch-cpu, native, wasm-node); None = each one's own
     default (torch's setting; every core for native and WebAssembly, as the page does).
     Raises RuntimeError saying why when the engine is not available here. allow_software_gpu lets
-    wgsl-node run on a software adapter: for checking the tokens, never for a speed figure. variants:
-    wgsl-node also times these of time_decode.js's DECODE_VARIANTS (e.g. notAhead), in the same rounds.
+    the WGSL engines run on a software adapter: for checking the tokens, never for a speed figure. variants:
+    the WGSL engines also time these of time_decode.js's DECODE_VARIANTS (e.g. notAhead), in the same rounds.
     """
     reason = unavailable_reason(engine, allow_software_gpu)
     if reason is not None:
@@ -290,7 +323,8 @@ def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes 
                               {"wasmDir": str(build_dir() / "wasm"), "threads": threads}, *args)
     else:
         extra = {"allowSoftware": allow_software_gpu, "variants": list(variants)}
-        run = run_node_script("webgpu/bench/decode_bench.mjs", (), extra, *args)
+        run = (run_in_page(extra, *args) if engine == "wgsl-chromium"
+               else run_node_script("webgpu/bench/decode_bench.mjs", (), extra, *args))
     return {
         "engine": engine, "preset": preset, "new_tokens": new_tokens, "ctx": config.ctx,
         "params": config.param_count(), **decode_figures(new_tokens, run), "where": run["where"],
@@ -331,8 +365,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None,
                     help="threads of pytorch-cpu, native and wasm-node (default: torch's setting; every core)")
     ap.add_argument("--wgsl-variants", type=variant_names, default=(),
-                    help="wgsl-node also times these trainers of time_decode.js's DECODE_VARIANTS, comma-separated "
-                    "(notAhead, oneWorkgroup, chain): an A/B in the same rounds")
+                    help="the WGSL engines also time these trainers of time_decode.js's DECODE_VARIANTS, "
+                    "comma-separated (notAhead, oneWorkgroup, chain): an A/B in the same rounds")
     ap.add_argument("--out", default=None, help="also write the results as JSON here")
     args = ap.parse_args(argv)
     engines = args.engines.split(",") if args.engines else available_decode_engines()

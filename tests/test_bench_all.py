@@ -68,7 +68,7 @@ def test_bench_all_writes_a_docs_bench_file(tiny_run):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU machine may have a hardware adapter")
 def test_wgsl_is_skipped_on_a_software_adapter(tiny_run):
     data, _ = tiny_run
-    for key in ("wgsl-node", "wgsl-chromium"):
+    for key in ("wgsl-node", "wgsl-chromium", "wgsl-chromium-page"):
         reason = data["skipped"][key]
         print(f"{key}: {reason}")
         assert "software adapter" in reason and "no speed figure" in reason
@@ -86,6 +86,20 @@ def test_wgsl_in_chromium_takes_a_cells_figure_from_the_page(monkeypatch):
     cell = backend.measure("tiny", Budget(steps=2, seconds=0.1), None)
     print(cell)
     assert cell["steps"] == 2 and cell["ms_per_step"] > 0 and cell["browser"].startswith("Chromium ")
+
+
+def test_the_pages_loop_in_chromium_takes_a_cells_figure_from_the_page(monkeypatch):
+    """The page's own training loop (step_stream.js) as a series, let onto SwiftShader: never a speed."""
+    from python_ref.bench_js import WgslChromiumPageLoop
+
+    backend = WgslChromiumPageLoop()
+    backend.root = ROOT
+    run_bench = backend.run_bench
+    monkeypatch.setattr(backend, "run_bench", lambda *args, out=None: run_bench(*args, "--allow-software", out=out))
+    cell = backend.measure("tiny", Budget(steps=2, seconds=0.1), None)
+    print(cell)
+    assert cell["steps"] == 2 and cell["ms_per_step"] > 0 and cell["drained_each_burst_ms"] > 0
+    assert cell["browser"].startswith("Chromium ")
 
 
 def test_plots_are_small_valid_pngs(tiny_run):
@@ -186,8 +200,10 @@ def fake_decode_bench(available: list[str]):
         kv = {"tiny": 2000.0, "small": 1000.0}[preset]
         return {"engine": engine, "preset": preset, "kv_tokens_per_s": kv, "recompute_tokens_per_s": kv / 8,
                 "speedup": 8.0, "same_tokens": True}
-    return types.SimpleNamespace(ENGINES=("pytorch-cpu", "pytorch-cuda", "native", "wasm-node", "wgsl-node"),
-                                 available_decode_engines=lambda: available, decode_bench=decode_bench)
+    engines = ("pytorch-cpu", "pytorch-cuda", "native", "wasm-node", "wgsl-node", "wgsl-chromium")
+    return types.SimpleNamespace(ENGINES=engines,
+                                 available_decode_engines=lambda engines: [e for e in engines if e in available],
+                                 decode_bench=decode_bench)
 
 
 def test_decode_follows_the_selected_backends(monkeypatch):
@@ -199,6 +215,15 @@ def test_decode_follows_the_selected_backends(monkeypatch):
         ("pytorch-cpu", "tiny"), ("native", "tiny"), ("pytorch-cpu", "small")]
     assert set(decode["skipped"]) == {"pytorch-cuda", "wgsl-node"}  # wasm-node was not selected
     assert decode["errors"] == [{"engine": "native", "preset": "small", "error": "RuntimeError: tg_generate failed"}]
+
+
+def test_the_pages_series_brings_the_pages_decode(monkeypatch):
+    monkeypatch.setitem(sys.modules, "python_ref.decode_bench", fake_decode_bench(["wgsl-chromium"]))
+    selected = bench_all.select(catalogue(threads=2), "pytorch-cuda-graph,wgsl-chromium-page")
+    decode = bench_all.run_decode(selected, ["tiny"], 512)
+    print(decode)
+    assert [(r["engine"], r["preset"]) for r in decode["results"]] == [("wgsl-chromium", "tiny")]
+    assert set(decode["skipped"]) == {"pytorch-cuda"}
 
 
 def test_decode_plot_is_drawn_when_there_are_figures(monkeypatch, tmp_path):

@@ -57,6 +57,22 @@ def test_software_adapter_gives_no_speed_figure(swiftshader):
         db.decode_bench("wgsl-node", "tiny", new_tokens=4)
 
 
+@pytest.mark.slow
+def test_the_page_decodes_python_refs_tokens_on_swiftshader():
+    """wgsl-chromium: both decoders in the page's worker of headless Chromium (~10 s on SwiftShader), which
+    the bench refuses to time, the KV cache's tokens python_ref's."""
+    reason = db.unavailable_reason("wgsl-chromium")
+    print("wgsl-chromium:", reason)
+    assert "software adapter" in reason and "no speed figure" in reason
+    with pytest.raises(RuntimeError, match="wgsl-chromium is not available: software adapter"):
+        db.decode_bench("wgsl-chromium", "tiny", new_tokens=4)
+    r = db.decode_bench("wgsl-chromium", "tiny", new_tokens=40, allow_software_gpu=True, variants=("notAhead",))
+    reference = db.decode_bench("pytorch-cpu", "tiny", new_tokens=40)
+    print(f"wgsl-chromium on {r['where']}: tokens {r['tokens_sha256']}, python_ref {reference['tokens_sha256']}")
+    assert r["same_tokens"] and "(software)" in r["where"] and r["where"].startswith("Chromium ")
+    assert r["tokens_sha256"] == reference["tokens_sha256"] and set(r["variants"]) == {"notAhead"}
+
+
 def test_unknown_or_missing_engine_is_refused_with_the_reason():
     with pytest.raises(RuntimeError, match="unknown engine 'tpu'"):
         db.decode_bench("tpu", "tiny")

@@ -118,6 +118,17 @@ def decode_job_of(new_tokens: int, variants: tuple[str, ...] = ()) -> dict:
     return {**job, "variants": list(variants)}
 
 
+def decode_query(presets: str, job: dict) -> str:
+    """The page's query for decoding at `presets` (comma-separated) with time_decode.js's `job`."""
+    return f"decodePresets={presets}&decode={urllib.parse.quote(json.dumps(job))}"
+
+
+def decode_in_page(chromium: str, preset: str, job: dict, browser_args: list[str], timeout: float = 600) -> dict:
+    """One preset's decode in the page's worker, for decode_bench.py's wgsl-chromium engine: the page's
+    result, {adapter, browser, decode: [time_decode.js's timings]}."""
+    return run_page(chromium, decode_query(preset, job), timeout, browser_args)
+
+
 def decode_result(r: dict, new_tokens: int) -> dict:
     """A preset's decode in the page, with decode_bench.py's figures (the digest of the KV cache's tokens
     equal to another engine's: the same text, so the same work) and each mode's rounds."""
@@ -170,8 +181,7 @@ def main(argv=None) -> int:
         query = (f"presets={args.presets}&steps={args.steps}&warmup={args.warmup}&blocks={args.blocks}"
                  f"&clocksMs={0 if software else args.clocks_ms}&pageLoop={args.page_loop}")
         if args.decode_presets:
-            job = json.dumps(decode_job_of(args.new_tokens, args.decode_variants))
-            query += f"&decodePresets={args.decode_presets}&decode={urllib.parse.quote(job)}"
+            query += "&" + decode_query(args.decode_presets, decode_job_of(args.new_tokens, args.decode_variants))
         result = run_page(args.chromium, query, args.timeout, args.browser_arg)
         out.update(subgroups=result.get("subgroups"), presets=result["presets"])
         if args.decode_presets:

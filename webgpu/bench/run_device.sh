@@ -25,6 +25,28 @@ PRESETS=${PRESETS:-small,medium,large,xl,huge,massive}
 # PAGE_LOOP=S: the WGSL benches then time BLOCKS rounds of S steps in the page's own loop (time_trainer.js)
 # Dawn prints each shader compiler warning with its source line and a caret: keep only the rest
 without_warnings() { grep -v "^Warning\|warning\|^ *\^\|^ *$"; }
+# BENCH_ALL=1: instead of the rest, every curve of this GPU in one `tinygpt bench --all` (python_ref/bench_all.py):
+# PyTorch CUDA's three modes and WGSL under Node, and with CHROMIUM=1 WGSL in the page's worker and in the page's own
+# loop, with their decode; BENCH_ALL_ARGS adds options. Then matmul at MATMUL_SIZES against cuBLAS, and parity with
+# python_ref at PARITY_PRESETS. JSON only ($OUT/NAME.json): no matplotlib here, `tinygpt bench --plot` draws it
+if [ -n "${BENCH_ALL:-}" ]; then
+  if [ -n "${CHROMIUM:-}" ]; then
+    ln -sfn "$(bash webgpu/bench/unpack_chromium.sh)" /tmp/wg/bin/chromium
+    export TINYGPT_CHROMIUM_ARGS=${CHROMIUM_FLAGS---use-angle=vulkan}
+  fi
+  export PATH=/tmp/wg/bin:$PATH PYTHONUNBUFFERED=1
+  # shellcheck disable=SC2086  # BENCH_ALL_ARGS: options, a word each
+  python3 -m python_ref.cli bench --all --backends "${BENCH_ALL_BACKENDS:-pytorch-cuda-*,wgsl-*}" --out "$OUT" \
+    --name "${BENCH_ALL_NAME:-bench}" ${BENCH_ALL_ARGS:-} 2> >(tee "$OUT/bench_all.log" >&2) || echo "bench --all failed: exit $?"
+  sizes=${MATMUL_SIZES:-4096}
+  node webgpu/bench/bench.mjs --presets tiny --steps 5 --sizes "$sizes" --out "$OUT/matmul_wgsl.json" \
+    2> >(without_warnings >&2) || echo "WGSL matmul failed: exit $?"
+  python3 webgpu/bench/torch_bench.py --presets tiny --steps 5 --modes eager --sizes "$sizes" > "$OUT/matmul_cublas.json" \
+    || echo "cuBLAS matmul failed: exit $?"
+  python3 webgpu/bench/parity.py --presets "${PARITY_PRESETS:-tiny,small,medium,large,xl,huge,massive}" \
+    --steps "${PARITY_STEPS:-50}" --node /tmp/wg/bin/node --out "$OUT/parity.json" || echo "parity failed: exit $?"
+  exit 0
+fi
 # PROFILE=1 adds each preset's host encode/submit cost and per-kernel GPU times; SKIP_TORCH=1 skips PyTorch,
 # TORCH_MODES picks its modes (python_ref/bench_cuda.py MODES); TIMELINE=1 adds each preset's GPU time per
 # step by timestamps (step_timeline.mjs)
