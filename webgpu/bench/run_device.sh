@@ -28,7 +28,8 @@ without_warnings() { grep -v "^Warning\|warning\|^ *\^\|^ *$"; }
 # BENCH_ALL=1: instead of the rest, every curve of this GPU in one `tinygpt bench --all` (python_ref/bench_all.py):
 # PyTorch CUDA's three modes and WGSL under Node, and with CHROMIUM=1 WGSL in the page's worker and in the page's own
 # loop, with their decode; BENCH_ALL_ARGS adds options. Then matmul at MATMUL_SIZES against cuBLAS, and parity with
-# python_ref at PARITY_PRESETS. JSON only ($OUT/NAME.json): no matplotlib here, `tinygpt bench --plot` draws it
+# python_ref at PARITY_PRESETS. $OUT/NAME.json, and its PNGs where matplotlib is installed (the lent H200 has it;
+# elsewhere `tinygpt bench --plot` draws them from the JSON)
 if [ -n "${BENCH_ALL:-}" ]; then
   if [ -n "${CHROMIUM:-}" ]; then
     ln -sfn "$(bash webgpu/bench/unpack_chromium.sh)" /tmp/wg/bin/chromium
