@@ -30,7 +30,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8000
 
 serve: build
-	$(PY) -m server serve --host $(HOST) --port $(PORT)
+	$(VENV)/bin/tinygpt serve --host $(HOST) --port $(PORT)
 
 # One pytest process per core, at most 2 (pytest-xdist), each taking whole modules (their browser or
 # Node fixtures are made once). Run alone, the suite kept one of CI's 2 cores idle a third of the time:
@@ -38,14 +38,14 @@ serve: build
 # 17 min 35 s in one process, 12 min 12 s in two (docs/performance.md §22). The multi-process gloo
 # runs (marker `alone`) come after, in one process: beside another test process a rank sometimes aborted.
 test: build lint
-	$(PY) -m pytest -q -n auto --maxprocesses 2 --dist loadfile --durations=30 -m "not alone" tests e2e
-	$(PY) -m pytest -q --durations=5 -m alone tests e2e
+	$(PY) -m pytest -q -n auto --maxprocesses 2 --dist loadfile --durations=30 -m "not alone" tests
+	$(PY) -m pytest -q --durations=5 -m alone tests
 
 # Linters: ruff (Python, pyproject.toml), clang-format (C++, .clang-format), ESLint (JavaScript,
 # eslint.config.js). ESLint comes from npm into $(CACHE), keyed by the lockfile, like webgpu's package.
 LINT_NODE_DIR := $(CACHE)/node/lint-$(shell sha256sum package-lock.json | cut -c1-16)
-CXX_SOURCES = $(shell git ls-files 'wasm/*.cpp' 'wasm/*.h' 2>/dev/null || find wasm -name '*.cpp' -o -name '*.h')
-JS_SOURCES = $(shell git ls-files '*.js' '*.mjs' 2>/dev/null || find site webgpu tests -name '*.js' -o -name '*.mjs')
+CXX_SOURCES = $(shell git ls-files 'wasm/*.cpp' 'wasm/*.h' 'bench/*.cpp' 2>/dev/null || find wasm bench -name '*.cpp' -o -name '*.h')
+JS_SOURCES = $(shell git ls-files '*.js' '*.mjs' 2>/dev/null || find site webgpu bench tests -name '*.js' -o -name '*.mjs')
 
 $(LINT_NODE_DIR)/.installed:
 	@command -v node >/dev/null || $(call apt_install,nodejs npm)

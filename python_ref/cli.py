@@ -1,5 +1,5 @@
-"""The `tinygpt` command: train, sample, eval, export, bench, and the playground's serve and build
-(also `python -m python_ref.cli` from the repository root).
+"""The `tinygpt` command: train, sample, eval and export here; bench (bench/cli.py) and the
+playground's serve and build (server/cli.py) join it through the COMMANDS_GROUP entry points.
 
 Bad input (a config, corpus or checkpoint that cannot work) prints one line to stderr and exits 2.
 """
@@ -9,20 +9,25 @@ import argparse
 import json
 import os
 import sys
+from importlib.metadata import entry_points
 
 import torch
 
 from . import tinygpt_file
-from .bench import bench_preset, flops_per_token, peak_flops
-from .config import DEFAULT_CORPUS, ConfigError, preset_names, sampling_defaults
+from .config import DEFAULT_CORPUS, ConfigError, sampling_defaults
 from .data import Corpus, CorpusError
+from .flops import flops_per_token, peak_flops
 from .evaluate import bits_per_byte, evaluate_file, evaluate_val, split_settings
 from .sample import Utf8Writer, generate
 from .tinygpt_file import TinyGPTFileError
 from .distributed import DEFAULT_TIMEOUT_S, DistributedError, init_from_env, launch_local, under_torchrun
-from .resources import default_dist
 from .train import LR_SCHEDULES, TrainingError, check_out_path, new_run, resolve_device, resume_run
 
+# Commands that live outside the reference (`serve` and `build` in server/, `bench` in bench/) add
+# themselves through this entry-point group (pyproject.toml), so python_ref imports neither: each is a
+# function that takes the subparsers and adds its command. `make setup` installs the checkout
+# editable, which registers them for `python -m python_ref.cli` too.
+COMMANDS_GROUP = "tinygpt.commands"
 EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
@@ -151,57 +156,6 @@ def cmd_export(args) -> int:
     return 0
 
 
-def cmd_bench(args) -> int:
-    if args.all or args.plot:
-        return _bench_all(args)
-    given = [dest for dest in BENCH_ALL_OPTIONS if getattr(args, dest) not in (None, False)]
-    if given:
-        raise ConfigError(f"{', '.join('--' + d.replace('_', '-') for d in given)}: options of `tinygpt bench --all` "
-                          "(or --plot)")
-    if args.threads is not None:
-        if args.threads <= 0:
-            raise ConfigError(f"--threads must be positive, got {args.threads}")
-        torch.set_num_threads(args.threads)
-    presets = args.preset or ["small"]
-    if "all" in presets:
-        presets = preset_names()
-    steps = 10 if args.steps is None else args.steps
-    for device in args.device or ["cpu"]:
-        for preset in presets:
-            print(json.dumps(bench_preset(preset, device, steps, args.warmup)), flush=True)
-    return 0
-
-
-# The options of `bench --all` and their defaults: None in the parser, so that giving one without
-# --all is an error rather than silently ignored.
-BENCH_ALL_OPTIONS = {"presets": None, "backends": None, "rounds": 2, "seconds": 2.0, "max_cell_seconds": 60.0,
-                     "no_decode": False, "decode_tokens": 512, "out": None, "name": "bench"}
-
-
-def _bench_all(args) -> int:
-    from .bench_all import bench_all, redraw  # matplotlib, tqdm, the backends: only when asked for
-
-    if args.preset or args.device:
-        raise ConfigError("--all measures every backend over --presets (comma-separated); --preset and "
-                          "--device are for the one-backend bench")
-    for dest, default in BENCH_ALL_OPTIONS.items():
-        if getattr(args, dest) is None:
-            setattr(args, dest, default)
-    return redraw(args) if args.plot else bench_all(args)
-
-
-def cmd_serve(args) -> int:
-    from server.cli import serve  # the server's imports (starlette, uvicorn, jinja2) only when asked for
-
-    return serve(args)
-
-
-def cmd_build(args) -> int:
-    from server.cli import build
-
-    return build(args)
-
-
 def _num(x) -> str:
     return "n/a" if x is None else f"{x:.4f}"
 
@@ -260,41 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--fp16", action="store_true", help="the compact float16 file: half the size, weights rounded")
     x.set_defaults(func=cmd_export)
 
-    b = sub.add_parser("bench", help="ms/step, tokens/s and GFLOP/s of full training steps; one JSON line each "
-                       "(--all: every backend of this machine, as bench.json and PNG plots)")
-    b.add_argument("--preset", action="append", help="preset name, repeatable, or 'all' (default: small)")
-    b.add_argument("--device", action="append", help="cpu, cuda, mps or auto; repeatable (default: cpu)")
-    b.add_argument("--steps", type=int, help="timed steps (default 10; with --all: at least this many per cell, "
-                   "default 3)")
-    b.add_argument("--warmup", type=int, default=2, help="untimed steps first")
-    b.add_argument("--threads", type=int, help="torch.set_num_threads for CPU runs (with --all: the 'all cores' "
-                   "count, default every core this process may use)")
-    a = b.add_argument_group("every backend (tinygpt bench --all)")
-    a.add_argument("--all", action="store_true", help="measure every training backend available here over the "
-                   "presets, round-robin; write DIR/NAME.json and PNG plots")
-    a.add_argument("--presets", help="comma-separated (default: tiny,small,medium,large; with CUDA up to massive)")
-    a.add_argument("--backends", help="comma-separated shell patterns of backend names, e.g. 'pytorch-*,native-*' "
-                   "(default: all; an unknown one lists them)")
-    a.add_argument("--rounds", type=int, help="every cell once per round; a figure is the median (default 2)")
-    a.add_argument("--seconds", type=float, help="about this many seconds of timed steps per cell (default 2)")
-    a.add_argument("--max-cell-seconds", type=float, help="skip a cell expected to take longer, saying so "
-                   "(default 60)")
-    a.add_argument("--no-decode", action="store_true", help="leave out decode speed (KV cache vs recompute)")
-    a.add_argument("--decode-tokens", type=int, help="new tokens per decode figure (default 512)")
-    a.add_argument("--out", help="folder for NAME.json and NAME-*.png (default: the current one; with --plot: "
-                   "the JSON's)")
-    a.add_argument("--name", help="file name stem (default: bench)")
-    a.add_argument("--plot", metavar="FILE.json", help="only draw the plots of a file written earlier")
-    b.set_defaults(func=cmd_bench)
-
-    v = sub.add_parser("serve", help="run the playground (the page, its WebAssembly builds, the WebGPU trainer)")
-    v.add_argument("--host", default="127.0.0.1")
-    v.add_argument("--port", type=int, default=8000)
-    v.set_defaults(func=cmd_serve)
-
-    d = sub.add_parser("build", help="write the playground as static files for any static host")
-    d.add_argument("--out", default=str(default_dist()), help="the folder to (re)write (default: %(default)s)")
-    d.set_defaults(func=cmd_build)
+    for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda c: c.name):
+        command.load()(sub)
     return p
 
 

@@ -1,9 +1,8 @@
-"""`python -m server serve [--host H] [--port P]` runs the playground; `python -m server build
-[--out DIR]` writes it as static files (index.html, the docs pages and their bench/*.png plots,
+"""`tinygpt serve [--host H] [--port P]` runs the playground; `tinygpt build [--out DIR]` writes it
+as static files (index.html, the docs pages and their bench/*.png plots,
 404.html, static/, webgpu/, _headers) for any static host."""
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import sys
@@ -88,15 +87,12 @@ def build(args) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m server", description=__doc__)
-    sub = ap.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("serve", help="run the playground with its headers")
+def register(sub) -> None:
+    """Adds `serve` and `build` to the subparsers of `tinygpt` (the `tinygpt.commands` entry points)."""
+    s = sub.add_parser("serve", help="run the playground (the page, its WebAssembly builds, the WebGPU trainer)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
-    s.set_defaults(run=serve)
-    b = sub.add_parser("build", help="write the playground as static files")
-    b.add_argument("--out", default=str(default_dist()))
-    b.set_defaults(run=build)
-    args = ap.parse_args(argv)
-    return args.run(args)
+    s.set_defaults(func=serve)
+    b = sub.add_parser("build", help="write the playground as static files for any static host")
+    b.add_argument("--out", default=str(default_dist()), help="the folder to (re)write (default: %(default)s)")
+    b.set_defaults(func=build)

@@ -7,7 +7,7 @@ SETUP_TARGETS += emscripten-setup wasm-test-setup
 BUILD_TARGETS += wasm-builds
 
 emscripten-setup:
-	@TINYGPT_CACHE=$(CACHE) wasm/scripts/setup_emscripten.sh
+	@TINYGPT_CACHE=$(CACHE) scripts/setup_emscripten.sh
 
 wasm-test-setup:
 	@command -v chromium >/dev/null || { echo "installing chromium (Debian package)"; \
@@ -16,4 +16,4 @@ wasm-test-setup:
 	  $(call apt_install,nodejs); }
 
 wasm-builds: emscripten-setup
-	@TINYGPT_CACHE=$(CACHE) TINYGPT_BUILD=$(BUILD) wasm/scripts/build_wasm.sh
+	@TINYGPT_CACHE=$(CACHE) TINYGPT_BUILD=$(BUILD) scripts/build_wasm.sh

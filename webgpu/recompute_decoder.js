@@ -1,6 +1,6 @@
 // Generation WITHOUT a KV cache on the WebGPU trainer: every token runs the forward of the whole
 // current window and reads back the logits of its last position. It exists to measure what
-// Trainer.generate's KV cache saves (webgpu/bench/decode_bench.mjs) and to check that both give the
+// Trainer.generate's KV cache saves (bench/webgpu/decode_bench.mjs) and to check that both give the
 // same tokens; the page never uses it.
 //
 // One plan of T = ctx positions serves every window length n: the window fills positions 0..n-1 and

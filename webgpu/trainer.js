@@ -243,7 +243,7 @@ const uniformBytesBound = (L, ctx) =>
 /**
  * Every buffer a Trainer for `config` creates (training, eval, generation, the state read-back) as
  * [{label, bytes, storage}]; storage: bound to kernels, so maxStorageBufferBindingSize applies.
- * Mirrors the constructor: tests/test_webgpu_engine.py checks each label and size against the
+ * Mirrors the constructor: tests/webgpu/test_webgpu_engine.py checks each label and size against the
  * buffers a real Trainer creates.
  */
 function trainerBuffers(config, deferWeightGrads) {

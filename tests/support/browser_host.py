@@ -2,7 +2,7 @@
 
 The page is served from the repository root under https://tinygpt.test/ by Playwright's request
 routing (no server process, and an https origin, so WebGPU is allowed). Tests call the functions of
-webgpu/tools/browser_entry.js through page.evaluate. A software adapter: correctness only.
+tests/webgpu/hosts/browser_entry.js through page.evaluate. A software adapter: correctness only.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ class BrowserHost:
         self.console: list[str] = []
         self.page.on("console", lambda m: self.console.append(m.text))
         self.page.route(f"{ORIGIN}/**", self._serve)
-        self.page.goto(f"{ORIGIN}/webgpu/tools/host.html")
+        self.page.goto(f"{ORIGIN}/tests/webgpu/hosts/host.html")
 
     def _serve(self, route):
         rel = route.request.url[len(ORIGIN) + 1:].split("?")[0]
@@ -45,7 +45,8 @@ class BrowserHost:
     def call(self, function: str, *args):
         """await browser_entry.<function>(...args) in the page; returns its JSON-able result."""
         return self.page.evaluate(
-            "async ([f, args]) => (await import('/webgpu/tools/browser_entry.js'))[f](...args)", [function, list(args)])
+            "async ([f, args]) => (await import('/tests/webgpu/hosts/browser_entry.js'))[f](...args)",
+            [function, list(args)])
 
     def close(self):
         self.browser.close()

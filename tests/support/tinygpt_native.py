@@ -1,5 +1,5 @@
 """The native libtinygpt.so (wasm/src/tinygpt_api.h) for the Python tests, through the ctypes
-binding generated from the header (wasm/scripts/api_ctypes.py).
+binding generated from the header (scripts/api_ctypes.py).
 
 `NativeModel` wraps one tg_model handle; every negative result becomes a NativeError carrying the
 code and tg_last_error()'s message. ensure_built() runs the native part of the Makefile (a no-op
@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from python_ref.config import ModelConfig, init_std
-from wasm.scripts.api_ctypes import Binding
+from scripts.api_ctypes import Binding
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("TINYGPT_BUILD", ROOT / "build"))

@@ -63,7 +63,7 @@ int32_t tg_last_error_code(void);
 
 /* A model's configuration: a preset's dims and the "model" values of site/static/presets.json.
  * Each field is named after its presets.json key in snake_case (nLayer: n_layer). Callers fill it
- * by name from the layout wasm/scripts/api_signatures.py reads here, so a field added here (and in
+ * by name from the layout scripts/api_signatures.py reads here, so a field added here (and in
  * the model) needs no change in any caller. Fields: int32_t or double only, so the layout is the
  * same in every build (Memory64 included). */
 typedef struct tg_config {

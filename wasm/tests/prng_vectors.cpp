@@ -1,5 +1,5 @@
 // Prints the portable PRNG's outputs for the seeds of docs/determinism.md's test vectors, for
-// tests/test_native_prng.py to compare with the JSON block: "splitmix64 SEED HEX..." and
+// tests/wasm/test_native_prng.py to compare with the JSON block: "splitmix64 SEED HEX..." and
 // "normals SEED %.17g...".
 #include <cinttypes>
 #include <cstdio>

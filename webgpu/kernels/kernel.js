@@ -2,7 +2,7 @@
 // (uniform struct, bindings) and the bind-group layout are both generated from that declaration,
 // so a layout always matches each shader's declared access mode (read-only-storage vs storage).
 // WGSL is generated here (tiles specialised, loops unrolled); every WGSL template literal is tagged
-// /* wgsl */ for editors, and `node webgpu/tools/dump_wgsl.mjs` writes each variant to a .wgsl file.
+// /* wgsl */ for editors, and `node tests/webgpu/hosts/dump_wgsl.mjs` writes each variant to a .wgsl file.
 
 /** Bytes of a dispatch's uniforms: each lives in one slot of this size of a plan's uniform buffer (plan.js). */
 export const UNIFORM_SLOT_BYTES = 256;

@@ -697,7 +697,7 @@ export function tileCount(M, N, tile) {
 
 /**
  * The tile for a product (K: the whole, concatenated K), from timing every tile (and split count) on
- * every preset's products on an H100 with its clocks up (webgpu/bench/matmul_tiles.mjs, vec4 reads,
+ * every preset's products on an H100 with its clocks up (bench/webgpu/matmul_tiles.mjs, vec4 reads,
  * two-dimensional slabs; docs/performance.md §14–15). These products are too small to fill a big GPU,
  * and what they pay for is each K-step's latency, so: below 250k outputs the 256-invocation 2×2 tile
  * with 32-deep K-steps, or, from K = 512 on, the 32×32 tile with K sliced in two; up to a million

@@ -17,7 +17,7 @@
 // - the threshold u·S: u rounded to f32 and the product, 2·2^-24·S; the differences, 2^-24·S each;
 //   the margin takes 2^-20·S for them.
 // A token is certain where the threshold lies more than twice the sums' bound plus that margin from
-// both edges: 2 of the test's 1,600 random rows fall back to the host (tests/test_webgpu_sample_decode.py).
+// both edges: 2 of the test's 1,600 random rows fall back to the host (tests/webgpu/test_webgpu_sample_decode.py).
 import { kernel } from "./kernel.js";
 
 const THREADS = 256;

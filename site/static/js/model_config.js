@@ -1,7 +1,7 @@
 // The model and training configuration in JS, in one place: from a preset of presets.json, or from
 // a .tinygpt header. Every JS level (the page's worker, its engines, webgpu/ tools and bench) builds
 // its {model, training, initStd} here, so no second copy of the defaults can drift
-// (tests/test_model_config.py pins the result to python_ref.config).
+// (tests/site/test_model_config.py pins the result to python_ref.config).
 
 const MODEL_KEYS = ["nLayer", "nHead", "dModel", "ctx", "vocabSize", "layerNormEps"];
 

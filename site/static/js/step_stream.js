@@ -1,5 +1,5 @@
 // Training steps in flight, as the page's worker runs them (worker.js) and as the benches time the
-// page's loop (webgpu/bench/time_trainer.js). A WebGPU step's loss comes back a round trip after its
+// page's loop (bench/webgpu/time_trainer.js). A WebGPU step's loss comes back a round trip after its
 // GPU work, so up to `inFlight` steps are queued before the oldest one's loss is awaited. Bursts do
 // not drain that queue: between two bursts the worker reads its messages while the GPU works through
 // the steps still queued, where a drain would leave it idle for a round trip and the next step's

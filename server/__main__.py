@@ -1,5 +1,0 @@
-import sys
-
-from server.cli import main
-
-sys.exit(main())
