@@ -13,20 +13,21 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware.gzip import GZipMiddleware
-from starlette.responses import FileResponse, HTMLResponse
+from starlette.responses import FileResponse, HTMLResponse, RedirectResponse
 from starlette.routing import Mount, Route
 
 from server.compressed_files import CompressedStaticFiles
-from server.docs_pages import DOCS, PAGES, bench_images, render_doc
-from server.headers import ROOT, global_headers
+from server.encoding import NegotiatedEncoding
+from server.docs_pages import DOCS, LAB, LAB_INDEX, PAGES, bench_images, lab_names, render_doc
+from server.headers import ROOT, global_headers, with_connect_sources
 
 SITE = ROOT / "site"
 WEBGPU = ROOT / "webgpu"
-# What the page's worker imports of webgpu/ (trainer.js and its imports, inspect.js for the
-# attention view): served at /webgpu/ and copied into dist/webgpu/. The rest of webgpu/
+# What the page's worker imports of webgpu/ (trainer.js, decoder.js and their imports, inspect.js for
+# the attention view): served at /webgpu/ and copied into dist/webgpu/. The rest of webgpu/
 # (node_modules, tools, bench, package files) is for Node and tests, never for the page.
-WEBGPU_RUNTIME = ("trainer.js", "prng.js", "ops.js", "plan.js", "software_adapter.js", "subgroups.js", "inspect.js",
-                  "kernels")
+WEBGPU_RUNTIME = ("trainer.js", "decoder.js", "buffers.js", "prng.js", "manifest.js", "config_rules.js", "ops.js",
+                  "plan.js", "software_adapter.js", "subgroups.js", "inspect.js", "kernels")
 
 
 def webgpu_runtime_files(webgpu: Path = WEBGPU) -> list[str]:
@@ -72,6 +73,19 @@ def render_not_found(site: Path = SITE, path: str | None = None) -> str:
                                                              root="/", path=path)
 
 
+def one_vary(headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    """The Vary headers of a response merged into one, each field named once (the static files and
+    the gzip middleware may both have named Accept-Encoding)."""
+    fields: list[bytes] = []
+    for name, value in headers:
+        if name.lower() == b"vary":
+            for field in (v.strip() for v in value.split(b",")):
+                if field and field.lower() not in (f.lower() for f in fields):
+                    fields.append(field)
+    rest = [h for h in headers if h[0].lower() != b"vary"]
+    return rest + [(b"vary", b", ".join(fields))] if fields else rest
+
+
 class WithHeaders:
     """ASGI middleware: adds fixed headers to every HTTP response (pages, static files, errors)."""
 
@@ -87,13 +101,13 @@ class WithHeaders:
         async def send_with_headers(message):
             if message["type"] == "http.response.start":
                 kept = [h for h in message.get("headers", []) if h[0].lower() not in self.names]
-                message["headers"] = kept + self.raw
+                message["headers"] = one_vary(kept) + self.raw
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
 
 
-def create_app(site: Path = SITE, docs: Path = DOCS) -> WithHeaders:
+def create_app(site: Path = SITE, docs: Path = DOCS, connect_src: list[str] = ()) -> WithHeaders:
     # Rendered per request (a docs page's Markdown kept until its file changes): a dev server should
     # show template and docs edits without a restart.
     async def index(request):
@@ -102,23 +116,47 @@ def create_app(site: Path = SITE, docs: Path = DOCS) -> WithHeaders:
     async def doc(request):
         return HTMLResponse(render_doc(template_env(site), request.url.path.strip("/"), docs))
 
+    # The lab notebook: its index (docs/lab/README.md) at /lab/, each investigation at /lab/<name>. /lab
+    # redirects to /lab/ (a path, as not_found's redirects), where the index's relative links resolve.
+    async def lab(request):
+        name = request.path_params.get("name", LAB_INDEX)
+        if name != LAB_INDEX and name not in lab_names(docs):
+            raise HTTPException(status_code=404)
+        return HTMLResponse(render_doc(template_env(site), f"{LAB}/{name}", docs))
+
+    async def lab_folder(request):
+        return RedirectResponse(f"/{LAB}/", status_code=308)
+
     # Browsers and tools still ask for /favicon.ico when a page has no icon link (or before reading it).
     async def favicon(request):
         return FileResponse(site / "static" / "favicon.svg", media_type="image/svg+xml")
 
     async def not_found(request, exc):
-        return HTMLResponse(render_not_found(site, request.url.path), status_code=404)
+        path = request.url.path
+        # /learn/ → /learn: a path, never an absolute URL built from the Host header (which a client
+        # chooses). Leading slashes collapse, so //host/ cannot become a protocol-relative //host.
+        bare = "/" + path.strip("/")
+        if path.endswith("/") and bare != "/" and bare in page_paths:
+            return RedirectResponse(bare, status_code=308)
+        return HTMLResponse(render_not_found(site, path), status_code=404)
 
     app = Starlette(routes=[
         Route("/", index),
         *(Route(f"/{name}", doc) for name in PAGES),
+        Route(f"/{LAB}", lab_folder),
+        Route(f"/{LAB}/", lab),
+        Route(f"/{LAB}/{{name}}", lab),
         Route("/favicon.ico", favicon),
         Mount("/static", CompressedStaticFiles(directory=site / "static"), name="static"),
         Mount("/webgpu", RuntimeFiles(WEBGPU, webgpu_runtime_files), name="webgpu"),
         # the docs pages' PNG plots, where their relative links (bench/FILE.png) point from /performance
         Mount("/bench", RuntimeFiles(docs / "bench", functools.partial(bench_images, docs)), name="bench"),
     ], exception_handlers={404: not_found})
+    app.router.redirect_slashes = False  # Starlette's redirect names the Host header's host: not_found redirects
+    page_paths = {route.path for route in app.routes if isinstance(route, Route)}
     # Files come gzipped from CompressedStaticFiles (compressed once per version); this gzips the
     # rendered pages, 404s included, and passes those files through. Outside it, WithHeaders adds
     # the `_headers` headers to every response, gzipped or 304.
-    return WithHeaders(GZipMiddleware(app, minimum_size=1024, compresslevel=6), global_headers())
+    # NegotiatedEncoding parses Accept-Encoding once (server/encoding.py) for everything inside it.
+    return WithHeaders(NegotiatedEncoding(GZipMiddleware(app, minimum_size=1024, compresslevel=6)),
+                       with_connect_sources(global_headers(), list(connect_src)))

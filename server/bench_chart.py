@@ -1,21 +1,26 @@
 """A benchmark file of docs/bench/ (shape in docs/bench/README.md) drawn as an inline SVG line chart:
 ms/step on a log scale against the presets, one labelled line per backend, the device in the title.
 Drawn on the server at render time, so the page needs no chart script and the figures live in one
-JSON file that a benchmark command can rewrite.
+JSON file that a benchmark command can rewrite. Its theme is the page's: the SVG names no colour but its
+lines' (classes chart-title, chart-device, tick, axis, grid, series-label; docs.css colours them for light
+and dark), and it scales down with the column (a viewBox, no fixed size).
 
 Eight lines can be told apart. A file with more series (`tinygpt bench --all` writes one per backend:
 a dozen on a CPU box) names a `family` for each, and the chart draws one line per family, the
 fastest member at each preset; the file keeps every series (its PNG plots show them all)."""
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import textwrap
 from html import escape
 from pathlib import Path
 
-# Okabe–Ito: eight colours that stay distinct for the common colour-vision deficiencies.
-COLOURS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "#000000", "#f0e442")
+# Okabe–Ito: eight colours that stay distinct for the common colour-vision deficiencies. Its black is the
+# text's colour (currentColor), so that line stays visible on a dark theme's background; everything else
+# that is not a line's own colour (text, grid, background) is set by docs.css through the classes below.
+COLOURS = ("#0072b2", "#d55e00", "#009e73", "#cc79a7", "#e69f00", "#56b4e9", "currentColor", "#f0e442")
 WIDTH, HEIGHT = 760, 380
 LEFT, RIGHT, TOP, BOTTOM = 64, 250, 48, 44  # the right margin holds the line labels (up to ~30 characters)
 LABEL_PX = 8  # a line label's width per character (12 px bold): a longer label widens the chart, not the plot
@@ -115,9 +120,11 @@ def bench_svg(data: dict) -> str:
         return top + plot_h * (1 - (math.log10(ms) - math.log10(lo)) / (math.log10(hi) - math.log10(lo)))
 
     title = f"{data['title']} — {data['device']}"
+    # one id per chart, so that each of a page's charts is labelled by its own title
+    title_id = "chart-" + hashlib.sha1(f"{title} {data['date']}".encode()).hexdigest()[:10]
     out = [f'<svg class="bench-chart" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-           f'role="img" aria-labelledby="chart-title">',
-           f'<title id="chart-title">{escape(title)}</title>',
+           f'role="img" aria-labelledby="{title_id}">',
+           f'<title id="{title_id}">{escape(title)}</title>',
            *(f'<text class="chart-title" x="{LEFT}" y="{18 + TITLE_LINE * i}">{escape(text)}</text>'
              for i, text in enumerate(heading)),
            *(f'<text class="chart-device" x="{LEFT}" y="{34 + TITLE_LINE * (len(heading) - 1) + LINE * i}">'

@@ -8,7 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
+from python_ref.config import ConfigError
 from python_ref.resources import default_dist
+from server.http_protocol import HEADER_TIMEOUT_S, KEEP_ALIVE_S, TimedH11Protocol
 from server.headers import HEADERS_FILE, ROOT
 
 # wasm/builds.json: the one list of WebAssembly builds (build_wasm.sh makes them, the page loads them).
@@ -33,16 +35,20 @@ def unsafe_target(out: Path, site: Path) -> str | None:
 
 def write_docs_pages(out: Path, docs: Path | None = None) -> None:
     """The docs pages as <name>.html, which Netlify and Cloudflare Pages serve at /<name> (so the pages'
-    relative links resolve as on the dev server), their plots as bench/*.png, and 404.html, which they
-    serve for a missing path."""
+    relative links resolve as on the dev server), the lab notebook as lab/index.html (served at /lab/) and
+    lab/<name>.html, their plots as bench/*.png, and 404.html, which they serve for a missing path."""
     from server.app import SITE, render_not_found, template_env
-    from server.docs_pages import DOCS, PAGES, bench_images, render_doc
+    from server.docs_pages import DOCS, LAB, LAB_INDEX, PAGES, bench_images, lab_names, render_doc
 
     docs = docs or DOCS
     for name in PAGES:
         (out / f"{name}.html").write_text(render_doc(template_env(SITE), name, docs))
+    (out / LAB).mkdir(exist_ok=True)
+    (out / LAB / "index.html").write_text(render_doc(template_env(SITE), f"{LAB}/{LAB_INDEX}", docs))
+    for name in lab_names(docs):
+        (out / LAB / f"{name}.html").write_text(render_doc(template_env(SITE), f"{LAB}/{name}", docs))
     (out / "404.html").write_text(render_not_found(SITE))
-    for image in bench_images(docs):  # where the pages' relative links (bench/FILE.png) point
+    for image in bench_images(docs):  # where the pages' relative links (bench/FILE.png, ../bench/FILE.png) point
         (out / "bench").mkdir(exist_ok=True)
         shutil.copyfile(docs / "bench" / image, out / "bench" / image)
 
@@ -55,8 +61,18 @@ def serve(args) -> int:
     if missing := missing_builds(SITE):
         print(f"warning: no WebAssembly build {', '.join(missing)} in site/static/wasm: run `make build` "
               "first; the page will say it cannot load them", file=sys.stderr)
+    for name in ("header_timeout", "keep_alive"):
+        if not getattr(args, name) > 0:
+            option = "--" + name.replace("_", "-")
+            raise ConfigError(f"{option} must be a positive number of seconds, got {getattr(args, name)}")
+    TimedH11Protocol.header_timeout = args.header_timeout
+    try:
+        app = create_app(connect_src=args.connect_src)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     print(f"TinyGPT playground: http://{args.host}:{args.port}/", flush=True)
-    uvicorn.run(create_app(), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning", http=TimedH11Protocol,
+                timeout_keep_alive=args.keep_alive)
     return 0
 
 
@@ -92,6 +108,13 @@ def register(sub) -> None:
     s = sub.add_parser("serve", help="run the playground (the page, its WebAssembly builds, the WebGPU trainer)")
     s.add_argument("--host", default="127.0.0.1")
     s.add_argument("--port", type=int, default=8000)
+    s.add_argument("--header-timeout", type=float, default=HEADER_TIMEOUT_S, metavar="S",
+                   help="close a connection that has not sent a whole request head within S seconds "
+                   "(default %(default)s)")
+    s.add_argument("--keep-alive", type=float, default=KEEP_ALIVE_S, metavar="S",
+                   help="close an idle kept-alive connection after S seconds (default %(default)s)")
+    s.add_argument("--connect-src", action="append", default=[], metavar="ORIGIN",
+                   help="also let the page fetch from ORIGIN (a self-hosted datasets-server); repeatable")
     s.set_defaults(func=serve)
     b = sub.add_parser("build", help="write the playground as static files for any static host")
     b.add_argument("--out", default=str(default_dist()), help="the folder to (re)write (default: %(default)s)")

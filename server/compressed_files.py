@@ -1,9 +1,9 @@
 """StaticFiles that send a gzipped copy of a compressible file to a client that accepts gzip, the
 copy made once per version of the file and kept in memory. Compressing per request, as Starlette's
 GZipMiddleware does, costs ~90 ms of CPU for the 1.1 MB corpus every time it is fetched; the
-whole of site/ compressed is a few MB. ETag, Last-Modified and 304 revalidation are StaticFiles'
-own: the gzipped copy carries the file's ETag, and `Vary: Accept-Encoding` keeps caches from
-handing one encoding to a client that asked for the other."""
+whole of site/ compressed is a few MB. Accept-Encoding is negotiated by server/encoding.py. The
+gzipped copy has an ETag of its own (the file's with `-gzip`), so a cache never revalidates one
+encoding with the other's validator, and `Vary: Accept-Encoding` goes on 200s and 304s alike."""
 from __future__ import annotations
 
 import gzip
@@ -11,8 +11,10 @@ import os
 import threading
 
 from starlette.datastructures import Headers
-from starlette.responses import Response
-from starlette.staticfiles import StaticFiles
+from starlette.responses import FileResponse, Response
+from starlette.staticfiles import NotModifiedResponse, StaticFiles
+
+from server.encoding import GZIP, chosen_encoding
 
 # Types worth compressing (text, and WebAssembly: 2.3x smaller); images other than SVG and any
 # already-compressed format are sent as they are.
@@ -46,13 +48,19 @@ class CompressedStaticFiles(StaticFiles):
         self.gzipped = GzipCache()
 
     def file_response(self, full_path, stat_result, scope, status_code: int = 200) -> Response:
-        response = super().file_response(full_path, stat_result, scope, status_code)
         request = Headers(scope=scope)
+        response = FileResponse(full_path, status_code=status_code, stat_result=stat_result)
         media_type = response.headers.get("content-type", "")
-        if (response.status_code != 200 or "gzip" not in request.get("accept-encoding", "")
-                or "range" in request  # a byte range is of the file as it is on disk
-                or stat_result.st_size < MIN_SIZE or not media_type.startswith(COMPRESSIBLE)):
+        negotiated = (status_code == 200 and stat_result.st_size >= MIN_SIZE and media_type.startswith(COMPRESSIBLE))
+        gzipped = negotiated and "range" not in request and chosen_encoding(request.get("accept-encoding")) == GZIP
+        if negotiated:  # on 200 and 304 alike: a cache must key this URL's copies by encoding
+            response.headers["vary"] = "Accept-Encoding"
+        if gzipped:  # a different representation, so a different strong validator (RFC 9110 §8.8.3.3)
+            response.headers["etag"] = response.headers["etag"][:-1] + '-gzip"'
+        if self.is_not_modified(response.headers, request):
+            return NotModifiedResponse(response.headers)
+        if not gzipped:
             return response
         headers = {k: v for k, v in response.headers.items() if k not in ("content-length", "accept-ranges")}
-        headers.update({"content-encoding": "gzip", "vary": "Accept-Encoding"})
+        headers["content-encoding"] = GZIP
         return Response(self.gzipped.get(str(full_path), stat_result), headers=headers)

@@ -3,6 +3,7 @@ server, the static dist/ and any static host send the same ones."""
 from __future__ import annotations
 
 import mimetypes
+import re
 from pathlib import Path
 
 from python_ref.resources import ROOT  # the checkout, or the installed copy of its shared files
@@ -34,3 +35,16 @@ def global_headers(path: Path = HEADERS_FILE) -> dict[str, str]:
     if not headers:
         raise ValueError(f"{path}: no headers under a '/*' rule")
     return headers
+
+
+def with_connect_sources(headers: dict[str, str], origins: list[str]) -> dict[str, str]:
+    """The headers with `origins` added to the Content-Security-Policy's connect-src (each must be an
+    origin: scheme://host[:port], nothing after it)."""
+    if not origins:
+        return headers
+    for origin in origins:
+        if not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?", origin):
+            raise ValueError(f"--connect-src takes an origin such as https://host:8080, got {origin!r}")
+    policy = [d.strip() for d in headers["Content-Security-Policy"].split(";")]
+    policy = [f"{d} {' '.join(origins)}" if d.split()[0] == "connect-src" else d for d in policy if d]
+    return dict(headers, **{"Content-Security-Policy": "; ".join(policy)})

@@ -82,3 +82,22 @@ def screenshot(page, name: str) -> Path:
     path = SCREENSHOTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+FUNCTION = re.compile(r"^\s*(async\b|function\b|\(?[\w\s,{}]*\)?\s*=>)")
+
+
+def watched(p):
+    """A page as the tests use it: page errors and Content-Security-Policy violations recorded (Chromium
+    reports each violation in the console, a page's or a worker's), the default wait, and
+    wait_for_function given a function: with an expression string, Playwright polls it through eval(),
+    which the page's policy (no 'unsafe-eval') refuses, so an expression is wrapped as `() => (expr)`."""
+    p.errors = []
+    p.on("pageerror", lambda e: p.errors.append(str(e)))
+    p.csp_violations = []
+    p.on("console", lambda m: p.csp_violations.append(m.text) if "Content Security Policy" in m.text else None)
+    p.set_default_timeout(PAGE_WAIT_MS)
+    wait = p.wait_for_function
+    p.wait_for_function = lambda expression, *a, **k: wait(
+        expression if FUNCTION.match(expression) else f"() => ({expression})", *a, **k)
+    return p

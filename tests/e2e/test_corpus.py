@@ -1,8 +1,8 @@
 """Choosing what to train on: pasted text, an uploaded file of any bytes (its control bytes and
 invalid UTF-8 shown escaped in a sample), rows of a Hugging Face dataset through the real client
-code pointed at a local stand-in of the datasets-server (byte counter, cache, token, Cancel, 429,
-404, 500, a malformed body), and corpora that cannot train: each refused with a sentence, nothing
-started, nothing lost."""
+code reaching a local stand-in of the datasets-server at the official origin (byte counter, cache,
+token, Cancel, 429, 404, 500, a malformed body), the token kept from any other host, and corpora
+that cannot train: each refused with a sentence, nothing started, nothing lost."""
 from __future__ import annotations
 
 import hashlib
@@ -13,13 +13,9 @@ import pytest
 
 from e2e.page_actions import open_playground, press_train, screenshot, status, train
 from python_ref.data import Corpus, CorpusError
-from support.hf_rows_stand_in import running_stand_in, stories_bytes
+from support.hf_rows_stand_in import stories_bytes
 
-
-@pytest.fixture(scope="module")
-def stand_in():
-    with running_stand_in() as base:
-        yield base
+OFFICIAL = "https://datasets-server.huggingface.co"  # conftest resolves it to the TLS stand-in
 
 
 def corpus_info(page) -> str:
@@ -87,11 +83,17 @@ def wait_fetch_ended(page) -> str:
     return page.locator("#hf-progress").inner_text()
 
 
-def test_hugging_face_rows_from_the_stand_in(server_url, page, stand_in):
-    page.goto(f"{server_url}/?datasets-server={stand_in}")
-    page.wait_for_function("document.querySelectorAll('#features li').length >= 6")
+def requests_seen(page, base: str) -> list[dict]:
+    return page.evaluate(f"fetch({base + '/_requests'!r}).then((r) => r.json())")
+
+
+def test_hugging_face_rows_from_the_stand_in(server_url, page):
+    open_playground(page, server_url)
     page.select_option("#corpus-source", "hf")
-    assert stand_in in page.locator("#hf-base").inner_text()
+    assert page.locator("#hf-base").inner_text() == f"Rows are read from {OFFICIAL}/rows."
+    assert "warning" not in page.locator("#hf-base").get_attribute("class")
+    stand_in = OFFICIAL
+    before = len(requests_seen(page, stand_in))
     page.evaluate("""window.counter = []; new MutationObserver(() => window.counter.push(
       document.getElementById('hf-progress').textContent))"""
                   ".observe(document.getElementById('hf-progress'), {childList: true})")
@@ -100,7 +102,7 @@ def test_hugging_face_rows_from_the_stand_in(server_url, page, stand_in):
     cap = round(0.02 * 1024 * 1024)
     counted = [int(m[1].replace(",", "")) for t in page.evaluate("window.counter")
                if (m := re.match(r"Fetched ([\d,]+) of", t))]
-    seen = page.evaluate(f"fetch({stand_in + '/_requests'!r}).then((r) => r.json())")
+    seen = requests_seen(page, stand_in)[before:]
     print(f"\n{done}\nbyte counter: {counted}\n"
           f"requests: {[(r['offset'], r['authorization']) for r in seen]}\n{corpus_info(page)}")
     assert counted == sorted(counted) and len(counted) >= 2 and counted[-1] == cap
@@ -113,7 +115,7 @@ def test_hugging_face_rows_from_the_stand_in(server_url, page, stand_in):
     fetch_rows(page, "stand-in/stories/default/train/text", "0.02", token="hf_stand_in_token")
     again = wait_fetch_ended(page)
     assert "from this browser's cache (OPFS): no request made" in again
-    assert len(page.evaluate(f"fetch({stand_in + '/_requests'!r}).then((r) => r.json())")) == len(seen)
+    assert len(requests_seen(page, stand_in)) == before + len(seen)
 
     train(page, "tiny", 10)
     identity = page.evaluate("window.playground.corpus")
@@ -148,6 +150,32 @@ def test_hugging_face_rows_from_the_stand_in(server_url, page, stand_in):
     assert time.monotonic() - t0 < 1.0
     assert corpus_info(page).startswith("stand-in/stories (default/train")
     assert page.errors == []
+
+
+@pytest.mark.parametrize("kind", ["lookalike", "user part", "another host"])
+def test_the_token_goes_only_to_hugging_face(server_url, page, hf_stand_ins, kind):
+    port = hf_stand_ins.plain.rsplit(":", 1)[1]
+    base = {"lookalike": hf_stand_ins.lookalike, "another host": hf_stand_ins.plain,
+            "user part": f"http://datasets-server.huggingface.co@127.0.0.1:{port}"}[kind]
+    page.goto(f"{server_url}/?datasets-server={base}")
+    page.wait_for_function("document.querySelectorAll('#features li').length >= 6")
+    page.select_option("#corpus-source", "hf")
+    note = page.locator("#hf-base")
+    print(f"\n{kind}: {base}\n  the page says: {note.inner_text()}")
+    assert "warning" in note.get_attribute("class") and note.is_visible()
+    assert "not Hugging Face's datasets-server, so your token is not sent to it" in note.inner_text()
+    before = len(requests_seen(page, hf_stand_ins.plain))
+    fetch_rows(page, "stand-in/stories/default/train/text", "0.02", token="hf_secret_token")
+    message = wait_fetch_ended(page)
+    seen = requests_seen(page, hf_stand_ins.plain)[before:]
+    print(f"  fetch: {message}\n  requests that reached the stand-in: "
+          f"{[(r['offset'], r['authorization']) for r in seen]}")
+    assert all(r["authorization"] is None for r in seen)
+    if kind == "user part":  # fetch() refuses a URL with credentials: nothing is sent at all
+        assert seen == [] and "could not reach" in message
+    else:
+        assert len(seen) >= 2 and message.startswith("Fetched")
+    screenshot(page, f"corpus_hf_token_{kind.replace(' ', '_')}")
 
 
 def python_refusal(raw: bytes, ctx: int) -> str:

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from e2e.page_actions import PAGE_WAIT_MS, open_playground, screenshot, train
+from e2e.page_actions import PAGE_WAIT_MS, open_playground, screenshot, train, watched
 from python_ref import tinygpt_file
 from support.wasm_support import CHROMIUM_ARGS
 
@@ -24,7 +24,7 @@ def insecure_page():
         b = pw.chromium.launch(executable_path=shutil.which("chromium"), headless=True,
                                args=[*CHROMIUM_ARGS, f"--host-resolver-rules=MAP {NAME} 127.0.0.1"])
         try:
-            page = b.new_page()
+            page = watched(b.new_page())
             page.errors = []
             page.on("pageerror", lambda e: page.errors.append(str(e)))
             page.set_default_timeout(PAGE_WAIT_MS)

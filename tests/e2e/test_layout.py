@@ -4,7 +4,7 @@ the system asks for one, and the accessible parts (chart as an image with a text
 status that is not rewritten more than once a second)."""
 from __future__ import annotations
 
-from e2e.page_actions import open_playground, screenshot, train
+from e2e.page_actions import open_playground, screenshot, train, watched
 
 OVERFLOWING = """() => [...document.querySelectorAll('body *')].filter((e) => {
   const r = e.getBoundingClientRect();
@@ -14,7 +14,7 @@ OVERFLOWING = """() => [...document.querySelectorAll('body *')].filter((e) => {
 
 def test_phone_width_has_no_horizontal_overflow(server_url, browser):
     context = browser.new_context(viewport={"width": 360, "height": 740}, device_scale_factor=2, is_mobile=True)
-    page = context.new_page()
+    page = watched(context.new_page())
     errors = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
@@ -53,7 +53,7 @@ def test_phone_width_has_no_horizontal_overflow(server_url, browser):
 
 def test_dark_theme_follows_the_system(server_url, browser):
     context = browser.new_context(color_scheme="dark", viewport={"width": 1000, "height": 900})
-    page = context.new_page()
+    page = watched(context.new_page())
     try:
         open_playground(page, server_url)
         colours = page.evaluate("""[document.documentElement, document.body, document.getElementById('train'),

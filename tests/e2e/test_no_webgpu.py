@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from e2e.page_actions import open_playground, screenshot
+from e2e.page_actions import open_playground, screenshot, watched
 from support.wasm_support import CHROMIUM_ARGS
 
 
@@ -26,7 +26,7 @@ def browser_without_webgpu():
 
 
 def test_auto_picks_webassembly_without_webgpu(server_url, browser_without_webgpu):
-    page = browser_without_webgpu.new_page()
+    page = watched(browser_without_webgpu.new_page())
     open_playground(page, server_url)
     features = page.locator("#features").inner_text()
     choice = page.locator("#backend-choice").inner_text()

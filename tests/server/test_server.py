@@ -116,7 +116,7 @@ def test_page_lists_the_presets_of_presets_json(server_url):
 
 
 def run_build(out) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "server", "build", "--out", str(out)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "python_ref.cli", "build", "--out", str(out)], cwd=ROOT,
                           capture_output=True, text=True, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
 
 

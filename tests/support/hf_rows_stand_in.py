@@ -11,17 +11,22 @@ Datasets (config "default", split "train", column "text"):
 anything else            404 as for an unknown dataset
 `GET /_requests` lists the requests seen ({dataset, offset, length, authorization}), for tests.
 
-Run: `python tests/support/hf_rows_stand_in.py [--port N]`; it prints `listening on <url>` when ready.
-In tests: `with running_stand_in() as base: ...`.
+Run: `python tests/support/hf_rows_stand_in.py [--port N] [--tls]`; it prints `listening on <url>` when
+ready. With --tls it serves HTTPS with a throw-away self-signed certificate for the real service's name,
+so that a browser told to resolve that name to this port (and to accept the certificate) reaches it at
+the official origin, https://datasets-server.huggingface.co. In tests: `with running_stand_in() as base:`.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import ssl
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
@@ -107,9 +112,10 @@ def stories_bytes(max_bytes: int) -> bytes:
 
 
 @contextlib.contextmanager
-def running_stand_in():
-    """Starts the stand-in as its own process on a free port; yields its base URL."""
-    proc = subprocess.Popen([sys.executable, __file__, "--port", "0"], stdout=subprocess.PIPE, text=True)
+def running_stand_in(tls: bool = False):
+    """Starts the stand-in as its own process on a free port; yields its base URL (https with tls)."""
+    proc = subprocess.Popen([sys.executable, __file__, "--port", "0", *(["--tls"] if tls else [])],
+                            stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
         if not line.startswith("listening on "):
@@ -120,12 +126,31 @@ def running_stand_in():
         proc.wait(timeout=10)
 
 
+OFFICIAL_HOST = "datasets-server.huggingface.co"
+
+
+def tls_context(folder: Path) -> ssl.SSLContext:
+    """A server context with a self-signed certificate for OFFICIAL_HOST, made by openssl in `folder`."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj",
+                    f"/CN={OFFICIAL_HOST}", "-addext", f"subjectAltName=DNS:{OFFICIAL_HOST}",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    return context
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--tls", action="store_true", help="serve HTTPS as " + OFFICIAL_HOST)
     args = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", args.port), Handler)
-    print(f"listening on http://127.0.0.1:{server.server_address[1]}", flush=True)
+    if args.tls:
+        with tempfile.TemporaryDirectory() as folder:
+            server.socket = tls_context(Path(folder)).wrap_socket(server.socket, server_side=True)
+    scheme = "https" if args.tls else "http"
+    print(f"listening on {scheme}://127.0.0.1:{server.server_address[1]}", flush=True)
     server.serve_forever()
 
 

@@ -3,7 +3,7 @@
 // chosen preset splits it, and refuses (with a sentence) a corpus that cannot train that preset.
 // Choosing or failing to fetch a corpus never touches the model in memory or the saved checkpoints.
 import { corpusProblem, fileSizeProblem, splitSizes } from "./corpus_checks.js";
-import { CURATED, datasetsServerBase, fetchRowsCorpus, parseDatasetId } from "./hf_rows.js";
+import { CURATED, datasetsServerBase, fetchRowsCorpus, isOfficialBase, parseDatasetId } from "./hf_rows.js";
 import { openCorpusCache } from "./corpus_cache.js";
 import { readFields } from "./form_checks.js";
 import { sha256Hex } from "./sha256.js";
@@ -28,8 +28,11 @@ export class CorpusPicker {
     this.cacheOpened = openCorpusCache();
 
     $("hf-curated").replaceChildren(...CURATED.map(({ id, label }) => Object.assign(document.createElement("option"), { value: id, label })));
-    $("hf-base").textContent = `Rows are read from ${this.base}/rows` +
-      (this.base.startsWith("https://datasets-server.huggingface.co") ? "." : " (set by the page's ?datasets-server= address parameter).");
+    const official = isOfficialBase(this.base);
+    $("hf-base").textContent = `Rows are read from ${this.base}/rows` + (official ? "." :
+      ", set by this page's ?datasets-server= address parameter. That is not Hugging Face's datasets-server, " +
+      "so your token is not sent to it.");
+    $("hf-base").classList.toggle("warning", !official);
     $("hf-token").value = localStorage.getItem(TOKEN_KEY) ?? "";
     $("hf-token").addEventListener("change", () => {
       const token = $("hf-token").value.trim();

@@ -24,10 +24,27 @@ export function parseDatasetId(text) {
   return { dataset: parts.slice(0, -3).join("/"), config, split, column };
 }
 
-/** The base URL of the rows API: `?datasets-server=` on the page's address overrides the real one. */
+/** The base URL of the rows API: `?datasets-server=` on the page's address overrides the real one
+ * (an http(s) URL; anything else is ignored). */
 export function datasetsServerBase(location = globalThis.location) {
   const override = new URL(location.href).searchParams.get("datasets-server");
-  return (override || DEFAULT_BASE).replace(/\/+$/, "");
+  let base = DEFAULT_BASE;
+  try {
+    if (override && ["http:", "https:"].includes(new URL(override).protocol)) base = override;
+  } catch { /* not a URL: the real server */ }
+  return base.replace(/\/+$/, "");
+}
+
+/** Whether `base` is Hugging Face's own datasets-server, the one origin a token is sent to: the parsed
+ * origins must be equal, so a look-alike host (…huggingface.co.example), a user part (…co@host) or
+ * another scheme or port is not it. */
+export function isOfficialBase(base) {
+  try {
+    const url = new URL(base);
+    return url.origin === new URL(DEFAULT_BASE).origin && url.username === "" && url.password === "";
+  } catch {
+    return false;
+  }
 }
 
 async function errorText(response) {
@@ -40,9 +57,11 @@ async function errorText(response) {
 
 async function fetchPage(base, { dataset, config, split }, offset, token, signal) {
   const url = `${base}/rows?${new URLSearchParams({ dataset, config, split, offset, length: ROWS_PER_PAGE })}`;
+  // Checked here, where the request is made, so that no caller can send a token anywhere else.
+  const headers = token && isOfficialBase(base) ? { Authorization: `Bearer ${token}` } : {};
   let response;
   try {
-    response = await fetch(url, { signal, headers: token ? { Authorization: `Bearer ${token}` } : {} });
+    response = await fetch(url, { signal, headers });
   } catch (e) {
     if (signal.aborted) throw e;
     throw new Error(`could not reach ${base} (${e.message}): the network is down or the server refused this page (CORS).`);
