@@ -20,7 +20,7 @@ BUILD_TARGETS :=
 include python_ref/python.mk site/site.mk
 -include wasm/native.mk wasm/emscripten.mk webgpu/webgpu.mk
 
-.PHONY: setup build serve test lint
+.PHONY: setup build serve test test-fast lint
 
 setup: $(SETUP_TARGETS)
 
@@ -40,6 +40,13 @@ serve: build
 test: build lint
 	$(PY) -m pytest -q -n auto --maxprocesses 2 --dist loadfile --durations=30 -m "not alone" tests
 	$(PY) -m pytest -q --durations=5 -m alone tests
+
+# The edit loop: Python, the native C++ core, the WebAssembly builds and the page's JS in Node, the server
+# and the benchmarks' own logic; no Chromium, no SwiftShader, no multi-process training (markers in
+# pyproject.toml; tests/conftest.py marks tests/e2e and tests/webgpu). About 3 minutes on the 2-core box.
+FAST_LANE := -m "not browser and not swiftshader and not alone"
+test-fast: build
+	$(PY) -m pytest -q -n auto --maxprocesses 2 --dist loadfile --durations=10 $(FAST_LANE) tests
 
 # Linters: ruff (Python, pyproject.toml), clang-format (C++, .clang-format), ESLint (JavaScript,
 # eslint.config.js). ESLint comes from npm into $(CACHE), keyed by the lockfile, like webgpu's package.

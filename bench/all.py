@@ -45,8 +45,8 @@ def default_presets() -> tuple[str, ...]:
 
 
 def step_flops(preset: str) -> float:
-    config, cfg = model_config(preset), train_config(preset)
-    return flops_per_token(config) * cfg.batch * config.ctx
+    config, train_cfg = model_config(preset), train_config(preset)
+    return flops_per_token(config) * train_cfg.batch * config.ctx
 
 
 def select(backends: list[Backend], patterns: str | None) -> list[Backend]:

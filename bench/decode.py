@@ -12,7 +12,7 @@ Engines:
   pytorch-cpu, pytorch-cuda  python_ref/sample.py's generate: KVCacheDecoder vs RecomputeDecoder
   native     tg_generate(use_kv_cache) of $TINYGPT_BUILD/native/libtinygpt.so (ctypes)
   wasm-node  the WebAssembly build wasm_loader.js picks in Node (bench/wasm/decode_node.mjs)
-  wgsl-node  webgpu/trainer.js's generate vs webgpu/recompute_decoder.js under Node + Dawn
+  wgsl-node  webgpu/decoder.js's generate vs webgpu/recompute_decoder.js under Node + Dawn
              (bench/webgpu/decode_bench.mjs), on a hardware adapter only: a software one
              (SwiftShader, llvmpipe) runs the WGSL correctly but gives no speed figure. Its recompute
              runs one ctx-long forward, the window padded (recompute_decoder.js says why and what it costs)

@@ -38,8 +38,8 @@ WASM_HOSTS = Path(__file__).resolve().parent / "wasm"
 def model_spec(preset: str, **overrides) -> dict:
     """Scenario config + training settings for a preset, straight from presets.json."""
     p = presets_file()
-    cfg = dict(p["presets"][preset])
-    config = {k: cfg[k] for k in ("nLayer", "nHead", "dModel", "ctx", "batch")}
+    entry = p["presets"][preset]
+    config = {k: entry[k] for k in ("nLayer", "nHead", "dModel", "ctx", "batch")}
     config.update(vocabSize=p["model"]["vocabSize"], layerNormEps=p["model"]["layerNormEps"],
                   initStd=p["model"]["initStd"])
     config.update(overrides)
@@ -128,7 +128,7 @@ def headless_chromium(base_url: str):
             console = []
             page.on("console", lambda msg: console.append(msg.text))
             page.goto(f"{base_url}/bench/wasm/browser_page.html")
-            page.wait_for_function("window.tinygptReady === true")
+            page.wait_for_function("() => window.tinygptReady === true")  # a function: the CSP allows no eval()
             page.console_log = console
             yield page
         finally:
@@ -142,12 +142,13 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def running_server(args: list[str] | None = None, ready_path: str = "/", cwd: Path = ROOT, env: dict | None = None):
+def running_server(args: list[str] | None = None, ready_path: str = "/", cwd: Path = ROOT, env: dict | None = None,
+                   options: list[str] = ()):
     """Yields the base URL of a fresh `tinygpt serve` (or of `args`, a command that serves
-    on the port it is given as {port}, run in `cwd` with `env`); stops it afterwards."""
+    on the port it is given as {port}, run in `cwd` with `env`), `options` added to serve's; stops it afterwards."""
     port = free_port()
     cmd = [a.format(port=port) for a in args] if args else [
-        sys.executable, "-m", "python_ref.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+        sys.executable, "-m", "python_ref.cli", "serve", "--host", "127.0.0.1", "--port", str(port), *options]
     proc = subprocess.Popen(cmd, cwd=cwd, env=env or dict(os.environ, PYTHONPATH=str(ROOT)),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"

@@ -37,9 +37,9 @@ def fp32_only() -> None:
 
 def preset_batches(preset: str, n: int, device: str = "cuda") -> list[tuple[torch.Tensor, torch.Tensor]]:
     """The preset's first n real batches of the default corpus, on the device."""
-    config, cfg = model_config(preset), train_config(preset)
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(cfg.valFraction, config.ctx)
-    stream = BatchStream(train, config.ctx, cfg.batch, cfg.seed)
+    config, train_cfg = model_config(preset), train_config(preset)
+    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(train_cfg.valFraction, config.ctx)
+    stream = BatchStream(train, config.ctx, train_cfg.batch, train_cfg.seed)
     return [tuple(torch.from_numpy(a).to(device) for a in stream.next()) for _ in range(n)]
 
 
@@ -60,13 +60,13 @@ def cuda_step(preset: str, mode: str, warmup_batches: list) -> CudaStep:
 
 
 def _eager_step(preset: str, warmup_batches: list) -> CudaStep:
-    cfg = train_config(preset)
+    train_cfg = train_config(preset)
     started = time.perf_counter()
-    model = TinyGPT(model_config(preset), cfg.seed).cuda()
-    optimizer = make_optimizer(model, cfg)
+    model = TinyGPT(model_config(preset), train_cfg.seed).cuda()
+    optimizer = make_optimizer(model, train_cfg)
 
     def step(x, y):
-        return train_step(model, optimizer, x, y, cfg.gradClip)
+        return train_step(model, optimizer, x, y, train_cfg.gradClip)
 
     losses = [step(x, y) for x, y in warmup_batches]
     torch.cuda.synchronize()
@@ -80,23 +80,23 @@ LOSS_RING = 4096
 def static_step(preset: str, warmup_batches: list, compiled: bool, graph: bool) -> CudaStep:
     """The step on static input tensors, with fused AdamW (capturable when graphed), as a CUDA graph
     needs it; without graph and compile it is the reference the graphed forms are checked against."""
-    config, cfg = model_config(preset), train_config(preset)
+    config, train_cfg = model_config(preset), train_config(preset)
     started = time.perf_counter()
-    model = TinyGPT(config, cfg.seed).cuda()
+    model = TinyGPT(config, train_cfg.seed).cuda()
     params = list(model.parameters())
     optimizer = torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weightDecay},
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weightDecay},
          {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps, fused=True, capturable=graph)
+        lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps, fused=True, capturable=graph)
     forward = torch.compile(model) if compiled else model
     # the graph reads its batch from these (x, y: int64 (B, T), as BatchStream makes them)
-    x_in, y_in = (torch.empty((cfg.batch, config.ctx), dtype=torch.int64, device="cuda") for _ in range(2))
+    x_in, y_in = (torch.empty((train_cfg.batch, config.ctx), dtype=torch.int64, device="cuda") for _ in range(2))
 
     def one_step():
         optimizer.zero_grad(set_to_none=False)
         _, loss = forward(x_in, y_in)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, cfg.gradClip)
+        torch.nn.utils.clip_grad_norm_(params, train_cfg.gradClip)
         optimizer.step()
         return loss.detach()
 

@@ -30,22 +30,22 @@ def bench_preset(preset: str, device: str = "cpu", steps: int = 10, warmup: int 
     if steps <= 0 or warmup < 0:
         raise ConfigError(f"bench needs steps > 0 and warmup >= 0, got steps={steps}, warmup={warmup}")
     config = model_config(preset)
-    cfg = train_config(preset)
+    train_cfg = train_config(preset)
     dev = resolve_device(device)
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(cfg.valFraction, config.ctx)
-    stream = BatchStream(train, config.ctx, cfg.batch, cfg.seed)
+    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(train_cfg.valFraction, config.ctx)
+    stream = BatchStream(train, config.ctx, train_cfg.batch, train_cfg.seed)
     batches = [tuple(torch.from_numpy(a).to(dev) for a in stream.next()) for _ in range(warmup + steps)]
-    model = TinyGPT(config, cfg.seed).to(dev)
-    optimizer = make_optimizer(model, cfg)
+    model = TinyGPT(config, train_cfg.seed).to(dev)
+    optimizer = make_optimizer(model, train_cfg)
     for x, y in batches[:warmup]:
-        train_step(model, optimizer, x, y, cfg.gradClip)
+        train_step(model, optimizer, x, y, train_cfg.gradClip)
     _sync(dev)
     start = time.perf_counter()
     for x, y in batches[warmup:]:
-        train_step(model, optimizer, x, y, cfg.gradClip)
+        train_step(model, optimizer, x, y, train_cfg.gradClip)
     _sync(dev)
     seconds = (time.perf_counter() - start) / steps
-    tokens = cfg.batch * config.ctx
+    tokens = train_cfg.batch * config.ctx
     return {
         "preset": preset,
         "device": dev.type,
@@ -53,7 +53,7 @@ def bench_preset(preset: str, device: str = "cpu", steps: int = 10, warmup: int 
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "params": config.param_count(),
-        "batch": cfg.batch,
+        "batch": train_cfg.batch,
         "ctx": config.ctx,
         "steps": steps,
         "warmup": warmup,

@@ -61,13 +61,13 @@ def _train(args, dist) -> int:
         run = new_run(args.preset, corpus, args.device, dist, options, **overrides)
     say = print if dist.is_main else _silent  # one voice for the whole run: rank 0's
     auto = " (auto: cuda, then mps, else cpu)" if args.device == "auto" else ""
-    ranks = f", {dist.world_size} ranks x {run.cfg.batch // dist.world_size} rows" if dist.world_size > 1 else ""
+    ranks = f", {dist.world_size} ranks x {run.train_cfg.batch // dist.world_size} rows" if dist.world_size > 1 else ""
     say(f"preset {run.preset}, {run.model.num_params():,} parameters, device {dist.device}{auto}{ranks}, "
-        f"corpus {corpus.name} ({corpus.data.size:,} bytes), step {run.step} -> {run.cfg.steps}", file=sys.stderr)
+        f"corpus {corpus.name} ({corpus.data.size:,} bytes), step {run.step} -> {run.train_cfg.steps}", file=sys.stderr)
     if args.out is None:
         say("no --out given: the trained model will not be saved", file=sys.stderr)
     try:
-        run.run(run.cfg.steps, args.out, args.save_every, progress=not args.quiet)
+        run.run(run.train_cfg.steps, args.out, args.save_every, progress=not args.quiet)
     except RuntimeError as e:
         if not dist.active or isinstance(e, (TrainingError, DistributedError)):
             raise

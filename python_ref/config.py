@@ -1,11 +1,16 @@
-"""The one source of truth for presets and defaults: site/static/presets.json.
+"""The one source of truth for presets, defaults and the rules of every config field:
+site/static/presets.json.
 
-Python, the JS worker and the C++ core all read that file; nothing here repeats its numbers.
+Python, the JS worker and the C++ core all read that file; nothing here repeats its numbers. Its
+"rules" section says what each field accepts; field_problem() below turns a rule into the same
+sentence webgpu/config_rules.js and the C++ core (wasm/src/config_rules.cpp) write, so a bad value is
+refused in the same words at every level (tests/site/test_config_rules.py).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+import math
+from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
@@ -26,35 +31,95 @@ def presets_file() -> dict:
     return json.loads(PRESETS_PATH.read_text())
 
 
+def rules() -> dict:
+    """presets.json's "rules": per section (model, training, sampling, page) each field's rule, and
+    the checks across fields."""
+    return presets_file()["rules"]
+
+
+def show(value) -> str:
+    """A value as every level writes it in a message: Python's repr, except that an int-valued number
+    from JSON shows without ".0" at the levels that cannot tell 8.0 from 8 (JS, C++), and nan / inf
+    as Python spells them."""
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "nan"
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    return repr(value)
+
+
+def _show_bound(x) -> str:
+    return str(int(x)) if float(x).is_integer() and abs(x) < 1e16 else repr(float(x))
+
+
+def rule_text(rule: dict) -> str:
+    """'an integer in [1, 4096]', 'a finite number > 0', 'a number > 0 (inf: no clipping)'..."""
+    kind = "an integer" if rule["type"] == "integer" else "a number" if "infinity" in rule else "a finite number"
+    low = ("[", rule["min"]) if "min" in rule else ("(", rule["above"]) if "above" in rule else None
+    high = ("]", rule["max"]) if "max" in rule else (")", rule["below"]) if "below" in rule else None
+    if low and high:
+        text = f"{kind} in {low[0]}{_show_bound(low[1])}, {_show_bound(high[1])}{high[0]}"
+    elif low:
+        text = f"{kind} {'>=' if low[0] == '[' else '>'} {_show_bound(low[1])}"
+    elif high:
+        text = f"{kind} {'<=' if high[0] == ']' else '<'} {_show_bound(high[1])}"
+    else:
+        text = kind
+    notes = [f"{at}: {rule[key]}" for key, at in (("zero", "0"), ("infinity", "inf")) if key in rule]
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def field_problem(section: str, name: str, value) -> str | None:
+    """None if `value` is one rules[section][name] accepts, else the sentence saying why not."""
+    rule = rules()[section][name]
+    is_int = isinstance(value, int) and not isinstance(value, bool)
+    if rule["type"] == "integer":
+        ok = is_int
+    else:
+        ok = (is_int or isinstance(value, float)) and not math.isnan(value) and \
+            (not math.isinf(value) or (value > 0 and "infinity" in rule))
+    ok = ok and (("min" not in rule or value >= rule["min"]) and ("above" not in rule or value > rule["above"])
+                 and ("max" not in rule or value <= rule["max"]) and ("below" not in rule or value < rule["below"]))
+    return None if ok else f"{name} must be {rule_text(rule)}, got {show(value)}"
+
+
+def check_fields(section: str, values: dict) -> None:
+    """Raises ConfigError for the first field of `values` (in the rules' order) that its rule
+    refuses, then for the first check across fields that fails."""
+    for name in rules()[section]:
+        if name in values:
+            problem = field_problem(section, name, values[name])
+            if problem:
+                raise ConfigError(problem)
+    for check in rules().get("checks", {}).get(section, []):
+        a, b = check["divisible"]
+        if a in values and b in values and values[a] % values[b] != 0:
+            raise ConfigError(check["message"].format(**{a: values[a], b: values[b]}))
+
+
+def _model_default(key: str):
+    return field(default_factory=lambda: presets_file()["model"][key])
+
+
 @dataclass(frozen=True)
 class ModelConfig:
     nLayer: int
     nHead: int
     dModel: int
     ctx: int
-    vocabSize: int = 256
-    layerNormEps: float = 1e-5
+    vocabSize: int = _model_default("vocabSize")
+    layerNormEps: float = _model_default("layerNormEps")
 
     def __post_init__(self):
-        for name in ("nLayer", "nHead", "dModel", "ctx", "vocabSize"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
-        if self.dModel % self.nHead != 0:
-            raise ConfigError(
-                f"dModel ({self.dModel}) is not divisible by nHead ({self.nHead}): "
-                "each head needs dModel / nHead channels"
-            )
-        eps = self.layerNormEps
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 < eps < float("inf"):
-            raise ConfigError(f"layerNormEps must be a positive finite number, got {eps!r}")
+        check_fields("model", asdict(self))
 
     @property
     def head_dim(self) -> int:
         return self.dModel // self.nHead
 
     def param_count(self) -> int:
-        """256C + ctx*C + 2C + L(12C^2 + 13C) for vocab 256 (token embedding tied to the head)."""
+        """VC + ctx*C + 2C + L(12C^2 + 13C) for vocab V (token embedding tied to the head)."""
         C, L = self.dModel, self.nLayer
         return self.vocabSize * C + self.ctx * C + 2 * C + L * (12 * C * C + 13 * C)
 
@@ -88,33 +153,7 @@ class TrainConfig:
     seed: int
 
     def __post_init__(self):
-        def is_int(v):
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        def is_number(v):  # finite int or float, not bool (NaN fails every comparison below)
-            return (is_int(v) or isinstance(v, float)) and abs(v) < float("inf")
-
-        for name in ("batch", "evalWindows"):
-            if not (is_int(getattr(self, name)) and getattr(self, name) > 0):
-                raise ConfigError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
-        if not (is_int(self.evalEvery) and self.evalEvery >= 0):  # 0: evaluate only at the end
-            raise ConfigError(f"evalEvery must be a non-negative integer (0: only at the end), got {self.evalEvery!r}")
-        if not (is_int(self.steps) and self.steps >= 0):
-            raise ConfigError(f"steps must be a non-negative integer, got {self.steps!r}")
-        if not (is_number(self.lr) and self.lr > 0):
-            raise ConfigError(f"lr must be a positive number, got {self.lr!r}")
-        for name in ("beta1", "beta2"):
-            if not (is_number(getattr(self, name)) and 0 <= getattr(self, name) < 1):
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if not (is_number(self.eps) and self.eps > 0):
-            raise ConfigError(f"eps must be a positive number, got {self.eps!r}")
-        for name in ("weightDecay", "gradClip"):
-            if not (is_number(getattr(self, name)) and getattr(self, name) >= 0):
-                raise ConfigError(f"{name} must be a non-negative number, got {getattr(self, name)!r}")
-        if not (is_number(self.valFraction) and 0 < self.valFraction < 1):
-            raise ConfigError(f"valFraction must be in (0, 1), got {self.valFraction!r}")
-        if not (is_int(self.seed) and 0 <= self.seed < 2**53):
-            raise ConfigError(f"seed must be an integer in [0, 2^53), got {self.seed!r}")
+        check_fields("training", asdict(self))
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -153,4 +192,6 @@ def sampling_defaults() -> dict:
 
 
 def init_std() -> float:
-    return presets_file()["model"]["initStd"]
+    value = presets_file()["model"]["initStd"]
+    check_fields("model", {"initStd": value})
+    return value

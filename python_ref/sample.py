@@ -12,7 +12,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from .config import ConfigError
+from .config import ConfigError, check_fields
 from .model import TinyGPT
 from .prng import SampleStream
 
@@ -86,14 +86,8 @@ class KVCacheDecoder:
 def check_sampling_args(prompt: bytes, max_new_tokens: int, temperature: float, top_k: int, seed: int) -> None:
     if len(prompt) == 0:
         raise ConfigError("the prompt is empty: generation needs at least one byte to start from")
-    if max_new_tokens < 0:
-        raise ConfigError(f"max new tokens must be >= 0, got {max_new_tokens}")
-    if not temperature >= 0:
-        raise ConfigError(f"temperature must be >= 0 (0 = greedy), got {temperature}")
-    if top_k < 0:
-        raise ConfigError(f"top-k must be >= 0 (0 = all 256 bytes), got {top_k}")
-    if not 0 <= seed < 2**53:
-        raise ConfigError(f"seed must be an integer in [0, 2^53), got {seed}")
+    # presets.json's sampling rules, as the C++ core (tg_gen_begin) and JS check them
+    check_fields("sampling", {"temperature": temperature, "topK": top_k, "maxNewTokens": max_new_tokens, "seed": seed})
 
 
 def generate(

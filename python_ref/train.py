@@ -62,13 +62,13 @@ def check_out_path(out: str | Path | None) -> None:
         raise ConfigError(f"cannot save to {out}: its directory does not exist (checked before training)")
 
 
-def make_optimizer(model: TinyGPT, cfg: TrainConfig) -> torch.optim.AdamW:
+def make_optimizer(model: TinyGPT, train_cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on tensors of 2+ dims (embeddings, Linear weights) only; constant lr."""
     params = list(model.parameters())
     return torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weightDecay},
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weightDecay},
          {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps,
+        lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps,
     )
 
 
@@ -161,7 +161,7 @@ def _gradient_sync(model: torch.nn.Module, last_micro_batch: bool):
 @dataclass
 class TrainingRun:
     preset: str | None
-    cfg: TrainConfig
+    train_cfg: TrainConfig
     corpus: Corpus
     model: TinyGPT
     optimizer: torch.optim.AdamW
@@ -186,12 +186,12 @@ class TrainingRun:
         return self.loss_history[-1][1] if self.loss_history else None
 
     def val_loss(self) -> float:
-        return val_windows_loss(self.model, self.val, self.cfg.evalWindows)
+        return val_windows_loss(self.model, self.val, self.train_cfg.evalWindows)
 
     def training_header(self) -> dict:
         """The recipe, plus run metadata (world size, rows per rank) and the options that were used."""
-        run = {"worldSize": self.dist.world_size, "rankBatch": self.cfg.batch // self.dist.world_size}
-        return {**self.cfg.to_json(), **run, **self.options.recorded()}
+        run = {"worldSize": self.dist.world_size, "rankBatch": self.train_cfg.batch // self.dist.world_size}
+        return {**self.train_cfg.to_json(), **run, **self.options.recorded()}
 
     def save(self, path: str | Path) -> None:
         """Write the checkpoint. Under FSDP every rank must call it (the tensors are gathered
@@ -220,7 +220,7 @@ class TrainingRun:
             return None if tensors is None else {n: t.numpy() for n, t in tensors.items()}
         state = tinygpt_file.CheckpointState(self.model.config, step, numpy(weights), numpy(m), numpy(v))
         model = tinygpt_file.model_from_state(state)
-        optimizer = make_optimizer(model, self.cfg)
+        optimizer = make_optimizer(model, self.train_cfg)
         tinygpt_file.restore_optimizer(model, optimizer, state)
         return model, optimizer
 
@@ -237,18 +237,18 @@ class TrainingRun:
         Ctrl-C or SIGTERM stops at the next step boundary (every rank at the same one) and saves (when
         `out` is set), then raises KeyboardInterrupt.
         """
-        if save_every < 0 or self.cfg.evalEvery < 0:
+        if save_every < 0 or self.train_cfg.evalEvery < 0:
             raise ConfigError("--save-every and --eval-every must be >= 0 (0 = only at the end)")
         if save_every and out is None:
             raise ConfigError("--save-every needs --out: where should the checkpoints go?")
         check_out_path(out)
-        rows = self.dist.rank_rows(self.cfg.batch, self.options.gradAccum)
+        rows = self.dist.rank_rows(self.train_cfg.batch, self.options.gradAccum)
         autocast = functools.partial(self.options.autocast, self.device)
         autocast()  # refuses --bf16 off CUDA before any step
         model = torch.compile(self.model) if self.options.compile else self.model
         step_model = model if is_sharded(self.model) else self.dist.wrap(model)
         progress = progress and self.dist.is_main
-        tokens_per_step = self.cfg.batch * self.model.config.ctx
+        tokens_per_step = self.train_cfg.batch * self.model.config.ctx
         steps_timed, seconds = 0, 0.0
         bar = tqdm(total=until, initial=self.step, desc="train", unit="step", file=sys.stderr,
                    disable=not progress, dynamic_ncols=True)
@@ -258,20 +258,20 @@ class TrainingRun:
                 started = time.perf_counter()
                 x, y = (torch.from_numpy(a[rows]).to(self.device) for a in self.batches.next())
                 for group in self.optimizer.param_groups:
-                    group["lr"] = self.cfg.lr * self.options.lr_multiplier(self.step, self.cfg.steps)
-                loss = train_step(step_model, self.optimizer, x, y, self.cfg.gradClip, self.options.gradAccum,
+                    group["lr"] = self.train_cfg.lr * self.options.lr_multiplier(self.step, self.train_cfg.steps)
+                loss = train_step(step_model, self.optimizer, x, y, self.train_cfg.gradClip, self.options.gradAccum,
                                   autocast)
                 loss, stopping = self.dist.agree(loss, stop.requested)
                 if not math.isfinite(loss):
                     raise TrainingError(f"the loss became {loss} at step {self.step + 1}; "
-                                        f"try a lower --lr (now {self.cfg.lr})")
+                                        f"try a lower --lr (now {self.train_cfg.lr})")
                 steps_timed, seconds = steps_timed + 1, seconds + time.perf_counter() - started
                 self.tokens_per_s = steps_timed * tokens_per_step / seconds
                 self.step += 1
                 self.loss_history.append([self.step, loss])
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{self.tokens_per_s:,.0f}", refresh=False)
-                every = self.cfg.evalEvery
+                every = self.train_cfg.evalEvery
                 if (every and self.step % every == 0) or self.step == until:
                     val = self.val_loss()  # every rank evaluates the same windows: the same number everywhere
                     self.val_history.append([self.step, val])
@@ -324,14 +324,14 @@ def new_run(preset: str | None = None, corpus: Corpus | None = None, device: str
     """
     preset = preset or presets_file()["defaultPreset"]
     config = model_config(preset)
-    cfg = train_config(preset, **overrides)
+    train_cfg = train_config(preset, **overrides)
     corpus = corpus if corpus is not None else Corpus.from_file(DEFAULT_CORPUS)
-    train, val = corpus.split(cfg.valFraction, config.ctx)
+    train, val = corpus.split(train_cfg.valFraction, config.ctx)
     dist = dist or Distributed(device=resolve_device(device))
     run_options = RunOptions.given(**(options or {}))
-    model = _placed(TinyGPT(config, cfg.seed), dist, run_options)
-    return TrainingRun(preset, cfg, corpus, model, make_optimizer(model, cfg),
-                       BatchStream(train, config.ctx, cfg.batch, cfg.seed), val,
+    model = _placed(TinyGPT(config, train_cfg.seed), dist, run_options)
+    return TrainingRun(preset, train_cfg, corpus, model, make_optimizer(model, train_cfg),
+                       BatchStream(train, config.ctx, train_cfg.batch, train_cfg.seed), val,
                        dist=dist, options=run_options)
 
 
@@ -363,12 +363,12 @@ def resume_run(path: str | Path, corpus: Corpus | None = None, device: str = "au
     run_options = RunOptions.given(meta.get("training"), **(options or {}))
     if preset is not None and meta.get("preset") not in (None, preset):
         raise ConfigError(f"--preset {preset} but the checkpoint is a {meta['preset']!r} model")
-    cfg = _resumed_train_config(meta, overrides)
+    train_cfg = _resumed_train_config(meta, overrides)
     data_state = meta.get("dataState")
     if not (isinstance(data_state, dict) and isinstance(data_state.get("batchesDrawn"), int)
-            and data_state["batchesDrawn"] >= 0 and data_state.get("seed") == cfg.seed):
+            and data_state["batchesDrawn"] >= 0 and data_state.get("seed") == train_cfg.seed):
         raise ConfigError(f"checkpoint's dataState {data_state!r} is missing or does not match its "
-                          f"training seed {cfg.seed}: it cannot be resumed exactly")
+                          f"training seed {train_cfg.seed}: it cannot be resumed exactly")
     if state.m is None and state.step > 0:
         raise ConfigError(f"checkpoint at step {state.step} holds no AdamW moments: it cannot be resumed exactly")
     corpus = corpus if corpus is not None else Corpus.from_file(DEFAULT_CORPUS)
@@ -381,12 +381,12 @@ def resume_run(path: str | Path, corpus: Corpus | None = None, device: str = "au
             f"trained on ({recorded.get('name')!r}, {recorded.get('bytes')} bytes, sha256 "
             f"{recorded['sha256'][:16]}...); pass that file with --corpus"
         )
-    train, val = corpus.split(cfg.valFraction, model.config.ctx)
+    train, val = corpus.split(train_cfg.valFraction, model.config.ctx)
     model = _placed(model, dist, run_options)
-    optimizer = make_optimizer(model, cfg)
+    optimizer = make_optimizer(model, train_cfg)
     (restore_sharded_optimizer if is_sharded(model) else tinygpt_file.restore_optimizer)(model, optimizer, state)
-    batches = BatchStream(train, model.config.ctx, cfg.batch, cfg.seed, data_state["batchesDrawn"])
-    return TrainingRun(meta.get("preset"), cfg, corpus, model, optimizer, batches, val, state.step,
+    batches = BatchStream(train, model.config.ctx, train_cfg.batch, train_cfg.seed, data_state["batchesDrawn"])
+    return TrainingRun(meta.get("preset"), train_cfg, corpus, model, optimizer, batches, val, state.step,
                        _history(meta, "lossHistory"), _history(meta, "valHistory"),
                        dist=dist, options=run_options)
 

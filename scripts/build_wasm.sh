@@ -6,7 +6,8 @@
 # list as a module, for the loader); each is then copied to site/static/wasm/ (git-ignored) so any static
 # server of site/static serves the page and its modules from one origin. tinygpt_api.js (generated from
 # tinygpt_api.h) tells the JS wrapper which arguments are pointers and how the structs are laid out, so
-# worker code is the same for every build.
+# worker code is the same for every build. The config rules of site/static/presets.json reach the core
+# as $BUILD/wasm/include/config_rules_generated.h (scripts/config_rules.py), written before anything compiles.
 #
 # Incremental: an object is recompiled only when the hash of its inputs (its source, all headers,
 # flags, compiler) changes, a variant relinked only when an object or the link flags change; a warm
@@ -49,6 +50,9 @@ done
 API="${API:-$SRC/tinygpt_api.h}"
 mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd -P)"
 EMCC="$HERE/em++.sh"
+# presets.json's rules as a C++ header (rewritten only when its text changes).
+RULES_DIR="$OUT/include"
+python3 "$HERE/config_rules.py" "$REPO/site/static/presets.json" "$RULES_DIR/config_rules_generated.h"
 
 [ -f "$API" ] || { echo "build_wasm.sh: C API header $API not found (the C++ core provides it)" >&2; exit 1; }
 mapfile -t SOURCES < <(find "$SRC" -maxdepth 1 -name '*.cpp' | sort)
@@ -62,6 +66,7 @@ all_inputs_hash() {
       cat "$HERE/build_wasm.sh" "$HERE/api_signatures.py" "$API" "$BUILDS_JSON"
       cat "${TINYGPT_CACHE:-$HOME/.cache/tinygpt}/emsdk-trixie/.tinygpt-emscripten-ready" 2>/dev/null || command -v emcc || true
       find "$SRC" -maxdepth 1 -type f \( -name '*.cpp' -o -name '*.h' \) -print0 | sort -z | xargs -0 cat
+      cat "$RULES_DIR/config_rules_generated.h"
     } | sha256sum | cut -c1-32
 }
 outputs_present() {
@@ -117,7 +122,8 @@ variant_flags() {  # sets VCFLAGS / VLDFLAGS for variant $1 (arrays: the pool ex
 
 TOOLCHAIN_ID="$(cat "${TINYGPT_CACHE:-$HOME/.cache/tinygpt}/emsdk-trixie/.tinygpt-emscripten-ready" 2>/dev/null || command -v emcc || true)"
 # Any header change recompiles every object (simple and safe; there are few headers).
-HEADERS_HASH="$(find "$SRC" -maxdepth 1 -type f -name '*.h' -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-32)"
+HEADERS_HASH="$({ find "$SRC" -maxdepth 1 -type f -name '*.h' -print0 | sort -z | xargs -0 cat
+                  cat "$RULES_DIR/config_rules_generated.h"; } | sha256sum | cut -c1-32)"
 
 object_hash() {  # object_hash VARIANT SOURCE
     variant_flags "$1"
@@ -148,7 +154,7 @@ compile_object() {  # compile_object VARIANT SOURCE: $OUT/VARIANT/obj/NAME.o, sk
     mkdir -p "$OUT/$v/obj"
     echo "[build_wasm] $v: compile $(basename "$src")" >&2
     variant_flags "$v"
-    if ! (cd "$REPO" && "$EMCC" "${CFLAGS[@]}" "${VCFLAGS[@]}" -I"$SRC" -c "$src" -o "$obj.tmp") >"$obj.log" 2>&1; then
+    if ! (cd "$REPO" && "$EMCC" "${CFLAGS[@]}" "${VCFLAGS[@]}" -I"$SRC" -I"$RULES_DIR" -c "$src" -o "$obj.tmp") >"$obj.log" 2>&1; then
         cat "$obj.log" >&2; echo "[build_wasm] $v: $(basename "$src") FAILED" >&2; rm -f "$obj.tmp"; return 1
     fi
     [ -s "$obj.log" ] && cat "$obj.log" >&2   # warnings

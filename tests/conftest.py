@@ -14,6 +14,18 @@ def swiftshader_env(**extra):
     return dict(os.environ, VK_ICD_FILENAMES=SWIFTSHADER_ICD, **extra)
 
 
+def pytest_collection_modifyitems(items):
+    """The folders that drive a browser or a software GPU throughout are marked here, so the fast lane
+    (`make test-fast`: -m "not browser and not swiftshader") needs no marker in each of their files.
+    Elsewhere a test that starts Chromium or WebGPU on SwiftShader carries its marker itself."""
+    for item in items:
+        folder = Path(str(item.fspath)).relative_to(ROOT / "tests").parts[0]
+        if folder == "e2e":
+            item.add_marker(pytest.mark.browser)
+        elif folder == "webgpu":
+            item.add_marker(pytest.mark.swiftshader)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def torch_one_thread():
     """The tests' shapes are tiny: on 2 shared cores torch's spinning second thread made them ~10-40x slower.

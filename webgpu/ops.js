@@ -15,7 +15,7 @@ import { attentionDecode, attentionDecodeFits, attentionDecodeGrid } from "./ker
 import { attentionDecodeQkv, attentionDecodeQkvFits } from "./kernels/attention_decode_qkv.js";
 import { mlpDecode, mlpDecodeFits, mlpDecodeGrid } from "./kernels/mlp_decode.js";
 import { logitsDecode, logitsDecodeFits, logitsDecodeGrid } from "./kernels/logits_decode.js";
-import { sampleDecode, sampleDecodeFits, sampleDecodeServes } from "./kernels/sample_decode.js";
+import { sampleDecode, sampleDecodeFits, sampleDecodeValues } from "./kernels/sample_decode.js";
 import { decodeTokens, decodeTokensFits, decodeTokensKeepsNext } from "./kernels/decode_tokens.js";
 import { adamwUpdate, NORM_PARTIALS, NORM_THREADS, normPartials } from "./kernels/adamw.js";
 import { PipelineCache } from "./plan.js";
@@ -51,19 +51,6 @@ const pairsAsIs = (tile) => {
   return WX === 16 && WY === 16 && KG === 1;
 };
 const pairTile = (tile) => (pairsAsIs(tile) ? tile : "32x32w-k32");
-/**
- * Where the decode chain's partial rows lie for width C and H heads (floats): o_proj's, one a head,
- * at oProj; fc_out's, one for each of `slices` slices of hidden units, at fcOut; `floats` in all.
- */
-export function decodeChainParts(C, H) {
-  const slices = mlpDecodeGrid(C)[0];
-  return { oProj: 0, fcOut: H * C, slices, floats: (H + slices) * C };
-}
-/** The sampling uniforms of sampleDecode for a temperature it serves and top_k (0: every byte). */
-export function sampleDecodeValues(temperature, topK) {
-  if (!sampleDecodeServes(temperature)) throw new Error(`sampleDecode: temperature ${temperature} is outside what it serves`);
-  return { top_k: topK, greedy: temperature === 0 ? 1 : 0, temperature: temperature === 0 ? 1 : temperature };
-}
 /** Whether products on these two tiles can share a pair's dispatch on a device with workgroupLimit bytes of workgroup memory. */
 export function tilesPair(inputGrad, weightGrad, workgroupLimit = 16384) {
   return tileShape(inputGrad.tile).threads === tileShape(weightGrad.tile).threads
@@ -512,7 +499,7 @@ export class Ops {
   }
 
   /**
-   * Up to TOKENS_BATCH tokens decoded and sampled in one dispatch of one workgroup (decode_tokens.js),
+   * Up to TOKENS_BATCH (decoder.js) tokens decoded and sampled in one dispatch of one workgroup (decode_tokens.js),
    * the window kept on the GPU: model {nLayer, nHead, dModel, ctx, vocabSize}; values: the kernel's
    * uniforms (the batch's steps and whether to rebuild the window first, the parameters' offsets, the
    * KV cache's layout, the sampling's); buffers: window, params, kv (every layer's q/k/v views), draws,
@@ -553,8 +540,8 @@ export class Ops {
 
 /**
  * AdamW's workgroups at most: each sums the norm's partials (≤ normPartialCount) itself. 1024 of 256
- * invocations fill an H100 (132 SMs × 2048 invocations) once, so no second wave re-sums them (H100,
- * in a step: 256 was 0.5–1% slower at huge and massive, 4096 no different, docs/performance.md §23);
+ * invocations fill an H100 (132 SMs × 2048 invocations) once, so no second wave re-sums them; fewer
+ * were slower at the biggest presets, more no faster (see docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §23);
  * a software adapter pays for each workgroup's barriers and has a few cores, so it gets 16.
  */
 function adamwWorkgroups(software) {

@@ -1,7 +1,10 @@
 // The portable PRNG of docs/determinism.md in JS: SplitMix64 on 32-bit halves (Math.imul and exact
 // double arithmetic, no BigInt, so initialising a 25M-parameter model takes seconds, not minutes),
 // Box–Muller with the portable log/cos, initial weights, batches, eval windows and sampling.
-// Runs unchanged in a browser worker and under Node: no imports.
+// Runs unchanged in a browser worker and under Node: its one import, the manifest, has none.
+import { manifest } from "./manifest.js";
+
+export { manifest };  // the trainer and the tests take it from here too
 
 const GAMMA_HI = 0x9e3779b9, GAMMA_LO = 0x7f4a7c15;
 const MIX1_HI = 0xbf58476d, MIX1_LO = 0x1ce4e5b9;
@@ -121,28 +124,6 @@ export function normals(state0, first, count) {
   return out;
 }
 
-/** Every tensor in the .tinygpt manifest order: [{name, shape, offset, numel}] (docs/format.md). */
-export function manifest(config) {
-  const C = config.dModel, V = config.vocabSize;
-  const list = [["token_embedding.weight", [V, C]], ["position_embedding.weight", [config.ctx, C]]];
-  for (let i = 0; i < config.nLayer; i++) {
-    const p = `blocks.${i}.`;
-    list.push([p + "ln1.weight", [C]], [p + "ln1.bias", [C]]);
-    for (const proj of ["q_proj", "k_proj", "v_proj", "o_proj"]) list.push([p + `attn.${proj}.weight`, [C, C]], [p + `attn.${proj}.bias`, [C]]);
-    list.push([p + "ln2.weight", [C]], [p + "ln2.bias", [C]]);
-    list.push([p + "mlp.fc_in.weight", [4 * C, C]], [p + "mlp.fc_in.bias", [4 * C]]);
-    list.push([p + "mlp.fc_out.weight", [C, 4 * C]], [p + "mlp.fc_out.bias", [C]]);
-  }
-  list.push(["ln_f.weight", [C]], ["ln_f.bias", [C]]);
-  let offset = 0;
-  return list.map(([name, shape]) => {
-    const numel = shape.reduce((a, b) => a * b, 1);
-    const e = { name, shape, offset, numel };
-    offset += numel;
-    return e;
-  });
-}
-
 /** All initial weights, manifest order, in one Float32Array of P values (bit-identical to python_ref). */
 export function initialWeights(config, seed, initStd) {
   const entries = manifest(config);
@@ -213,8 +194,8 @@ export function sampleToken(logits, temperature, topK, stream) {
   if (topK > 0 && topK < V) {
     // the k largest, ties to the lower index, NaNs after every number (python_ref's stable argsort):
     // every value above the k-th largest, then the lowest indices of those equal to it. A numeric
-    // sort of the values finds it (NaNs last); sorting the indices with a comparator took a decoded
-    // token 35-90 µs of host time (docs/performance.md §37).
+    // sort of the values finds it (NaNs last); sorting the indices with a comparator was the largest
+    // part of a tiny model's host time a token (see docs/lab/2026-11-28-decoding-on-the-gpu.md §37).
     const sorted = Float64Array.from(l).sort();
     let numbers = V;
     while (numbers > 0 && Number.isNaN(sorted[numbers - 1])) numbers--;

@@ -1,7 +1,7 @@
 // Generation WITHOUT a KV cache on the WebGPU trainer: every token runs the forward of the whole
 // current window and reads back the logits of its last position. It exists to measure what
-// Trainer.generate's KV cache saves (bench/webgpu/decode_bench.mjs) and to check that both give the
-// same tokens; the page never uses it.
+// Decoder.generate's KV cache saves (decoder.js; bench/webgpu/decode_bench.mjs) and to check that
+// both give the same tokens; the page never uses it.
 //
 // One plan of T = ctx positions serves every window length n: the window fills positions 0..n-1 and
 // the rest is padding, which causal attention keeps out of position n-1. The padding makes this
@@ -16,9 +16,9 @@ export class RecomputeDecoder {
     const { ctx, vocabSize: V } = trainer.cfg;
     this.trainer = trainer;
     // The trainer owns these buffers (Trainer.buffer): trainer.destroy() frees them.
-    this.act = trainer._activations("recompute", 1, ctx, ctx);
+    this.act = trainer.activations("recompute", 1, ctx, ctx);
     this.plan = new Plan(trainer.device, trainer.ops.pipelines, "recompute");
-    trainer._recordForward(this.plan, this.act, { B: 1, T: ctx, past: 0, logitRows: ctx });
+    trainer.recordForward(this.plan, this.act, { B: 1, T: ctx, past: 0, logitRows: ctx });
     this.plan.freeze();
     this.readback = trainer.buffer("recompute logits readback", 4 * V, GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST);
     this.tokens = new Uint32Array(ctx); // the padding is token 0
@@ -42,13 +42,13 @@ export class RecomputeDecoder {
   }
 
   /**
-   * maxNewTokens bytes after `prompt`, as Trainer.generate makes them (same sampling, same context
+   * maxNewTokens bytes after `prompt`, as Decoder.generate makes them (same sampling, same context
    * policy), so the two must agree token for token.
    */
   async generate(prompt, { maxNewTokens, temperature, topK, seed = 0 }) {
     if (!prompt || prompt.length === 0) throw new Error("generation needs a prompt of at least one byte");
     const ctx = this.trainer.cfg.ctx, stream = new SampleStream(seed);
-    // docs/determinism.md's context policy, as Trainer.generate applies it (which keeps it private):
+    // docs/determinism.md's context policy, as Decoder.generate applies it (which keeps it private):
     // a full window restarts from its last ctx/2 tokens before the next one is appended.
     let window = [];
     const advance = (token) => {

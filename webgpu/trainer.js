@@ -2,78 +2,20 @@
 // dispatches recorded once and replayed into ONE command encoder with ONE submit per step. Every
 // tensor lives on the GPU; the only per-step uploads are the batch (tokens, targets, the token
 // order for the embedding backward) and AdamW's two bias corrections; the only read-back is the
-// loss, through a ring of mappable buffers so the next step is never stalled.
+// loss, through a ring of mappable buffers so the next step is never stalled. Evaluation runs the
+// same forward; generation is a Decoder's (decoder.js) on this trainer's weights.
 // No Node or DOM imports: runs as-is in a browser Web Worker and under Node's `webgpu` package.
-import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts, SampleStream, sampleToken } from "./prng.js";
-import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount, decodeChainParts, sampleDecodeValues } from "./ops.js";
-import { sampleDecodeFits, sampleDecodeServes, sampleRecordFloats } from "./kernels/sample_decode.js";
-import { decodeRowsFloats, decodeNextRowsFloats, decodeTokensFits, decodeTokensKeepsNext } from "./kernels/decode_tokens.js";
+import { manifest, initialWeights, splitCorpus, batchStarts, evalWindowStarts } from "./prng.js";
+import { Ops, SplitSums, adamwValues, adamwStepValues, tilesPair, normPartialCount } from "./ops.js";
 import { chooseSplits, chooseTile, chooseSummedSplits, tileCount, tileShape, tileWithThreads } from "./kernels/matmul.js";
 import { Plan } from "./plan.js";
 import { isSoftwareAdapter } from "./software_adapter.js";
+import { bufferBytes, createActivations, listActivations, mapForReading, qkvViews, slotFloats } from "./buffers.js";
+import { decoderUniformBytes, listDecoderBuffers } from "./decoder.js";
+import { checkConfig } from "./config_rules.js";
 
 const LOSS_RING = 8;
-// The most tokens decoded and sampled on the GPU in one submit by the decode chain (Trainer._decodeBatch);
-// a batch also ends where the window restarts (every ctx/2 tokens). The host's round trip for a token
-// (submit, the wait for the logits, sampling) cost as much as a tiny model's GPU work under Node
-// (docs/performance.md §37–38), where batches of 8, 16 and 32 read alike; in Chromium a round trip takes
-// ~3 ms, so the fewer the better (§43). A batch streams to the page as one burst.
-export const DECODE_BATCH = 64;
-// The most steps of a batch in one workgroup (decode_tokens.js), whose window restarts do not end a
-// batch: fewer batches, fewer submits between a 512-token generation's steps (docs/performance.md §41).
-export const TOKENS_BATCH = 64;
-// A batch's tokens reach the page together, when its last step is done: on a slow adapter a batch
-// holds only as many steps as the last one ran in this long (a software adapter's step of a large
-// model takes ~0.7 s), so tokens keep streaming and Stop is heard within it.
-const BATCH_MS = 50;
-// The widest model whose batches decode in one workgroup (Trainer._decodesInOneWorkgroup): measured
-// against the decode chain on an H200 (docs/performance.md §40).
-const DECODE_IN_ONE_WORKGROUP_MAX_WIDTH = 64;
-/** What a batch's commands were recorded for (Trainer._takeAhead), and what a batch submitted ahead is (_decodeBatch). */
-const batchKey = (pos, n, prefill, slot) => `batch ${pos} ${n} ${prefill} ${slot}`;
 const U = () => GPUBufferUsage;
-
-// Activation buffers for B rows of T positions (kvT: the positions a KV cache holds), in floats.
-// The constructor creates them from this table and requirements() sums it: one source for both.
-function activationFloats({ dModel: C, nHead: H, vocabSize: V }, B, T, kvT) {
-  const rows = B * T;
-  return {
-    layer: { ln1: rows * C, ln1s: 2 * rows, att: rows * C, lse: B * H * T, res2: rows * C, ln2: rows * C, ln2s: 2 * rows, h: 4 * rows * C, g: 4 * rows * C },
-    // q, k, v: three views of one buffer, which one batched product fills, each of this many floats;
-    // generation's (kvT > T) are the KV cache, and a token's q lands at its position too
-    qkv: B * kvT * C,
-    res: rows * C, // L + 1 residual streams
-    top: { lnf: rows * C, lnfs: 2 * rows, logits: rows * V, losses: rows },
-    ids: rows, // tokens, targets: u32
-  };
-}
-const ACTIVATION_LABELS = { ln1s: "ln1 stats", ln2s: "ln2 stats", lnfs: "lnf stats" };
-const activationLabel = (key) => ACTIVATION_LABELS[key] ?? key;
-
-/** An activation set's layer's q, k and v views and the buffer they share (Trainer._qkvViews). */
-const sameQkv = ({ qkv, stride, q, k, v }) => ({ qkv, stride, q, k, v });
-
-/** Floats a slot of n floats takes in a buffer of several (q, k and v's views): bind-group offsets are multiples of 256 bytes. */
-const slotFloats = (n) => Math.ceil(n / 64) * 64;
-
-/** q, k and v views of n floats each, a slot apart from byte `at` of `buffer`: {stride (floats), q, k, v}. */
-function qkvSlots(buffer, at, n) {
-  const stride = slotFloats(n);
-  const view = (i) => ({ buffer, offset: at + 4 * i * stride, size: 4 * n });
-  return { stride, q: view(0), k: view(1), v: view(2) };
-}
-
-/**
- * Floats of `kv`, the buffer of every layer's q, k and v views (n floats each; Trainer._activations'
- * qkvLayers), then the next window's rows that decode_tokens.js keeps past them.
- */
-const kvLayersFloats = (model, n) => model.nLayer * 3 * slotFloats(n) + decodeNextRowsFloats(model);
-
-/** Layer l's q, k and v views (n floats each) in `kv`, the buffer of every layer's (Trainer._activations' qkvLayers). */
-function qkvLayerViews(kv, l, n) {
-  const at = 4 * 3 * l * slotFloats(n);
-  return { qkv: { buffer: kv, offset: at, size: 4 * 3 * slotFloats(n) }, ...qkvSlots(kv, at, n) };
-}
 
 /** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows, `batches` of them in one dispatch. */
 const weightGradSplits = (M, N, rows, batches = 1) => chooseSplits(M, N, rows, chooseTile("backward_weight", M, N, rows), batches);
@@ -84,35 +26,28 @@ function splitKSlabFloats(M, N, batches, rows, splits = weightGradSplits(M, N, r
 }
 
 // A block's split-K slabs stay side by side until one dispatch sums them all only while they are this
-// small: the sums must find the slabs still in L2. On an H100 (50 MiB of L2) xl's 52 MiB of slabs made
-// that step 6% slower than summing each product's slabs right after it; tiny–large (≤ 30 MiB) gained
-// 2–14%; massive's 39 MiB took the same time either way (12.38/12.39 vs 12.34/12.41 ms) with 43
-// dispatches fewer, which is host time saved where the host is the bound.
+// small: the sums must find the slabs still in L2. Slabs past a big GPU's L2 made the step slower than
+// summing each product's slabs right after it; below, one sum a block is faster, and at the edge it
+// still saves dispatches, which is host time where the host is the bound (see
+// docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §10).
 const GROUPED_SPLIT_SUMS_FLOATS = 10 * 2 ** 20;
 
 // Every Linear's two backward products share a dispatch (Ops.matmulPair) while the block's biggest
-// product (rows × 4C outputs) is this small. H100, ms/step, separate vs paired (medians of 3): tiny
-// 0.69 vs 0.42, small 0.91 vs 0.82, medium 1.56 vs 1.58, then slower: large 3.63 vs 3.79, massive
-// 15.5 vs 17.0 (a pair takes 256-invocation tiles only, and two products' registers). Past it, a
-// Linear pairs only where both its products' own tiles pair as they are (fc_in and fc_out from xl
-// on, 64×64w): xl 3.880 → 3.781–3.797, huge 8.393 → 8.320–8.330, massive 10.661 → 10.357–10.368
-// (200 steps; docs/performance.md §16).
+// product (rows × 4C outputs) is this small: a small model's step is paid per dispatch, while a big
+// one's pairs are slower than their products apart (a pair takes 256-invocation tiles only, and two
+// products' registers). Past it, a Linear pairs only where both its products' own tiles pair as they
+// are (fc_in and fc_out from xl on, 64×64w), which still pays (see docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §16).
 const PAIRED_MAX_OUTPUTS = 500_000;
 
 // Past PAIRED_MAX_OUTPUTS, a pair whose weight gradient must take its own tile's twin (the same tile
 // with K sliced into another number of groups, for the input gradient's invocation count) loses
-// once that gradient is this big. H100, ms/step unpaired / paired, 3 trainers a side
-// (docs/performance.md §28): large's fc_in and fc_out (192×768 = 147,456 outputs each) 2.193 / 2.293,
-// massive's q/k/v (384×384) 8.848 / 9.170; medium's fc_in (65,536) 1.068 / 1.069; q/k/v or o_proj
-// at medium and large (≤ 36,864) 2–4% slower unpaired; at 50,000, xl (q/k/v: 65,536) 2.5% slower.
+// once that gradient is this big, and wins below it (see docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §28).
 const TWIN_PAIR_MAX_WEIGHT_OUTPUTS = 100_000;
 
 // A LayerNorm is the prologue of the product it feeds (Ops.matmul's ln) only while its input
 // (rows × C) is this small: each column tile of the product then recomputes its rows' statistics,
-// which for bigger activations costs more than the dispatch it saves. H100, ms/step, a LayerNorm
-// dispatch vs prologue (medians of 3–5 rounds, four calls; docs/performance.md §12): medium 0.5–2.5%
-// faster in every call, tiny and small within their round-to-round spread; large 3.53 vs 3.57,
-// huge 10.81 vs 11.14, massive 14.25 vs 14.55. Decoding (1 row) always takes the prologue.
+// which for bigger activations costs more than the dispatch it saves (see
+// docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §12). Decoding (1 row) always takes the prologue.
 const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
 
 // Where a step's backward is a chain of dependent dispatches that each wait for their slowest
@@ -120,11 +55,9 @@ const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
 // rides in. Deferred, the chain runs the input gradients alone, and the weight gradients run at the
 // end, each kind batched over the blocks and the kinds on one tile in one dispatch, where their
 // workgroups fill the GPU. That keeps each block's output gradients and the activations they
-// multiply until then (deferredLayout). H100, ms/step (ab_steps, 3 trainers a side;
-// docs/performance.md §31), deferred / paired as before: medium 0.948 / 1.063, large 2.047 / 2.198;
-// one dispatch per tile / one per kind: xl 2.722 / 2.769, huge 6.512 / 6.723, massive 8.392 / 8.568
-// (one per kind / paired: xl 2.750 / 2.822, huge 6.680 / 7.086, massive 8.511 / 8.854). Tiny and
-// small lost with one dispatch per kind (0.502 / 0.467, 0.603 / 0.536): their pairs are short.
+// multiply until then (deferredLayout). It pays from medium up, one dispatch per tile more than one
+// per kind; tiny and small, whose Linears pair, lose with it: their pairs are short (see
+// docs/lab/2026-11-27-wgsl-step-deferred-weight-gradients.md §31).
 // It stays off where the biggest buffer it keeps (L·rows·4C floats: every block's d h, or train g)
 // would pass WebGPU's default binding size of 128 MiB.
 const DEFERRED_MAX_KEPT_FLOATS = 2 ** 25;
@@ -146,9 +79,8 @@ const deferredProducts = (C, L, V = 0) => [
   { param: "attn.k_proj.weight", M: C, N: C, dY: "k", X: "ln1" }, { param: "attn.v_proj.weight", M: C, N: C, dY: "v", X: "ln1" },
 ].map((k) => ({ ...k, batches: L, biasGrad: true })).concat(V ? [{ param: HEAD_PARAM, M: V, N: C, dY: "logits", X: "lnf", batches: 1, biasGrad: false }] : []);
 // The 64×64w group's K-splits aim at ~768 workgroups, not chooseSplits' 512: medium 4 splits (768
-// workgroups) rather than 3 (576), large 2 (1296) rather than none (648). H100, ms/step, 3 trainers a
-// side: 768 / 512: medium 0.919 / 0.928, large 2.015 / 2.033; 1024 (medium 6) / 512: 0.924 / 0.930;
-// medium unsplit (192) / 3 splits: 0.958 / 0.934 (docs/performance.md §32).
+// workgroups) rather than 3 (576), large 2 (1296) rather than none (648), faster than both aims
+// around it (see docs/lab/2026-11-27-wgsl-step-deferred-weight-gradients.md §32).
 const GROUP_WORKGROUPS = 768;
 /**
  * The ways the deferred weight gradients may be recorded, each kind with its tile and K-splits, in
@@ -230,21 +162,18 @@ function splitKScratch(m, rows, deferred) {
   return { grouped: plan.grouped, summedOff, floats: summedOff + summedSlabFloats(m, rows) };
 }
 
-const bufferBytes = (size) => Math.max(16, Math.ceil(size / 4) * 4);
 
 // Each plan's uniforms take 256 bytes per dispatch (a pair of products: 256 too): at most 14 + 24L
-// dispatches train a step (unpaired, every weight gradient splitting K, each summed apart), 4 + 7L
-// evaluate, and 3 + 9L decode a token or prefill a window. The decode chain keeps such a plan for each
-// step of a batch (at most DECODE_BATCH, and ctx), and its sampler a dispatch for each and one more; a
-// batch in one workgroup is one dispatch.
-const uniformBytesBound = (L, ctx) =>
-  256 * (14 + 24 * L + 4 + 7 * L + (3 + 9 * L) * (1 + Math.min(DECODE_BATCH, ctx)) + DECODE_BATCH + 1 + 1);
+// dispatches train a step (unpaired, every weight gradient splitting K, each summed apart) and 4 + 7L
+// evaluate; a Decoder's plans come on top (decoderUniformBytes).
+const uniformBytesBound = (L, ctx) => 256 * (14 + 24 * L + 4 + 7 * L) + decoderUniformBytes(L, ctx);
 
 /**
- * Every buffer a Trainer for `config` creates (training, eval, generation, the state read-back) as
- * [{label, bytes, storage}]; storage: bound to kernels, so maxStorageBufferBindingSize applies.
- * Mirrors the constructor: tests/webgpu/test_webgpu_engine.py checks each label and size against the
- * buffers a real Trainer creates.
+ * Every buffer a Trainer for `config` creates (training, eval, the state read-back) and one Decoder
+ * on it (generation: the page samples from the model it trains) as [{label, bytes, storage}];
+ * storage: bound to kernels, so maxStorageBufferBindingSize applies. Mirrors the constructors:
+ * tests/webgpu/test_webgpu_engine.py checks each label and size against the buffers a real Trainer
+ * and its Decoder create.
  */
 function trainerBuffers(config, deferWeightGrads) {
   const m = config.model, { nLayer: L, dModel: C, vocabSize: V, ctx: T } = m, B = config.training.batch, rows = B * T;
@@ -256,20 +185,7 @@ function trainerBuffers(config, deferWeightGrads) {
   add("decay mask", 4 * Math.ceil(P / 32));
   add("unused binding", 16); // Ops' stand-ins for an unused optional input and output
   add("unused output", 16);
-  const activations = (label, B, T, kvT, kept = [], ownQkv = true, qkvLayers = false) => {
-    const s = activationFloats(m, B, T, kvT);
-    for (const k of kept) add(`${label} ${activationLabel(k)}`, 4 * L * slotFloats(s.layer[k]));
-    if (qkvLayers) add(`${label} qkv`, 4 * kvLayersFloats(m, s.qkv));
-    for (let l = 0; l < L; l++) {
-      for (const [k, n] of Object.entries(s.layer)) if (!kept.includes(k)) add(`${label} ${activationLabel(k)}`, 4 * n);
-      if (ownQkv && !qkvLayers) add(`${label} qkv`, 4 * 3 * slotFloats(s.qkv));
-    }
-    for (let l = 0; l <= L; l++) add(`${label} res${l}`, 4 * s.res);
-    for (const [k, n] of Object.entries(s.top)) add(`${label} ${activationLabel(k)}`, 4 * n);
-    add(`${label} tokens`, 4 * s.ids);
-    add(`${label} targets`, 4 * s.ids);
-  };
-  activations("train", B, T, T, deferred ? DEFERRED_ACTIVATIONS : []); // eval runs on the same set
+  listActivations(add, m, "train", B, T, T, { kept: deferred ? DEFERRED_ACTIVATIONS : [] }); // eval runs on the same set
   for (const [name, n] of [["d res", deferred ? stages.resFloats : rows * C], ["d ln", rows * C], ["d ln2", rows * C], ["d lnf", rows * C],
     ["d h", deferred ? L * stages.h : rows * 4 * C], ["d att", rows * C], ["d qkv", 3 * (deferred ? L : 1) * slotFloats(rows * C)],
     ...(deferred ? [["d logits", rows * V]] : []),
@@ -277,24 +193,7 @@ function trainerBuffers(config, deferWeightGrads) {
     ["token order", V + 1 + rows], ["norm partials", normPartialCount(V, T, C)], ["norm, clip and loss", 4]]) add(name, 4 * n);
   for (let i = 0; i < LOSS_RING; i++) add(`loss readback ${i}`, 16, false);
   add("row losses readback", 4 * rows, false);
-  activations("generate", 1, 1, T, [], true, decodeTokensFits(m));
-  add("generate partial rows", 4 * decodeChainParts(C, m.nHead).floats);
-  activations("prefill", 1, T, T, [], false); // its q, k and v are generation's
-  add("logits readback", 4 * V, false);
-  add("generate draws", 4 * DECODE_BATCH);
-  add("generate samples", 4 * DECODE_BATCH * sampleRecordFloats(V));
-  add("generate batch tokens", 4 * DECODE_BATCH);
-  add("generate chain window", 4 * (T + 1), false);
-  for (const i of [0, 1]) add(`samples readback ${i}`, 4 * DECODE_BATCH * sampleRecordFloats(V), false);
-  if (decodeTokensFits(m)) {
-    add("generate window", 4 * (1 + T));
-    add("generate rows", 4 * decodeRowsFloats(m));
-    for (const i of [0, 1]) {
-      add(`tokens draws ${i}`, 4 * TOKENS_BATCH);
-      add(`tokens samples ${i}`, 4 * TOKENS_BATCH * sampleRecordFloats(V));
-      add(`tokens readback ${i}`, 4 * TOKENS_BATCH * sampleRecordFloats(V), false);
-    }
-  }
+  listDecoderBuffers(config, add);
   add("state readback", 4 * P, false); // exportState() and weights(): one at a time
   return list;
 }
@@ -328,7 +227,7 @@ function formatBytes(n) {
 }
 
 /**
- * Null when a Trainer for `config` fits a device (or adapter) with these limits, else a sentence
+ * Null when a Trainer for `config` (and a Decoder on it) fits a device (or adapter) with these limits, else a sentence
  * naming the limit it exceeds. Limits the object lacks are not checked.
  */
 export function checkLimits(config, limits) {
@@ -345,50 +244,18 @@ export function checkLimits(config, limits) {
   return null;
 }
 
-/**
- * Maps a read-back buffer. A lost device (or a destroyed trainer) rejects the map with an
- * AbortError whose message may be empty: the rejection says what was being read instead.
- */
-async function mapForReading(buffer, what) {
-  try {
-    await buffer.mapAsync(GPUMapMode.READ);
-  } catch (e) {
-    throw new Error(`reading ${what} back from the GPU failed (${e.name}${e.message ? `: ${e.message}` : ""}); the device may have been lost`);
-  }
-}
-
-/**
- * A batch's read-back `buffer` being mapped: {buffer, read (the promise)}. A batch submitted ahead may
- * never be awaited (the device lost while generate() throws): its rejection is marked handled so that
- * it does not end a Node process, and the promise still rejects for whoever awaits it.
- */
-function mapFlight(buffer) {
-  const read = mapForReading(buffer, "sampled tokens");
-  read.catch(() => {});
-  return { buffer, read };
-}
-
-/** Waits out a batch submitted ahead whose records are not wanted, and unmaps its read-back. */
-async function landFlight(flight) {
-  await flight.read;
-  flight.buffer.unmap();
-}
-
-function checkModel(m) {
-  for (const k of ["nLayer", "nHead", "dModel", "ctx", "vocabSize"]) {
-    if (!Number.isInteger(m[k]) || m[k] <= 0) throw new Error(`${k} must be a positive integer, got ${m[k]}`);
-  }
-  if (m.dModel % m.nHead !== 0) throw new Error(`dModel (${m.dModel}) is not divisible by nHead (${m.nHead})`);
-}
+// presets.json's rules (config.rules, from model_config.js) through webgpu/config_rules.js, as every
+// level checks them: the model fields, initStd and the training values (gradClip 0 would zero every update).
+const checkModel = (config) => checkConfig(config);
 
 export class Trainer {
   /**
-   * What a Trainer for `config` needs of a device, before creating one: totalBytes (every buffer,
-   * plan uniforms bounded), largestBuffer and largestBinding in bytes with their buffers' labels,
+   * What a Trainer for `config` and a Decoder on it need of a device, before creating one: totalBytes
+   * (every buffer, plan uniforms bounded), largestBuffer and largestBinding in bytes with their buffers' labels,
    * and the list of buffers. deferWeightGrads: as the constructor's option.
    */
   static requirements(config, { deferWeightGrads = undefined } = {}) {
-    checkModel(config.model);
+    checkModel(config);
     const buffers = trainerBuffers(config, deferWeightGrads);
     const largest = (list) => list.reduce((a, b) => (b.bytes > a.bytes ? b : a));
     const buffer = largest(buffers), binding = largest(buffers.filter((b) => b.storage));
@@ -409,16 +276,10 @@ export class Trainer {
    *   probeSubgroups() found on the device (subgroups.js), 1 (none) where it has not run
    *   deferWeightGrads: the Linears' weight gradients at the end of the backward, batched over the
    *   blocks; by default where that pays (defersWeightGradients)
-   *   decodeInOneWorkgroup: a batch's decoded tokens in one workgroup (decode_tokens.js) or the decode
-   *   chain; by default by the rule (_decodesInOneWorkgroup)
-   *   decodeAhead: in one workgroup, submit the next batch before this one's tokens are read (default true)
-   *   decodeNextWindow: in one workgroup, each step computes its token's row of the next window, so
-   *   that a restart copies rows instead of rebuilding them (default true, where decodeTokensKeepsNext
-   *   says they fit; false for a benchmark's column)
    */
   constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined,
-    deferWeightGrads = undefined, decodeInOneWorkgroup = undefined, decodeAhead = true, decodeNextWindow = true } = {}) {
-    checkModel(config.model);
+    deferWeightGrads = undefined } = {}) {
+    checkModel(config);
     this.device = device;
     this.cfg = config.model;
     this.tr = config.training;
@@ -433,9 +294,6 @@ export class Trainer {
     this.stepCount = 0;
     this.batchesDrawn = 0;
     this.deferred = deferWeightGrads ?? defersWeightGradients(this.cfg, this.tr.batch * this.cfg.ctx);
-    this.decodeInOneWorkgroup = decodeInOneWorkgroup;
-    this.decodeAhead = decodeAhead;
-    this.decodeNextWindow = decodeNextWindow && decodeTokensKeepsNext(this.cfg);
     matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
     if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
     this.ops = new Ops(device, { softwareTiles: matmulTiles === "software", subgroupWidth });
@@ -459,10 +317,9 @@ export class Trainer {
     this._buildTraining();
   }
 
-  /** Dispatches (each a dependent GPU launch) of one training step, of one eval batch and of one decoded token. */
+  /** Dispatches (each a dependent GPU launch) of one training step and of one eval batch. */
   get dispatches() {
-    if (!this.genPlan) this._buildGeneration();
-    return { step: this.trainPlan.entries.length, eval: this.evalPlan.entries.length, decode: this.genPlan.entries.length };
+    return { step: this.trainPlan.entries.length, eval: this.evalPlan.entries.length };
   }
 
   buffer(label, size, usage) {
@@ -485,50 +342,19 @@ export class Trainer {
     this.device.queue.writeBuffer(this.v, 0, zeros);
   }
 
+  /** An activation set of the trainer's buffers, freed with it (createActivations; options: kept, qkv). */
+  activations(label, B, T, kvT, options = {}) {
+    return createActivations((...args) => this.buffer(...args), this.cfg, label, B, T, kvT, options);
+  }
+
   /**
-   * One activation set: what the forward saves for the backward, for B rows of T positions. kept:
-   * layer activations held as one buffer of L slots each (in `kept`, by name), each layer's a view.
-   * qkvOf: another set whose layers' q, k and v views these layers use (as large: kvT·B·C floats each).
-   * qkvLayers: every layer's q, k and v views in one buffer (`kv`), layer l's 3·stride floats from
-   * l·3·stride, for a kernel that reads every layer's KV cache (decode_tokens.js), which keeps the
-   * next window's rows past them (decodeNextRowsFloats).
+   * Forward pass of `rows` = B·T positions of activation set A at absolute positions past.. (past > 0
+   * only with a KV cache: a Decoder's), the logits of the last logitRows rows. Training, evaluation, a
+   * Decoder's prefill and RecomputeDecoder record it.
    */
-  _activations(label, B, T, kvT, keptNames = [], qkvOf = null, qkvLayers = false) {
-    const { nLayer: L } = this.cfg, S = U().STORAGE | U().COPY_SRC;
-    const sizes = activationFloats(this.cfg, B, T, kvT);
-    const make = (table) => Object.fromEntries(Object.entries(table).filter(([k]) => !keptNames.includes(k))
-      .map(([k, n]) => [k, this.buffer(`${label} ${activationLabel(k)}`, 4 * n, S)]));
-    const kept = Object.fromEntries(keptNames.map((k) => {
-      const slot = slotFloats(sizes.layer[k]);
-      return [k, { buffer: this.buffer(`${label} ${activationLabel(k)}`, 4 * L * slot, S), slot }];
-    }));
-    const view = (k, l) => ({ buffer: kept[k].buffer, offset: 4 * l * kept[k].slot, size: 4 * sizes.layer[k] });
-    const kv = qkvLayers ? this.buffer(`${label} qkv`, 4 * kvLayersFloats(this.cfg, sizes.qkv), S) : null;
-    const layers = [];
-    for (let l = 0; l < L; l++) {
-      layers.push({ ...make(sizes.layer), ...Object.fromEntries(keptNames.map((k) => [k, view(k, l)])),
-        ...(qkvOf ? sameQkv(qkvOf.layers[l]) : kv ? qkvLayerViews(kv, l, sizes.qkv) : this._qkvViews(`${label} qkv`, sizes.qkv)) });
-    }
-    // COPY_SRC: a restart on the GPU copies the prefill's tokens into the window it keeps (_batchCommands)
-    const ids = (name) => this.buffer(`${label} ${name}`, 4 * sizes.ids, U().STORAGE | U().COPY_DST | U().COPY_SRC);
-    return {
-      B, T, kvT, layers, kept, kv, res: Array.from({ length: L + 1 }, (_, l) => this.buffer(`${label} res${l}`, 4 * sizes.res, S)),
-      ...make(sizes.top), tokens: ids("tokens"), targets: ids("targets"),
-    };
-  }
-
-  /** {qkv: buffer, stride: floats between the views, q, k, v: views of n floats each}. */
-  _qkvViews(label, n, views = 3) {
-    const stride = slotFloats(n);
-    const qkv = this.buffer(label, 4 * views * stride, U().STORAGE | U().COPY_SRC);
-    return { qkv, ...qkvSlots(qkv, 0, n) };
-  }
-
-  /** Forward pass of `rows` = B·T positions at absolute positions past.. (past > 0 only with a KV cache). */
-  _recordForward(plan, A, { B, T, past, logitRows }) {
+  recordForward(plan, A, { B, T, past, logitRows }) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
     const o = this.offsets, P = this.params, rows = B * T;
-    if (A.chain) return this._recordDecodeChain(plan, A, past);
     const embedding = { T, past, tokens: A.tokens, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"] };
     // the A operand of the products that read LayerNorm `name` of x: x itself, normalised by their
     // prologue (which also stores the output and statistics for the backward), or that output, from
@@ -570,48 +396,11 @@ export class Trainer {
     ops.matmul(plan, "forward", { M: logitRows, N: V, K: C, ...lnf, aOff: first * C, B: P, bOff: o["token_embedding.weight"], C: A.logits, cOff: first * V });
   }
 
-  /** Whether the decode chain (Ops.decodeChainServes) serves this model's decoded tokens (A: the generation's activations). */
-  _decodeChainServes(A) {
-    const { nLayer: L, dModel: C, nHead: H } = this.cfg, o = this.offsets;
-    const names = ["attn.q_proj.weight", "attn.o_proj.weight", "attn.o_proj.bias", "ln1.weight", "ln1.bias",
-      "ln2.weight", "ln2.bias", "mlp.fc_in.weight", "mlp.fc_out.weight", "mlp.fc_out.bias"];
-    const vec4Offsets = [this.projStride, A.layers[0].stride, o["token_embedding.weight"], o["position_embedding.weight"], o["ln_f.weight"], o["ln_f.bias"],
-      ...Array.from({ length: L }, (_, l) => names.map((k) => o[`blocks.${l}.${k}`])).flat()];
-    return this.ops.decodeChainServes({ C, H, kvT: A.kvT, vec4Offsets });
-  }
-
-  /**
-   * A decoded token's forward (past: its position) as the decode chain (decode_row.js): two dispatches
-   * a block and the logits' one. Each dispatch starts from the residual row before it plus a bias and
-   * the partial rows the dispatch before left in A.chain.parts (block 0's from the token's embedding),
-   * and stores that row in the residual buffer.
-   */
-  _recordDecodeChain(plan, A, past) {
-    const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
-    const o = this.offsets, P = this.params, parts = A.chain.parts, at = decodeChainParts(C, H);
-    const ln = (name) => ({ wOff: o[`${name}.weight`], bOff: o[`${name}.bias`], eps });
-    const embed = { tokens: A.tokens, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"] };
-    // the residual row before block l (l = L: the logits'): the token's embedding, or block l - 1's
-    // o_proj sum plus fc_out's bias and its slices' partial rows
-    const rowBefore = (l, store) => (l === 0 ? { embed, store }
-      : { base: A.layers[l - 1].res2, biasOff: o[`blocks.${l - 1}.mlp.fc_out.bias`], partsOff: at.fcOut, nparts: at.slices, store });
-    for (let l = 0; l < L; l++) {
-      const a = A.layers[l], n = `blocks.${l}.`;
-      ops.attentionDecodeQkv(plan, { C, H, kvT: A.kvT, past, row: rowBefore(l, A.res[l]), params: P, wOff: o[n + "attn.q_proj.weight"],
-        wStride: this.projStride, biasOff: o[n + "attn.q_proj.bias"], ln: ln(n + "ln1"), oOff: o[n + "attn.o_proj.weight"],
-        qkv: { buffer: a.qkv, stride: a.stride }, parts, partsOutOff: at.oProj });
-      ops.mlpDecode(plan, { C, row: { base: A.res[l], biasOff: o[n + "attn.o_proj.bias"], partsOff: at.oProj, nparts: H, store: a.res2 },
-        params: P, ln: ln(n + "ln2"), inOff: o[n + "mlp.fc_in.weight"], inBiasOff: o[n + "mlp.fc_in.bias"], outOff: o[n + "mlp.fc_out.weight"],
-        parts, partsOutOff: at.fcOut });
-    }
-    ops.logitsDecode(plan, { C, V, row: rowBefore(L, A.res[L]), params: P, ln: ln("ln_f"), wOff: o["token_embedding.weight"], parts, logits: A.logits });
-  }
-
   _buildTraining() {
     const { nLayer: L, dModel: C, nHead: H, vocabSize: V } = this.cfg, B = this.tr.batch, T = this.cfg.ctx, rows = B * T;
     const ops = this.ops, o = this.offsets, P = this.params, G = this.grads;
     const deferred = this.deferred, stages = deferred ? deferredLayout(this.cfg, rows) : null;
-    const A = (this.act = this._activations("train", B, T, T, deferred ? DEFERRED_ACTIVATIONS : []));
+    const A = (this.act = this.activations("train", B, T, T, { kept: deferred ? DEFERRED_ACTIVATIONS : [] }));
     const S = U().STORAGE | U().COPY_SRC;
     const d = {
       // d ln2 keeps ln2's output gradient until the block's LayerNorm parameter sums, after ln1's backward
@@ -619,7 +408,7 @@ export class Trainer {
       res: this.buffer("d res", 4 * (deferred ? stages.resFloats : rows * C), S), ln: this.buffer("d ln", 4 * rows * C, S),
       ln2: this.buffer("d ln2", 4 * rows * C, S), lnf: this.buffer("d lnf", 4 * rows * C, S),
       h: this.buffer("d h", 4 * (deferred ? L * stages.h : rows * 4 * C), S),
-      att: this.buffer("d att", 4 * rows * C, S), qkv: this._qkvViews("d qkv", rows * C, deferred ? 3 * L : 3),
+      att: this.buffer("d att", 4 * rows * C, S), qkv: qkvViews((...args) => this.buffer(...args), "d qkv", rows * C, deferred ? 3 * L : 3),
       // (deferred) the logits' gradient, kept for the head's weight gradient in the group (headDeferred;
       // made whenever deferred, as the buffer list, trainerBuffers, does not depend on the device)
       logits: deferred ? this.buffer("d logits", 4 * rows * V, S) : null,
@@ -709,7 +498,7 @@ export class Trainer {
     this.ringNext = 0;
 
     const plan = (this.trainPlan = new Plan(this.device, this.ops.pipelines, "train step"));
-    this._recordForward(plan, A, { B, T, past: 0, logitRows: rows });
+    this.recordForward(plan, A, { B, T, past: 0, logitRows: rows });
     const wte = o["token_embedding.weight"];
     if (headDeferred) {
       ops.matmul(plan, "backward_input", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf,
@@ -746,10 +535,10 @@ export class Trainer {
         return false;
       };
       // All on 64×64w rather than each on its own tile (32×32-s2 for the C×C ones, and at medium and
-      // large for all): H100, ms/step, 3 trainers a side, 64×64w / own tiles: medium 0.936 / 0.948,
-      // large 2.012 / 2.041, xl 2.639 / 2.683, huge 6.327 / 6.453, massive 8.149 / 8.303. Where the
-      // device binds too few buffers for that group (its split-K scratch is a 9th), a group per own
-      // tile (at medium unsplit: 8), else one dispatch each.
+      // large for all): faster at every preset that defers (see
+      // docs/lab/2026-11-27-wgsl-step-deferred-weight-gradients.md §31). Where the device binds too few
+      // buffers for that group (its split-K scratch is a 9th), a group per own tile (at medium
+      // unsplit: 8), else one dispatch each.
       const ways = headDeferred ? withHead : deferredPlans(this.cfg, rows);
       if (!group(ways.group)) {
         if (headDeferred) throw new Error("the deferred weight gradients with the head's: no group on this device");
@@ -795,7 +584,7 @@ export class Trainer {
 
     // eval: the same forward, cross-entropy without gradient, per-row losses read back
     this.evalPlan = new Plan(this.device, this.ops.pipelines, "eval");
-    this._recordForward(this.evalPlan, A, { B, T, past: 0, logitRows: rows });
+    this.recordForward(this.evalPlan, A, { B, T, past: 0, logitRows: rows });
     ops.crossEntropyForward(this.evalPlan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
     this.evalPlan.freeze();
     this.rowsReadback = this.buffer("row losses readback", 4 * rows, U().MAP_READ | U().COPY_DST);
@@ -803,7 +592,6 @@ export class Trainer {
     this.yHost = new Uint32Array(rows);
     this.startsHost = new Array(B);
   }
-
   /** Fills xHost/yHost with windows of `data` at `starts` (rows beyond starts.length repeat row 0). */
   _fillWindows(data, starts) {
     const T = this.cfg.ctx, B = this.tr.batch;
@@ -938,519 +726,6 @@ export class Trainer {
     return sum / (starts.length * T);
   }
 
-  _buildGeneration() {
-    const ctx = this.cfg.ctx;
-    this.gen = this._activations("generate", 1, 1, ctx, [], null, decodeTokensFits(this.cfg));
-    // the decode chain's partial rows between its dispatches (made where it does not serve too: the
-    // buffers a trainer needs do not depend on the device)
-    const { dModel: C, nHead: H } = this.cfg;
-    const parts = this.buffer("generate partial rows", 4 * decodeChainParts(C, H).floats, U().STORAGE | U().COPY_SRC);
-    this.gen.chain = this._decodeChainServes(this.gen) ? { parts } : null;
-    this.genPlan = new Plan(this.device, this.ops.pipelines, "decode");
-    this._recordForward(this.genPlan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
-    this.genPlan.freeze();
-    this.genPositions = new Array(ctx); // _placeDecodePlan's records, by position
-    // prefill: one forward of a whole window (padded to ctx) whose q, k and v land in the decode's
-    // views, k and v as the KV cache at positions 0..: a prompt, or the window after a restart, costs
-    // one forward, not one per token (causal attention keeps the padding out of the window's rows;
-    // decoding overwrites its k, v)
-    const pre = this._activations("prefill", 1, ctx, ctx, [], this.gen);
-    this.prefill = pre;
-    this.prefillPlan = new Plan(this.device, this.ops.pipelines, "prefill");
-    this._recordForward(this.prefillPlan, pre, { B: 1, T: ctx, past: 0, logitRows: ctx });
-    this.prefillPlan.freeze();
-    this.prefillTokens = new Uint32Array(ctx);
-    this.genLogits = this.buffer("logits readback", 4 * this.cfg.vocabSize, U().MAP_READ | U().COPY_DST);
-    this.genToken = new Uint32Array(1);
-    this._buildSampler();
-    if (decodeTokensFits(this.cfg)) { // decode_tokens.js's window (its length, then its tokens) and its rebuild's scratch
-      this.genWindow = this.buffer("generate window", 4 * (1 + ctx), U().STORAGE | U().COPY_DST);
-      this.genRows = this.buffer("generate rows", 4 * decodeRowsFloats(this.cfg), U().STORAGE);
-      this.genWindowValues = new Uint32Array(1 + ctx);
-      // two batches' draws and records, so that the next batch runs while this one's are read
-      const bytes = 4 * TOKENS_BATCH * sampleRecordFloats(this.cfg.vocabSize);
-      this.tokenSlots = [0, 1].map((i) => ({
-        draws: this.buffer(`tokens draws ${i}`, 4 * TOKENS_BATCH, U().STORAGE | U().COPY_DST),
-        samples: this.buffer(`tokens samples ${i}`, bytes, U().STORAGE | U().COPY_SRC),
-        read: this.buffer(`tokens readback ${i}`, bytes, U().MAP_READ | U().COPY_DST),
-        drawValues: new Float32Array(TOKENS_BATCH), commands: null }));
-      this.tokensSlot = 1; // the slot of the batch submitted last
-      this.tokensFlight = null; // the batch submitted ahead: _submitTokens's {n, buffer, read}
-    }
-    this._startTokensPlan();
-  }
-
-  /**
-   * The GPU's sampler (sample_decode.js) for _decodeBatch: a dispatch per step of a batch, each
-   * reading its own uniform from `draws` and writing its record to `samples` and its token to `batch`,
-   * and one more that samples a batch's first token from a prefill's logits. The decode plan of
-   * every step but the first is a plan of its own (genSlots), since a plan's uniforms hold one
-   * position; all of them share the positions' records (genPositions).
-   * The window as the GPU has it (genChainWindow: positions 0..ctx, the last one the token that
-   * restarts a full window) gathers each batch's tokens, so that a batch submitted ahead can restart
-   * the window before the host has read the tokens in it. Two read-backs: one batch's records are
-   * read while the next one's land.
-   */
-  _buildSampler() {
-    const V = this.cfg.vocabSize, bytes = 4 * DECODE_BATCH * sampleRecordFloats(V);
-    this.genDraws = this.buffer("generate draws", 4 * DECODE_BATCH, U().STORAGE | U().COPY_DST);
-    this.genSamples = this.buffer("generate samples", bytes, U().STORAGE | U().COPY_SRC);
-    this.genBatchTokens = this.buffer("generate batch tokens", 4 * DECODE_BATCH, U().STORAGE | U().COPY_SRC);
-    this.genChainWindow = this.buffer("generate chain window", 4 * (this.cfg.ctx + 1), U().COPY_SRC | U().COPY_DST);
-    this.genWindowUpload = new Uint32Array(this.cfg.ctx + 1);
-    this.chainReads = [0, 1].map((i) => this.buffer(`samples readback ${i}`, bytes, U().MAP_READ | U().COPY_DST));
-    this.chainSlot = 1; // the read-back of the batch submitted last
-    this.chainFlight = null; // the batch submitted ahead: _submitBatch's flight
-    this.genDrawValues = new Float32Array(DECODE_BATCH);
-    this.genSlots = [this.genPlan];
-    if (!sampleDecodeFits(V)) return;
-    this.samplePlan = new Plan(this.device, this.ops.pipelines, "sample");
-    const sample = (logits, step) => this.ops.sampleDecode(this.samplePlan, { V, logits, draws: this.genDraws,
-      tokens: this.gen.tokens, samples: this.genSamples, batch: this.genBatchTokens, step, temperature: 0, topK: 0 });
-    for (let step = 0; step < DECODE_BATCH; step++) sample(this.gen.logits, step);
-    sample(this.prefill.logits, 0); // a batch's first step after a prefill: its logits_off is the window's last row
-    this.samplePlan.freeze();
-    this.sampling = sampleDecodeValues(0, 0); // the samplers' uniforms as last set
-  }
-
-  /** Builds decode_tokens.js's plan where the rule (or the constructor) takes it. */
-  _startTokensPlan() {
-    if (!this.samplePlan || !this._decodesInOneWorkgroup()) return;
-    // By the rule, the kernel compiles in the background, and batches take the decode chain until it is
-    // ready: a software adapter spends seconds on it, which a first token should not wait for. Asked for
-    // (decodeInOneWorkgroup true), it is ready before the first batch.
-    if (this.decodeInOneWorkgroup === true) this._buildTokensPlan();
-    else {
-      // a failure leaves the chain in place (this.tokensError says why): the chain is what the rule replaces
-      this.tokensReady = this.ops.prepareDecodeTokens(this.cfg, this.decodeNextWindow)
-        .then(() => { if (this.buffers.length) this._buildTokensPlan(); }, (e) => { this.tokensError = e; }); // no buffers: destroyed
-    }
-  }
-
-  /** The plan of decode_tokens.js's one dispatch (a batch's steps), with the current sampling. */
-  _buildTokensPlan() {
-    this.tokensPlan = new Plan(this.device, this.ops.pipelines, "decode tokens");
-    for (const { draws, samples } of this.tokenSlots) {
-      this.ops.decodeTokens(this.tokensPlan, { model: this.cfg, values: { ...this._decodeTokensValues(), ...this.sampling },
-        window: this.genWindow, params: this.params, kv: this.gen.kv, draws, samples, rows: this.genRows, next: this.decodeNextWindow });
-    }
-    this.tokensPlan.freeze();
-  }
-
-  /**
-   * Whether a batch's decoded tokens run in one dispatch of one workgroup (decode_tokens.js) instead
-   * of the decode chain's 1 + 2L dispatches and a sampler's each: where the model fits it and is small
-   * enough that one workgroup's work costs less than the chain's launches (DECODE_IN_ONE_WORKGROUP_MAX_WIDTH),
-   * or as the constructor's decodeInOneWorkgroup says. By the rule, from when its pipeline is ready
-   * (this.tokensReady).
-   */
-  _decodesInOneWorkgroup() {
-    const fits = decodeTokensFits(this.cfg); // as the generation's KV cache was laid out
-    if (this.decodeInOneWorkgroup === true && !fits) throw new Error("decodeInOneWorkgroup: this model does not fit one workgroup of this device");
-    return fits && (this.decodeInOneWorkgroup ?? this.cfg.dModel <= DECODE_IN_ONE_WORKGROUP_MAX_WIDTH);
-  }
-
-  /** decode_tokens.js's uniforms but for the steps' (set per batch) and the sampling's (per generation). */
-  _decodeTokensValues() {
-    const { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps } = this.cfg, o = this.offsets;
-    const block = o["blocks.0.ln1.weight"], at = (name) => o[`blocks.0.${name}`] - block;
-    const stride = this.gen.layers[0].stride;
-    return { rebuild: 0, steps: 0, V, wte_off: o["token_embedding.weight"], wpe_off: o["position_embedding.weight"], block_off: block,
-      block_stride: L > 1 ? o["blocks.1.ln1.weight"] - block : 0, ln1_w: at("ln1.weight"), ln1_b: at("ln1.bias"),
-      qkv_w: at("attn.q_proj.weight"), qkv_b: at("attn.q_proj.bias"), qkv_stride: this.projStride, o_w: at("attn.o_proj.weight"),
-      o_b: at("attn.o_proj.bias"), ln2_w: at("ln2.weight"), ln2_b: at("ln2.bias"), in_w: at("mlp.fc_in.weight"), in_b: at("mlp.fc_in.bias"),
-      out_w: at("mlp.fc_out.weight"), out_b: at("mlp.fc_out.bias"), lnf_w: o["ln_f.weight"], lnf_b: o["ln_f.bias"], kv_layer: 3 * stride,
-      kv_stride: stride, ln_eps: layerNormEps, scale: 1 / Math.sqrt(C / H) };
-  }
-
-  /** Whether _decodeBatch serves this temperature (and the vocabulary): else the host samples every token. */
-  _samplesOnGpu(temperature) {
-    if (!this.genPlan) this._buildGeneration();
-    return Boolean(this.samplePlan) && sampleDecodeServes(temperature);
-  }
-
-  /** The decode plan of a batch's step `step` (the first: genPlan), recorded on first use. */
-  _decodeSlot(step) {
-    while (this.genSlots.length <= step) {
-      const plan = new Plan(this.device, this.ops.pipelines, `decode ${this.genSlots.length}`);
-      this._recordForward(plan, this.gen, { B: 1, T: 1, past: 0, logitRows: 1 });
-      plan.freeze();
-      this.genSlots.push(plan);
-    }
-    return this.genSlots[step];
-  }
-
-  /**
-   * n tokens' decode and sample commands from position pos on, their records copied to read-back
-   * `slot` after them and their tokens to the GPU's window (at pos + 1..); with `prefill`, the
-   * prefill's forward first and its last row sampled as step 0. onGpu: the prefill's window is the
-   * GPU's window restarted (its last ctx/2 tokens and the one that restarted it), copied from
-   * genChainWindow, and the restarted window is copied back to its start.
-   */
-  _batchCommands(pos, n, { prefill = false, onGpu = false, slot = 0 } = {}) {
-    this.ahead = null; // placing the plans' uniforms voids what was recorded ahead with them
-    const enc = this.device.createCommandEncoder({ label: "decode batch" });
-    if (onGpu) {
-      const ctx = this.cfg.ctx, kept = Math.floor(ctx / 2) + 1; // as generate()'s advance
-      enc.copyBufferToBuffer(this.genChainWindow, 4 * (ctx + 1 - kept), this.prefill.tokens, 0, 4 * kept);
-      enc.copyBufferToBuffer(this.prefill.tokens, 0, this.genChainWindow, 0, 4 * kept);
-    }
-    const pass = enc.beginComputePass();
-    if (prefill) {
-      this.prefillPlan.encode(pass);
-      this.samplePlan.encode(pass, { first: DECODE_BATCH, end: DECODE_BATCH + 1 });
-    }
-    for (let step = prefill ? 1 : 0; step < n; step++) {
-      const plan = this._decodeSlot(step);
-      this._placeDecodePlan(pos + step, plan);
-      plan.encode(pass);
-      this.samplePlan.encode(pass, { first: step, end: step + 1 });
-    }
-    pass.end();
-    enc.copyBufferToBuffer(this.genSamples, 0, this.chainReads[slot], 0, 4 * n * sampleRecordFloats(this.cfg.vocabSize));
-    enc.copyBufferToBuffer(this.genBatchTokens, 0, this.genChainWindow, 4 * (pos + 1), 4 * n);
-    return { key: batchKey(pos, n, prefill, slot), commands: enc.finish() };
-  }
-
-  /**
-   * Decodes the window's last token (at pos) and the n − 1 tokens the GPU samples after it, at
-   * pos + 1..; returns each step's {token, certain, logits}. prefill (a restart, or a prompt: the
-   * window of pos + 1 tokens): the window's forward fills the KV cache and gives step 0's logits
-   * instead of the token's decode (one submit where a rebuilt window took a round trip to the host of its own). A step's
-   * token is the host's rule's (sampleToken's) where `certain`; after the first step that is not,
-   * the rest are void (the host samples that one from its logits and goes on from there). The stream
-   * is not advanced: step s takes the uniform s draws ahead (none at temperature 0).
-   * next ({pos, n, prefill}, or null): the batch expected after this one, if every token of this one
-   * is certain. With decodeAhead it is submitted before this one's records are read, going on from
-   * the GPU's token and window (its restart too); the call after takes it where its token and batch
-   * are the ones expected, else waits it out unread (and, where it restarted the window, rebuilds the
-   * host's: a prefill). Without, its commands are recorded while the GPU runs this one.
-   */
-  async _decodeBatch(window, n, { temperature, topK, stream, prefill = false, next = null }) {
-    this._setSampling(temperature, topK);
-    const token = window.at(-1), pos = window.length - 1;
-    let flight = this.chainFlight;
-    this.chainFlight = null;
-    if (flight && !(flight.pos === pos && flight.n === n && flight.prefill === prefill && flight.token === token)) {
-      // a restart of the GPU's window that did not happen left its rows in the KV cache: the host's window is rebuilt
-      if (await this._landChain(flight)) prefill ||= window.length > 1;
-      flight = null;
-    }
-    flight ??= this._submitBatch(pos, n, { window, prefill, temperature, stream, drawsFrom: 0 });
-    if (next && this.decodeAhead) {
-      this.chainFlight = this._submitBatch(next.pos, next.n, { window: null, prefill: next.prefill, temperature, stream, drawsFrom: n });
-    } else if (next) {
-      this.ahead = this._batchCommands(next.pos, next.n, { prefill: next.prefill, slot: 1 - this.chainSlot });
-    }
-    await flight.read;
-    const steps = this._readSamples(flight.buffer, n);
-    // the batch ahead went on from this one's last token as the GPU sampled it
-    if (this.chainFlight) this.chainFlight.token = steps[n - 1].certain ? steps[n - 1].token : -1;
-    return steps;
-  }
-
-  /**
-   * Submits a batch of n steps from position pos in the read-back slot after the last one's, its
-   * draws from drawsFrom draws ahead of the stream. window (the host's, of pos + 1 tokens): its last
-   * token, and the window itself as the GPU's (a prefill's too, where `prefill`); null: the batch
-   * goes on from the GPU's token, and a prefill from the GPU's window. Returns {pos, n, prefill, token,
-   * buffer, read} (mapFlight); token, the GPU's last one before it, is set once that is read.
-   */
-  _submitBatch(pos, n, { window, prefill, temperature, stream, drawsFrom }) {
-    const slot = (this.chainSlot = 1 - this.chainSlot), onGpu = prefill && !window;
-    // commands recorded ahead (without decodeAhead) are a host window's
-    const commands = (onGpu ? null : this._takeAhead(batchKey(pos, n, prefill, slot))) ?? this._batchCommands(pos, n, { prefill, onGpu, slot }).commands;
-    if (window) {
-      if (prefill) this._uploadPrefillTokens(window);
-      this.genWindowUpload.set(window);
-      this.device.queue.writeBuffer(this.genChainWindow, 0, this.genWindowUpload, 0, window.length);
-      this.genToken[0] = window.at(-1);
-      this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
-    }
-    if (prefill) this.samplePlan.update(DECODE_BATCH, { logits_off: pos * this.cfg.vocabSize });
-    this._uploadDraws(this.genDraws, this.genDrawValues, n, { temperature, stream, from: drawsFrom });
-    this.device.queue.submit([commands]);
-    return { pos, n, prefill, token: null, ...mapFlight(this.chainReads[slot]) };
-  }
-
-  /**
-   * Waits out the decode chain's batch submitted ahead (chainFlight, or `flight`), whose records are
-   * not wanted; returns whether it was a prefill (whose rows replaced the KV cache's).
-   */
-  async _landChain(flight = this.chainFlight) {
-    if (flight === this.chainFlight) this.chainFlight = null;
-    if (!flight) return false;
-    await landFlight(flight);
-    return flight.prefill;
-  }
-
-  /**
-   * Decodes the window's last token and samples the n − 1 tokens after it in one dispatch of one
-   * workgroup (decode_tokens.js), as _decodeBatch, but the window lives on the GPU: the kernel appends
-   * each token and restarts a full window itself, so a batch does not end where the window does.
-   * upload: the host's window replaces the GPU's, whose KV rows the kernel rebuilds first (a prompt,
-   * or a token the host sampled). next (> 0): the steps of the batch after this one, which is
-   * submitted before this one's records are read (decodeAhead), going on from the GPU's window as if
-   * every token of this one were certain; the call after takes it where it needs no upload (its n is
-   * then the one asked for here), else waits it out unread.
-   */
-  async _tokensBatch(window, n, { temperature, topK, stream, upload, next = 0 }) {
-    this._setSampling(temperature, topK);
-    if (upload) await this._landTokens();
-    const flight = this.tokensFlight ?? this._submitTokens(n, { window: upload ? window : null, temperature, stream, drawsFrom: 0 });
-    this.tokensFlight = null;
-    if (next > 0 && this.decodeAhead) this.tokensFlight = this._submitTokens(next, { window: null, temperature, stream, drawsFrom: flight.n });
-    await flight.read;
-    return this._readSamples(flight.buffer, flight.n);
-  }
-
-  /**
-   * Submits a batch of n steps in the slot after the last one's: its steps, its window (where given:
-   * uploaded and rebuilt first) and its draws (from drawsFrom draws ahead of the stream). Returns
-   * {n, buffer, read} (mapFlight); the slot's next commands are recorded while the GPU runs.
-   */
-  _submitTokens(n, { window, temperature, stream, drawsFrom }) {
-    const index = (this.tokensSlot = 1 - this.tokensSlot), slot = this.tokenSlots[index];
-    this.tokensPlan.update(index, { steps: n, rebuild: window ? 1 : 0 });
-    if (window) {
-      this.genWindowValues[0] = window.length;
-      this.genWindowValues.set(window, 1);
-      this.device.queue.writeBuffer(this.genWindow, 0, this.genWindowValues, 0, 1 + window.length);
-    }
-    this._uploadDraws(slot.draws, slot.drawValues, n, { temperature, stream, from: drawsFrom });
-    this.device.queue.submit([slot.commands ?? this._tokensCommands(index)]);
-    const flight = { n, ...mapFlight(slot.read) };
-    slot.commands = this._tokensCommands(index);
-    return flight;
-  }
-
-  /** Waits out the batch submitted ahead, if any, whose records are not wanted (the window changed under it). */
-  async _landTokens() {
-    const flight = this.tokensFlight;
-    this.tokensFlight = null;
-    if (flight) await landFlight(flight);
-  }
-
-  /** Slot `index`'s batch: its dispatch, then every step's record copied out. */
-  _tokensCommands(index) {
-    const slot = this.tokenSlots[index], enc = this.device.createCommandEncoder({ label: "decode tokens" });
-    const pass = enc.beginComputePass();
-    this.tokensPlan.encode(pass, { first: index, end: index + 1 });
-    pass.end();
-    enc.copyBufferToBuffer(slot.samples, 0, slot.read, 0, 4 * TOKENS_BATCH * sampleRecordFloats(this.cfg.vocabSize));
-    return enc.finish();
-  }
-
-  /** The samplers' uniforms for a temperature and top-k, uploaded where they changed. */
-  _setSampling(temperature, topK) {
-    const values = sampleDecodeValues(temperature, topK);
-    if (Object.keys(values).every((k) => values[k] === this.sampling[k])) return;
-    for (const plan of [this.samplePlan, this.tokensPlan]) for (let i = 0; plan && i < plan.entries.length; i++) plan.update(i, values);
-    this.sampling = values;
-  }
-
-  /** A batch's n uniforms into `draws` through `values` (step s the one from + s draws ahead of the stream; none at temperature 0). */
-  _uploadDraws(draws, values, n, { temperature, stream, from = 0 }) {
-    if (temperature !== 0) for (let step = 0; step < n; step++) values[step] = stream.peekUniform(from + step);
-    this.device.queue.writeBuffer(draws, 0, values);
-  }
-
-  /** The n step records of a batch mapped in `read` as {token, certain, logits}; unmaps it. */
-  _readSamples(read, n) {
-    const V = this.cfg.vocabSize, R = sampleRecordFloats(V);
-    const records = new Float32Array(read.getMappedRange(0, 4 * n * R)).slice();
-    read.unmap();
-    return Array.from({ length: n }, (_, s) => ({
-      token: records[s * R], certain: records[s * R + 1] === 1, logits: records.subarray(s * R + 4, s * R + 4 + V),
-    }));
-  }
-
-  /** Fills the KV cache with `tokens` (2..ctx) at positions 0.. in one forward; returns the last one's logits. */
-  async _prefill(tokens) {
-    if (!this.genPlan) this._buildGeneration();
-    const V = this.cfg.vocabSize;
-    this._uploadPrefillTokens(tokens);
-    const enc = this.device.createCommandEncoder({ label: "prefill" });
-    const pass = enc.beginComputePass();
-    this.prefillPlan.encode(pass);
-    pass.end();
-    enc.copyBufferToBuffer(this.prefill.logits, 4 * (tokens.length - 1) * V, this.genLogits, 0, 4 * V);
-    this.device.queue.submit([enc.finish()]);
-    await mapForReading(this.genLogits, "logits");
-    const logits = new Float32Array(this.genLogits.getMappedRange()).slice();
-    this.genLogits.unmap();
-    return logits;
-  }
-
-  /**
-   * Sets the decode plan's uniforms and workgroup counts for position `pos`, the one thing that differs
-   * between tokens. Recording the plan took the host 0.2–1.5 ms a token (tiny to massive), more than
-   * the GPU's work for it (docs/performance.md §35), so each position's record is kept after its first
-   * use and put back from then on: generation revisits positions ctx/2..ctx-1 after every restart.
-   */
-  _placeDecodePlan(pos, plan = this.genPlan) {
-    const kept = this.genPositions[pos];
-    if (kept) return plan.restore(kept);
-    plan.rerecord();
-    this._recordForward(plan, this.gen, { B: 1, T: 1, past: pos, logitRows: 1 });
-    plan.freeze();
-    this.genPositions[pos] = plan.snapshot();
-  }
-
-  /** A prefill's window (≤ ctx tokens), padded with zeros: causal attention keeps the padding out of its rows. */
-  _uploadPrefillTokens(tokens) {
-    this.prefillTokens.fill(0);
-    this.prefillTokens.set(tokens);
-    this.device.queue.writeBuffer(this.prefill.tokens, 0, this.prefillTokens);
-  }
-
-  /**
-   * The commands recorded ahead (this.ahead: {key, commands}, from _decodeCommands or _batchCommands)
-   * if they are the ones `key` asks for, else null; the slot is empty after either. Recording places
-   * the plans' uniforms, so a recording voids what was recorded ahead before it.
-   */
-  _takeAhead(key) {
-    const ahead = this.ahead;
-    this.ahead = null;
-    return ahead?.key === key ? ahead.commands : null;
-  }
-
-  /** The decode plan's commands at position `pos`, its logits copied to genLogits after them. */
-  _decodeCommands(pos) {
-    this.ahead = null; // placing genPlan's uniforms voids what was recorded ahead with them
-    this._placeDecodePlan(pos);
-    const enc = this.device.createCommandEncoder({ label: "decode" });
-    const pass = enc.beginComputePass();
-    this.genPlan.encode(pass);
-    pass.end();
-    enc.copyBufferToBuffer(this.gen.logits, 0, this.genLogits, 0, 4 * this.cfg.vocabSize);
-    return { key: `decode ${pos}`, commands: enc.finish() };
-  }
-
-  /**
-   * Feeds one token at position `pos` through the KV cache and returns its logits. The commands of
-   * the token at pos + 1 depend on its position only (the token itself is uploaded), so they are
-   * recorded while the GPU runs this one: the host's recording, ~5 µs a dispatch in Node, no longer
-   * waits for the logits (docs/performance.md §35). Where the next call asks for another position (a
-   * window restart), they are dropped unsubmitted.
-   */
-  async _decode(token, pos) {
-    if (!this.genPlan) this._buildGeneration();
-    const commands = this._takeAhead(`decode ${pos}`) ?? this._decodeCommands(pos).commands;
-    this.genToken[0] = token;
-    this.device.queue.writeBuffer(this.gen.tokens, 0, this.genToken);
-    this.device.queue.submit([commands]);
-    const read = mapForReading(this.genLogits, "logits");
-    if (pos + 1 < this.cfg.ctx) this.ahead = this._decodeCommands(pos + 1);
-    await read;
-    const logits = new Float32Array(this.genLogits.getMappedRange()).slice();
-    this.genLogits.unmap();
-    return logits;
-  }
-
-  /** Logits of every position of `tokens` (≤ ctx), computed one token at a time through the KV cache. */
-  async decodeLogits(tokens) {
-    if (tokens.length > this.cfg.ctx) throw new Error(`${tokens.length} tokens exceed the context of ${this.cfg.ctx}`);
-    const out = [];
-    for (let i = 0; i < tokens.length; i++) out.push(await this._decode(tokens[i], i));
-    return out;
-  }
-
-  /**
-   * Generates maxNewTokens bytes after `prompt` (bytes) with the KV cache, calling onToken(byte, logits) as each
-   * one is sampled (logits: the Float32Array (V) it was sampled from). Context policy (docs/determinism.md, as python_ref/sample.py's advance_window):
-   * appending to a full window (ctx tokens) first restarts it from its last ctx/2 tokens at positions
-   * 0.., and the cache is rebuilt (one prefill forward); prompt tokens go through the same policy.
-   * Where the GPU's sampler serves (_samplesOnGpu), up to DECODE_BATCH tokens are decoded and sampled
-   * in one submit by the decode chain (_decodeBatch), a (re)built window's prefill first in it, or up
-   * to TOKENS_BATCH in one workgroup (_tokensBatch), which keeps the window and restarts it on the GPU, the next batch
-   * submitted before this one is read. The host samples only the tokens the GPU could not tell for
-   * certain: the tokens are sampleToken's either way.
-   * signal (an AbortSignal): once aborted, generation stops before the next token and returns those made.
-   * batchMs: the time a batch's steps may take, by the last batch's (tests give Infinity: full batches).
-   */
-  async generate(prompt, { maxNewTokens, temperature, topK, seed = 0, onToken = null, signal = null, batchMs = BATCH_MS } = {}) {
-    if (!prompt || prompt.length === 0) throw new Error("generation needs a prompt of at least one byte");
-    const ctx = this.cfg.ctx, stream = new SampleStream(seed), onGpu = this._samplesOnGpu(temperature);
-    const aborted = () => signal?.aborted === true;
-    let window = [], restarted = false;
-    const advance = (token) => {
-      restarted = window.length >= ctx;
-      if (restarted) window = window.slice(window.length - Math.floor(ctx / 2));
-      window.push(token);
-    };
-    for (const t of prompt) advance(t);
-    const rebuild = () => (window.length === 1 ? this._decode(window[0], 0) : this._prefill(window));
-    // with the GPU sampling, a (re)built window's prefill opens the next batch, which samples from it
-    let prefill = onGpu && window.length > 1;
-    const restart = async () => {
-      if (!onGpu) return rebuild();
-      prefill = window.length > 1;
-      return null;
-    };
-    let logits = onGpu ? null : await rebuild(); // the logits the host samples the next token from, if any
-    const out = [];
-    // batches grow 1, 2, 4 .. DECODE_BATCH (or TOKENS_BATCH) steps (fewer where the last one's steps took BATCH_MS): a
-    // batch's first token reaches onToken when its last step is done, and the playground's first token
-    // on a software adapter took 16 steps' time
-    let cap = 1, timeCap = TOKENS_BATCH;
-    const emit = (token, from) => {
-      out.push(token);
-      if (onToken) onToken(token, from);
-      if (out.length === maxNewTokens) return false;
-      advance(token);
-      return true;
-    };
-    // a batch's steps: each certain token emitted, and the first uncertain one's logits kept for the host
-    // to sample; restarts: the chain's batches end where the window restarts (the kernel restarts it itself)
-    const take = async (steps, restarts) => {
-      for (const step of steps) {
-        if (aborted()) return;
-        if (!step.certain) { logits = step.logits.slice(); return; }
-        if (temperature !== 0) stream.drawn += 1;
-        if (!emit(step.token, step.logits)) return;
-        if (restarts && restarted) { logits = await restart(); return; } // only a batch's last step restarts
-      }
-    };
-    let synced = false; // whether the GPU's window (decode_tokens.js) is the host's
-    while (out.length < maxNewTokens && !aborted()) {
-      if (logits) {
-        synced = false;
-        if (!emit(sampleToken(logits, temperature, topK, stream), logits)) break;
-        logits = restarted ? await restart() : onGpu ? null : await this._decode(window.at(-1), window.length - 1);
-        continue;
-      }
-      if (this.tokensPlan) { // one workgroup: the window, restarts included, stays on the GPU
-        // a batch submitted ahead goes on from the GPU's window: its steps were set one batch before
-        const n = synced && this.tokensFlight ? this.tokensFlight.n : Math.min(cap, maxNewTokens - out.length);
-        cap = Math.min(2 * cap, TOKENS_BATCH, timeCap);
-        const next = Math.min(cap, maxNewTokens - out.length - n), started = performance.now();
-        const steps = await this._tokensBatch(window, n, { temperature, topK, stream, upload: !synced, next });
-        timeCap = Math.max(1, Math.floor(batchMs / ((performance.now() - started) / n)));
-        synced = true;
-        await take(steps, false);
-        continue;
-      }
-      // the window's last token is sampled, not decoded: a batch decodes it and samples the next n
-      // while no step's token would restart the window before the step after it is decoded
-      const batchOf = (made, w) => Math.min(cap, maxNewTokens - made, ctx - w + 1);
-      const w = window.length, n = batchOf(out.length, w);
-      cap = Math.min(2 * cap, DECODE_BATCH, timeCap);
-      // the next batch, if every token of this one is certain: its window restarted (a prefill of
-      // ctx/2 + 1 tokens) where this one's last token restarts it
-      const nextW = w + n <= ctx ? w + n : Math.floor(ctx / 2) + 1, nextN = batchOf(out.length + n, nextW);
-      const next = nextN > 0 ? { pos: nextW - 1, n: nextN, prefill: w + n > ctx && nextW > 1 } : null;
-      const started = performance.now();
-      const steps = await this._decodeBatch(window, n, { temperature, topK, stream, prefill, next });
-      timeCap = Math.max(1, Math.floor(batchMs / ((performance.now() - started) / n)));
-      prefill = false;
-      await take(steps, true);
-    }
-    await this._landTokens(); // a batch submitted ahead of an abort, or of the last uncertain token
-    await this._landChain();
-    return Uint8Array.from(out);
-  }
-
   async _read(buffer, bytes) {
     const staging = this.device.createBuffer({ label: "state readback", size: bytes, usage: U().MAP_READ | U().COPY_DST });
     const enc = this.device.createCommandEncoder();
@@ -1499,15 +774,10 @@ export class Trainer {
     this.stepCount = step;
   }
 
-  /**
-   * Frees the GPU objects. Returns a promise that settles when the work begun in the background (the
-   * decode kernel's compile) is over: a Node process awaits it before it exits, since Dawn aborts
-   * (std::system_error) where the process exits during a compile. A page need not wait.
-   */
+  /** Frees the GPU objects. Destroy a Decoder on this trainer first (Decoder.destroy). */
   destroy() {
-    for (const p of [this.trainPlan, this.evalPlan, this.prefillPlan, this.samplePlan, this.tokensPlan, ...(this.genSlots ?? [])]) if (p) p.destroy();
+    for (const p of [this.trainPlan, this.evalPlan]) if (p) p.destroy();
     for (const b of this.buffers) b.destroy();
     this.buffers = [];
-    return Promise.resolve(this.tokensReady);
   }
 }

@@ -1,5 +1,5 @@
-// extern "C" entry points over matmul.h and thread_pool.h, so that tests/wasm/test_native_matmul.py and
-// bench/cpu/native.py can drive the kernels through ctypes from a small shared library.
+// extern "C" entry points over matmul.h and thread_pool.h, so that tests/wasm/test_native_matmul.py
+// and bench/cpu/native.py can drive the kernels through ctypes from a small shared library.
 #include <chrono>
 
 #include "../../wasm/src/matmul.h"

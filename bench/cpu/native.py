@@ -59,8 +59,8 @@ def timed(fn, seconds: float, min_reps: int = 3, warmup: int = 1) -> float:
 def linear_shapes(preset: str) -> list[tuple[int, int, int, int]]:
     """(M, K, N, times per step) of every Linear product: per block q, k, v, o (C->C), fc_in (C->4C),
     fc_out (4C->C); the tied head (C->vocab) once. M = batch * ctx rows."""
-    cfg, tc = model_config(preset), train_config(preset)
-    M, C, L = tc.batch * cfg.ctx, cfg.dModel, cfg.nLayer
+    cfg, train_cfg = model_config(preset), train_config(preset)
+    M, C, L = train_cfg.batch * cfg.ctx, cfg.dModel, cfg.nLayer
     return [(M, C, C, 4 * L), (M, C, 4 * C, L), (M, 4 * C, C, L), (M, C, cfg.vocabSize, 1)]
 
 
@@ -157,13 +157,13 @@ def bench_step_torch(preset: str, threads: int, seconds: float) -> float:
     from python_ref.model import TinyGPT
     from python_ref.train import make_optimizer, train_step
 
-    cfg, tc = model_config(preset), train_config(preset)
-    model = TinyGPT(cfg, seed=tc.seed)
-    opt = make_optimizer(model, tc)
+    cfg, train_cfg = model_config(preset), train_config(preset)
+    model = TinyGPT(cfg, seed=train_cfg.seed)
+    opt = make_optimizer(model, train_cfg)
     g = torch.Generator().manual_seed(0)
-    x = torch.randint(0, cfg.vocabSize, (tc.batch, cfg.ctx), generator=g)
-    y = torch.randint(0, cfg.vocabSize, (tc.batch, cfg.ctx), generator=g)
-    return timed(lambda: train_step(model, opt, x, y, tc.gradClip), seconds, warmup=2)
+    x = torch.randint(0, cfg.vocabSize, (train_cfg.batch, cfg.ctx), generator=g)
+    y = torch.randint(0, cfg.vocabSize, (train_cfg.batch, cfg.ctx), generator=g)
+    return timed(lambda: train_step(model, opt, x, y, train_cfg.gradClip), seconds, warmup=2)
 
 
 class NativeModel:
@@ -173,15 +173,16 @@ class NativeModel:
     def __init__(self, lib_path: Path, preset: str, threads: int, corpus: bytes):
         binding = Binding(lib_path)
         lib = self.lib = binding.lib
-        cfg, tc = model_config(preset), train_config(preset)
+        cfg, train_cfg = model_config(preset), train_config(preset)
         config = binding.struct("tg_config", cfg.to_json() | {"initStd": presets_file()["model"]["initStd"]})
-        self.handle = lib.tg_create(ctypes.byref(config), tc.batch, threads)
+        self.handle = lib.tg_create(ctypes.byref(config), train_cfg.batch, threads)
         if not self.handle:
             raise RuntimeError(lib.tg_last_error().decode())
         self.threads = lib.tg_n_threads(self.handle)
-        self.check(lib.tg_init(self.handle, tc.seed))
-        self.check(lib.tg_set_hyper(self.handle, tc.lr, tc.beta1, tc.beta2, tc.eps, tc.weightDecay, tc.gradClip))
-        self.check(lib.tg_set_corpus(self.handle, corpus, len(corpus), tc.valFraction))
+        self.check(lib.tg_init(self.handle, train_cfg.seed))
+        t = train_cfg
+        self.check(lib.tg_set_hyper(self.handle, t.lr, t.beta1, t.beta2, t.eps, t.weightDecay, t.gradClip))
+        self.check(lib.tg_set_corpus(self.handle, corpus, len(corpus), train_cfg.valFraction))
 
     def check(self, code):
         if code < 0:
@@ -244,8 +245,8 @@ def main(argv=None):
               f"native {T}T / PyTorch | native {T}T / 1T | PyTorch tok/s | native {T}T tok/s |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for p in presets:
-            tc, cfg = train_config(p), model_config(p)
-            tokens = tc.batch * cfg.ctx
+            train_cfg, cfg = train_config(p), model_config(p)
+            tokens = train_cfg.batch * cfg.ctx
             t_torch = bench_step_torch(p, T, args.seconds)
             if have_native:
                 t1 = bench_step_native(lib_path, p, 1, args.seconds, corpus)

@@ -52,7 +52,7 @@ def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool
         raise ValueError(f"--blocks {blocks}: a whole divisor of --steps {steps}")
     if warmup + steps > LOSS_RING:
         raise ValueError(f"at most {LOSS_RING} steps: a graphed step keeps that many losses")
-    config, cfg = model_config(preset), train_config(preset)
+    config, train_cfg = model_config(preset), train_config(preset)
     batches = preset_batches(preset, warmup + steps)
     busy = torch.randn(2048, 2048, device="cuda"), torch.empty(2048, 2048, device="cuda")
     raise_clocks(*busy, seconds=0)  # cuBLAS's lazily made workspace too, before the capture
@@ -67,7 +67,7 @@ def graph_mode(preset: str, steps: int, warmup: int, compiled: bool, graph: bool
         torch.cuda.synchronize()
         block_ms.append((time.perf_counter() - start) / size * 1e3)
     ms = statistics.fmean(block_ms)
-    tokens = cfg.batch * config.ctx
+    tokens = train_cfg.batch * config.ctx
     return {"preset": preset, "ms_per_step": round(ms, 3), "tokens_per_s": round(tokens / ms * 1e3, 1),
             "median_block_ms": round(statistics.median_high(block_ms), 3), "setup_s": round(ready.setup_s, 2),
             "losses": [float(v) for v in torch.stack(losses).cpu()]}

@@ -23,10 +23,10 @@ from bench.hosts import CHROMIUM_ARGS, running_server  # noqa: E402
 def open_playground(page, url: str) -> None:
     """As a person arrives: the page is ready once its feature list is drawn."""
     page.goto(url)
-    page.wait_for_function("document.querySelectorAll('#features li').length >= 6")
+    page.wait_for_function("() => document.querySelectorAll('#features li').length >= 6")
 
 
-FIRST_STEP = "/^step [1-9]/.test(document.getElementById('status').textContent)"
+FIRST_STEP = "() => /^step [1-9]/.test(document.getElementById('status').textContent)"
 
 
 def load_once(page, url: str) -> dict:

@@ -1,4 +1,4 @@
-// Decode speed of the WGSL trainer under Node (npm `webgpu`, Dawn): Trainer.generate (KV cache)
+// Decode speed of the WGSL trainer under Node (npm `webgpu`, Dawn): Decoder.generate (KV cache)
 // against RecomputeDecoder (the whole window per token), same seeded weights, prompt and sampling.
 //   echo '{"preset": "tiny", "newTokens": 512, "warmupTokens": 16, "prompt": [10], "temperature": 0.8, "topK": 40,
 //          "seed": 0, "rounds": {"min": 3, "max": 15, "seconds": 0.5}}' | node bench/webgpu/decode_bench.mjs

@@ -7,6 +7,7 @@
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
+import { Decoder } from "../../webgpu/decoder.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../", import.meta.url));
@@ -23,7 +24,9 @@ const deferWeightGrads = { on: true, off: false }[process.argv[5]];
 const counts = {};
 for (const name of names) {
   const trainer = plansOnlyTrainer(recordingDevice({ limits }).device, configFromPresets(presets, name), { deferWeightGrads });
-  counts[name] = trainer.dispatches;
+  const decoder = new Decoder(trainer);
+  counts[name] = { ...trainer.dispatches, ...decoder.dispatches };
+  await decoder.destroy();
   trainer.destroy();
 }
 console.log(JSON.stringify(counts));

@@ -16,6 +16,7 @@ import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../../webgpu/node_gpu.js";
 import { Trainer } from "../../webgpu/trainer.js";
+import { Decoder } from "../../webgpu/decoder.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 import { median, raiseClocks, runSteps } from "./replay.mjs";
 
@@ -76,30 +77,32 @@ async function trainingRounds(trainer) {
   };
 }
 
-async function decodeRounds(trainer) {
-  const pos = Math.min(Number(at ?? Infinity), trainer.cfg.ctx - 1), prompt = Array.from({ length: pos }, (_, i) => 32 + (i % 90));
-  await trainer._prefill(prompt);
-  for (let i = 0; i < WARMUP; i++) await trainer._decode(66, pos);
-  trainer.ahead = null;
-  const { samplePlan } = trainer, commands = samplePlan ? () => trainer._batchCommands(pos, 1) : () => trainer._decodeCommands(pos);
+/** The decoder's plan at one position to time (a token's dispatches and its sampling), and `round()` as trainingRounds'. */
+async function decodeRounds(decoder) {
+  const pos = Math.min(Number(at ?? Infinity), decoder.cfg.ctx - 1), prompt = Array.from({ length: pos }, (_, i) => 32 + (i % 90));
+  await decoder._prefill(prompt);
+  for (let i = 0; i < WARMUP; i++) await decoder._decode(66, pos);
+  decoder.ahead = null;
+  const { samplePlan } = decoder, commands = samplePlan ? () => decoder._batchCommands(pos, 1) : () => decoder._decodeCommands(pos);
   return {
     position: pos,
-    entries: [...trainer.genPlan.entries, ...(samplePlan ? [samplePlan.entries[0]] : [])],
+    entries: [...decoder.genPlan.entries, ...(samplePlan ? [samplePlan.entries[0]] : [])],
     async round(split) {
       const before = commands();
       split.state.timed = true;
       const timed = commands();
       split.state.timed = false;
-      trainer.device.queue.submit([before.commands, timed.commands]);
-      await trainer.device.queue.onSubmittedWorkDone();
+      decoder.device.queue.submit([before.commands, timed.commands]);
+      await decoder.device.queue.onSubmittedWorkDone();
     },
   };
 }
 
 const out = {};
 for (const name of names.split(",")) {
-  const trainer = new Trainer(device, configFromPresets(presets, name), { corpus, decodeInOneWorkgroup: decode ? false : undefined });
-  const { entries, round, position } = await (decode ? decodeRounds : trainingRounds)(trainer);
+  const trainer = new Trainer(device, configFromPresets(presets, name), { corpus });
+  const decoder = decode ? new Decoder(trainer, { decodeInOneWorkgroup: false }) : null;
+  const { entries, round, position } = await (decode ? decodeRounds(decoder) : trainingRounds(trainer));
   const n = entries.length;
   const querySet = device.createQuerySet({ type: "timestamp", count: 2 * n });
   const resolved = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.QUERY_RESOLVE | GPUBufferUsage.COPY_SRC });
@@ -138,6 +141,7 @@ for (const name of names.split(",")) {
   for (const f of out[name].families) {
     console.log(`  ${f.family.padEnd(34)} ${String(f.count).padStart(4)} × ${(f.us / f.count).toFixed(1).padStart(7)} µs = ${(f.us / 1e3).toFixed(3)} ms (${(100 * f.us / busyUs).toFixed(0)}%)`);
   }
+  await decoder?.destroy();
   trainer.destroy();
   for (const x of [querySet, resolved, readback]) x.destroy();
 }

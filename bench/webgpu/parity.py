@@ -25,10 +25,10 @@ from python_ref.train import make_optimizer, train_step  # noqa: E402
 
 def reference_losses(preset: str, steps: int, device: str) -> list[float]:
     """python_ref's losses of the preset's first `steps` training steps."""
-    cfg = train_config(preset)
-    model = TinyGPT(model_config(preset), cfg.seed).to(device)
-    optimizer = make_optimizer(model, cfg)
-    return [train_step(model, optimizer, x, y, cfg.gradClip) for x, y in preset_batches(preset, steps, device)]
+    train_cfg = train_config(preset)
+    model = TinyGPT(model_config(preset), train_cfg.seed).to(device)
+    optimizer = make_optimizer(model, train_cfg)
+    return [train_step(model, optimizer, x, y, train_cfg.gradClip) for x, y in preset_batches(preset, steps, device)]
 
 
 def wgsl_losses(preset: str, steps: int, node: str, defer: bool | None = None) -> dict:

@@ -1,6 +1,7 @@
 // A stand-in GPUDevice that runs nothing: it keeps the WGSL of every shader module created on it and
 // answers the rest of the API a Trainer uses with inert objects (buffers hold no memory, maps resolve
-// at once with zeros). dump_wgsl.mjs records a Trainer's plans on it, with no GPU and no weights.
+// at once with zeros). dump_wgsl.mjs records a Trainer's plans (and a Decoder's on it) there, with no
+// GPU and no weights.
 import { Trainer } from "../../webgpu/trainer.js";
 
 // WebGPU's flag values, for hosts without a WebGPU implementation (the stand-in ignores them)

@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from conftest import ROOT, swiftshader_env
+
+pytestmark = pytest.mark.swiftshader
 
 
 def test_the_same_code_on_both_sides_trains_the_same_losses(tmp_path):

@@ -76,6 +76,8 @@ def test_wgsl_is_skipped_on_a_software_adapter(tiny_run):
 
 
 @pytest.mark.parametrize("series", ["WgslChromium", "WgslChromiumPageLoop"])
+@pytest.mark.browser
+@pytest.mark.swiftshader
 def test_wgsl_in_chromium_takes_a_cells_figure_from_the_page(monkeypatch, series):
     """Its cell's plumbing, let onto SwiftShader (browser_bench.py --allow-software): never a speed. The page's
     own training loop (step_stream.js) also times its round draining every burst."""

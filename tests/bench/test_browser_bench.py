@@ -9,7 +9,11 @@ import math
 import subprocess
 import sys
 
+import pytest
+
 from conftest import ROOT
+
+pytestmark = [pytest.mark.browser, pytest.mark.swiftshader]
 
 BENCH = ROOT / "bench/webgpu/browser_bench.py"
 

@@ -1,6 +1,6 @@
 """bench/decode.py: each engine's KV-cache decode and full recompute give the same tokens
 (tiny preset, past a window restart), with positive rates; the WGSL recompute decoder
-(webgpu/recompute_decoder.js) matches Trainer.generate on SwiftShader, which the bench refuses to
+(webgpu/recompute_decoder.js) matches Decoder.generate on SwiftShader, which the bench refuses to
 time. Tests time nothing: the rates printed here are a shared machine's, one thread, tiny model."""
 import json
 
@@ -40,6 +40,7 @@ def test_kv_cache_and_recompute_give_the_same_tokens(engine):
 
 
 @pytest.mark.slow
+@pytest.mark.swiftshader
 def test_wgsl_recompute_decoder_matches_kv_decode_on_swiftshader(swiftshader):
     """~15 s: SwiftShader runs 40 tokens each way (plus warm-up) of the tiny model, the KV cache with its next
     batch submitted ahead and without, and all on the decode chain (time_decode.js's variants)."""
@@ -49,6 +50,7 @@ def test_wgsl_recompute_decoder_matches_kv_decode_on_swiftshader(swiftshader):
     assert r["same_tokens"] and "(software)" in r["where"] and set(r["variants"]) == {"notAhead", "chain"}
 
 
+@pytest.mark.swiftshader
 def test_software_adapter_gives_no_speed_figure(swiftshader):
     reason = db.unavailable_reason("wgsl-node")
     print("wgsl-node:", reason)
@@ -58,6 +60,8 @@ def test_software_adapter_gives_no_speed_figure(swiftshader):
 
 
 @pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.swiftshader
 def test_the_page_decodes_python_refs_tokens_on_swiftshader():
     """wgsl-chromium: both decoders in the page's worker of headless Chromium (~30 s on SwiftShader), which
     the bench refuses to time; 40 tokens cross tiny's window restart, and the KV cache's are python_ref's."""

@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from conftest import ROOT, swiftshader_env
+
+pytestmark = pytest.mark.swiftshader
 
 
 def test_every_dispatch_of_a_step_is_timed_in_place(tmp_path):

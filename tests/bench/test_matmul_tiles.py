@@ -6,7 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
+
 from conftest import ROOT, swiftshader_env
+
+pytestmark = pytest.mark.swiftshader
 
 
 def test_tiles_of_a_preset_and_the_floor(tmp_path):

@@ -7,7 +7,11 @@ import json
 import statistics
 import subprocess
 
+import pytest
+
 from conftest import ROOT, swiftshader_env
+
+pytestmark = pytest.mark.swiftshader
 
 
 def run_bench(*args: str) -> subprocess.CompletedProcess:

@@ -88,7 +88,7 @@ def test_without_cross_origin_isolation_it_says_so_and_trains_single_threaded(tm
     """The static dist/ served by a plain file server (no COOP/COEP headers): the loader falls back
     to the single-threaded SIMD build, and the page says why."""
     dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "server", "build", "--out", str(dist)], cwd=ROOT, check=True,
+    subprocess.run([sys.executable, "-m", "python_ref.cli", "build", "--out", str(dist)], cwd=ROOT, check=True,
                    env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
     plain = [sys.executable, "-m", "http.server", "--bind", "127.0.0.1", "--directory", str(dist), "{port}"]
     with running_server(plain) as url:

@@ -92,7 +92,7 @@ BAD_INPUTS = {
     "truncated checkpoint": (lambda d, c: ["sample", _truncated(d, c)], "truncated"),
     "not a checkpoint": (lambda d, c: ["eval", _file(d, "text.tinygpt", b"hello world, no magic")], "magic"),
     "resume on another corpus": (lambda d, c: ["train", "--resume", c, "--steps", 9], "not the one"),
-    "negative max tokens": (lambda d, c: ["sample", c, "--max-new-tokens", -1], "max new tokens"),
+    "negative max tokens": (lambda d, c: ["sample", c, "--max-new-tokens", -1], "maxNewTokens must be an integer >= 0"),
     "eval tiny file": (lambda d, c: ["eval", c, "--file", _file(d, "one.txt", b"a")], "at least 2"),
     "bench bad steps": (lambda d, c: ["bench", "--preset", "tiny", "--steps", 0], "steps > 0"),
 }

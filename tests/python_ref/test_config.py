@@ -1,5 +1,6 @@
 """python_ref/config.py: presets.json is the one source of truth, and bad configs are refused."""
 import math
+import re
 
 import pytest
 import torch
@@ -42,11 +43,19 @@ def test_dmodel_not_divisible_by_heads_names_the_problem():
 
 
 @pytest.mark.parametrize("field", ["nLayer", "nHead", "dModel", "ctx", "vocabSize"])
-@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4", None])
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "4", None, 2**20 + 1])
 def test_non_positive_or_non_integer_dims_refused(field, bad):
     good = dict(nLayer=1, nHead=2, dModel=8, ctx=4, vocabSize=256)
-    with pytest.raises(ConfigError, match=f"{field} must be a positive integer"):
+    with pytest.raises(ConfigError, match=rf"{field} must be an integer in \[1, \d+\], got {re.escape(repr(bad))}"):
         ModelConfig(**dict(good, **{field: bad}))
+
+
+def test_defaults_come_from_presets_json():
+    """vocabSize and layerNormEps left out are presets.json's model values, not numbers of config.py's."""
+    c = ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=4)
+    defaults = presets_file()["model"]
+    assert (c.vocabSize, c.layerNormEps) == (defaults["vocabSize"], defaults["layerNormEps"])
+    assert ModelConfig.from_json({"nLayer": 1, "nHead": 2, "dModel": 8, "ctx": 4}) == c
 
 
 @pytest.mark.parametrize("eps", [0, -1e-5, float("nan"), float("inf"), True, "1e-5"])
@@ -83,7 +92,12 @@ def test_train_config_defaults_come_from_presets_json():
     (dict(lr=0), "lr"), (dict(lr=float("nan")), "lr"), (dict(batch=0), "batch"), (dict(steps=-1), "steps"),
     (dict(valFraction=1.0), "valFraction"), (dict(seed=2**53), "seed"), (dict(seed=1.5), "seed"),
     (dict(beta2=1.0), "beta2"), (dict(eps=0), "eps"), (dict(evalWindows=0), "evalWindows"),
+    (dict(gradClip=0), r"gradClip must be a number > 0 \(inf: no clipping\), got 0"), (dict(gradClip=-1.0), "gradClip"),
 ])
 def test_bad_training_values_refused(override, problem):
     with pytest.raises(ConfigError, match=problem):
         train_config("tiny", **override)
+
+
+def test_grad_clip_inf_means_no_clipping():
+    assert train_config("tiny", gradClip=float("inf")).gradClip == float("inf")

@@ -46,7 +46,7 @@ def test_val_metrics_match_training(tmp_path):
     corpus = Corpus.from_bytes(DEFAULT_CORPUS.read_bytes()[:20_000], "s.txt")
     run = new_run("tiny", corpus, "cpu", steps=5, lr=3e-3)
     run.run(5, progress=False)
-    split, windows = evaluate_val(run.model, corpus, *split_settings({"training": run.cfg.to_json()}))
+    split, windows = evaluate_val(run.model, corpus, *split_settings({"training": run.train_cfg.to_json()}))
     print(f"trained 5 steps: val split loss {split.loss:.4f} ({split.bpb:.4f} bpb), val windows {windows.loss:.4f}; "
           f"|windows - valHistory| = {abs(windows.loss - run.val_history[-1][1]):.1e}")
     assert windows.loss == run.val_history[-1][1]  # the same metric as during training, bit for bit

@@ -19,14 +19,14 @@ CTX = 8  # small, so that 40 new tokens cross the context boundary several times
 def model():
     """A 2-layer, ctx-8 model trained 40 steps on Shakespeare, so its logits are peaked like a real model's."""
     config = ModelConfig(nLayer=2, nHead=2, dModel=16, ctx=CTX)
-    cfg = train_config("tiny", lr=1e-2)
+    train_cfg = train_config("tiny", lr=1e-2)
     m = TinyGPT(config, seed=3)
-    optimizer = make_optimizer(m, cfg)
-    train, _ = Corpus.from_bytes(DEFAULT_CORPUS.read_bytes()[:20_000], "s").split(cfg.valFraction, CTX)
+    optimizer = make_optimizer(m, train_cfg)
+    train, _ = Corpus.from_bytes(DEFAULT_CORPUS.read_bytes()[:20_000], "s").split(train_cfg.valFraction, CTX)
     stream = BatchStream(train, CTX, 16, seed=3)
     for _ in range(40):
         x, y = (torch.from_numpy(a) for a in stream.next())
-        train_step(m, optimizer, x, y, cfg.gradClip)
+        train_step(m, optimizer, x, y, train_cfg.gradClip)
     return m.eval()
 
 

@@ -21,11 +21,11 @@ def corpus():
 
 
 def test_weight_decay_only_on_matrices():
-    cfg = train_config("tiny")
-    model = TinyGPT(model_config("tiny"), cfg.seed)
-    decay, no_decay = make_optimizer(model, cfg).param_groups
+    train_cfg = train_config("tiny")
+    model = TinyGPT(model_config("tiny"), train_cfg.seed)
+    decay, no_decay = make_optimizer(model, train_cfg).param_groups
     names = {id(p): n for n, p in model.named_parameters()}
-    assert decay["weight_decay"] == cfg.weightDecay and no_decay["weight_decay"] == 0.0
+    assert decay["weight_decay"] == train_cfg.weightDecay and no_decay["weight_decay"] == 0.0
     assert all(p.dim() >= 2 for p in decay["params"]) and all(p.dim() < 2 for p in no_decay["params"])
     decayed = {names[id(p)] for p in decay["params"]}
     assert "token_embedding.weight" in decayed and "blocks.0.attn.q_proj.weight" in decayed
@@ -34,12 +34,12 @@ def test_weight_decay_only_on_matrices():
 
 def test_train_step_follows_the_spec(corpus):
     """Two steps of train_step against docs/determinism.md's clip + AdamW written out in float64."""
-    cfg = train_config("tiny", lr=1e-2)
+    train_cfg = train_config("tiny", lr=1e-2)
     config = model_config("tiny")
-    model = TinyGPT(config, cfg.seed)
-    optimizer = make_optimizer(model, cfg)
-    train, _ = corpus.split(cfg.valFraction, config.ctx)
-    stream = BatchStream(train, config.ctx, cfg.batch, cfg.seed)
+    model = TinyGPT(config, train_cfg.seed)
+    optimizer = make_optimizer(model, train_cfg)
+    train, _ = corpus.split(train_cfg.valFraction, config.ctx)
+    stream = BatchStream(train, config.ctx, train_cfg.batch, train_cfg.seed)
     names = [n for n, _ in model.named_parameters()]
     p64 = {n: p.detach().double().clone() for n, p in model.named_parameters()}
     m = {n: torch.zeros_like(p) for n, p in p64.items()}
@@ -54,16 +54,16 @@ def test_train_step_follows_the_spec(corpus):
         loss.backward()
         grads = {n: p.grad.double() for n, p in ref.named_parameters()}
         norm = math.sqrt(sum(float((g * g).sum()) for g in grads.values()))
-        coef = min(1.0, cfg.gradClip / (norm + 1e-6))
+        coef = min(1.0, train_cfg.gradClip / (norm + 1e-6))
         for n in names:
             g = grads[n] * coef
             if p64[n].dim() >= 2:
-                p64[n] = p64[n] * (1 - cfg.lr * cfg.weightDecay)
-            m[n] = cfg.beta1 * m[n] + (1 - cfg.beta1) * g
-            v[n] = cfg.beta2 * v[n] + (1 - cfg.beta2) * g * g
-            p64[n] = p64[n] - (cfg.lr / (1 - cfg.beta1**t)) * m[n] / (
-                v[n].sqrt() / math.sqrt(1 - cfg.beta2**t) + cfg.eps)
-        train_step(model, optimizer, x, y, cfg.gradClip)
+                p64[n] = p64[n] * (1 - train_cfg.lr * train_cfg.weightDecay)
+            m[n] = train_cfg.beta1 * m[n] + (1 - train_cfg.beta1) * g
+            v[n] = train_cfg.beta2 * v[n] + (1 - train_cfg.beta2) * g * g
+            p64[n] = p64[n] - (train_cfg.lr / (1 - train_cfg.beta1**t)) * m[n] / (
+                v[n].sqrt() / math.sqrt(1 - train_cfg.beta2**t) + train_cfg.eps)
+        train_step(model, optimizer, x, y, train_cfg.gradClip)
         for n, p in model.named_parameters():
             worst = max(worst, float((p.detach().double() - p64[n]).abs().max()))
             p64[n] = p.detach().double().clone()  # follow torch's float32 weights into the next step
@@ -78,10 +78,10 @@ def test_overfit_gate_tiny_one_batch():
     model + backward + AdamW can fit, not the default schedule. Other settings are presets.json's.
     """
     run = new_run("tiny", Corpus.from_file(DEFAULT_CORPUS), "cpu", lr=3e-3)
-    cfg = run.cfg
+    train_cfg = run.train_cfg
     x, y = (torch.from_numpy(a) for a in run.batches.next())
-    losses = [train_step(run.model, run.optimizer, x, y, cfg.gradClip) for _ in range(300)]
-    print(f"overfit gate (lr {cfg.lr}): loss {losses[0]:.4f} -> {losses[-1]:.4f} "
+    losses = [train_step(run.model, run.optimizer, x, y, train_cfg.gradClip) for _ in range(300)]
+    print(f"overfit gate (lr {train_cfg.lr}): loss {losses[0]:.4f} -> {losses[-1]:.4f} "
           f"(min {min(losses):.4f}, "
           f"first < 0.05 at step {next(i + 1 for i, loss in enumerate(losses) if loss < 0.05)})")
     assert abs(losses[0] - math.log(256)) < 0.05
@@ -110,7 +110,7 @@ def test_resume_gives_the_same_next_losses(corpus, tmp_path):
     path = tmp_path / "half.tinygpt"
     first.run(half, out=path, progress=False)
     state = tinygpt_file.read_state(path)
-    assert state.header["dataState"] == {"seed": first.cfg.seed, "batchesDrawn": half}
+    assert state.header["dataState"] == {"seed": first.train_cfg.seed, "batchesDrawn": half}
     assert state.step == half and state.m is not None
 
     resumed = resume_run(path, corpus, "cpu")
@@ -138,9 +138,9 @@ def test_checkpoint_header(corpus, tmp_path):
     run.run(3, out=path, progress=False)
     _, meta = tinygpt_file.load(path)
     assert meta["preset"] == "tiny" and meta["step"] == 3
-    assert meta["training"] == {**run.cfg.to_json(), "worldSize": 1, "rankBatch": run.cfg.batch}
+    assert meta["training"] == {**run.train_cfg.to_json(), "worldSize": 1, "rankBatch": run.train_cfg.batch}
     assert meta["corpus"] == corpus.identity()
-    assert meta["dataState"] == {"seed": run.cfg.seed, "batchesDrawn": 3}
+    assert meta["dataState"] == {"seed": run.train_cfg.seed, "batchesDrawn": 3}
     assert [s for s, _ in meta["lossHistory"]] == [1, 2, 3]
     assert [s for s, _ in meta["valHistory"]] == [2, 3]
     assert meta["finalLoss"] == meta["lossHistory"][-1][1]
@@ -163,7 +163,7 @@ def test_resume_refuses_what_would_break_exactness(corpus, tmp_path):
     with pytest.raises(ConfigError, match="preset"):
         resume_run(path, corpus, "cpu", preset="small")
     more = resume_run(path, corpus, "cpu", steps=4, lr=1e-3)  # steps and lr may change
-    assert more.cfg.steps == 4 and more.cfg.lr == 1e-3
+    assert more.train_cfg.steps == 4 and more.train_cfg.lr == 1e-3
 
 
 def test_save_every_and_refusals(corpus, tmp_path):

@@ -12,6 +12,7 @@ from conftest import ROOT
 from python_ref.config import init_std, model_config, preset_names, presets_file, train_config
 
 MODULE = (ROOT / "site/static/js/model_config.js").as_uri()
+PRESETS_FILE = json.dumps(str(ROOT / "site/static/presets.json"))
 
 
 def node(script: str):
@@ -36,7 +37,8 @@ def from_presets():
 @pytest.mark.parametrize("name", preset_names())
 def test_config_from_presets_equals_python_ref(from_presets, name):
     got = from_presets[name]
-    want = {"model": model_config(name).to_json(), "training": train_config(name).to_json(), "initStd": init_std()}
+    want = {"model": model_config(name).to_json(), "training": train_config(name).to_json(), "initStd": init_std(),
+            "rules": presets_file()["rules"]}
     diff = {k: (got[part].get(k), v)
             for part in ("model", "training") for k, v in want[part].items() if got[part].get(k) != v}
     extra = {part: set(got[part]) - set(want[part]) for part in ("model", "training")}
@@ -47,7 +49,8 @@ def test_config_from_presets_equals_python_ref(from_presets, name):
 def test_config_from_header_rebuilds_the_preset():
     header = {"config": model_config("small").to_json(), "training": train_config("small").to_json(), "preset": "small"}
     got = node(f"console.log(JSON.stringify(mc.configFromHeader({json.dumps(header)}, presets)));")
-    assert got == {"model": header["config"], "training": header["training"], "initStd": init_std()}
+    assert got == {"model": header["config"], "training": header["training"], "initStd": init_std(),
+                   "rules": presets_file()["rules"]}
 
 
 def test_config_from_header_fills_only_missing_keys():
@@ -69,12 +72,29 @@ def test_config_from_header_without_a_batch_takes_its_presets():
     assert got["training"]["batch"] == train_config(presets_file()["defaultPreset"]).batch
 
 
-def test_config_from_header_refuses_a_bad_batch():
+@pytest.mark.parametrize("training, problem", [
+    ({"batch": 0}, "batch must be an integer in [1, 1048576], got 0"),
+    ({"gradClip": 0}, "gradClip must be a number > 0 (inf: no clipping), got 0"),
+])
+def test_config_from_header_refuses_bad_settings(training, problem):
+    """A checkpoint's recorded settings meet presets.json's rules before any engine sees them."""
+    header = {"config": {"nLayer": 1, "nHead": 1, "dModel": 4, "ctx": 4}, "training": training}
     r = subprocess.run(["node", "--input-type=module", "-e",
+                        f"import {{ readFileSync }} from 'node:fs';\n"
                         f"import {{ configFromHeader }} from {json.dumps(MODULE)};\n"
-                        "configFromHeader({config: {nLayer: 1, nHead: 1, dModel: 4, ctx: 4}, training: {batch: 0}}, "
-                        "{model: {vocabSize: 256, layerNormEps: 1e-5, initStd: 0.02}, training: {}, "
-                        "presets: {s: {batch: 2}}, defaultPreset: 's'});"],
+                        f"const presets = JSON.parse(readFileSync({PRESETS_FILE}, 'utf8'));\n"
+                        f"configFromHeader({json.dumps(header)}, presets);"],
                        capture_output=True, text=True, timeout=60)
     print(next((line for line in r.stderr.splitlines() if "Error" in line), r.stderr))
-    assert r.returncode != 0 and "training.batch is 0, not a positive integer" in r.stderr
+    assert r.returncode != 0 and f"the checkpoint's settings are invalid: {problem}" in r.stderr
+
+
+def test_config_from_presets_refuses_a_bad_override():
+    """The WebGPU trainer used to take gradClip 0 (and zero every update): no config with it is made."""
+    r = subprocess.run(["node", "--input-type=module", "-e",
+                        f"import {{ readFileSync }} from 'node:fs';\n"
+                        f"import {{ configFromPresets }} from {json.dumps(MODULE)};\n"
+                        f"const presets = JSON.parse(readFileSync({PRESETS_FILE}, 'utf8'));\n"
+                        "configFromPresets(presets, 'tiny', {training: {gradClip: 0}});"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and "ConfigError: gradClip must be a number > 0 (inf: no clipping), got 0" in r.stderr

@@ -67,12 +67,12 @@ def native_trajectory(preset: str, init_state: bytes, steps: int, threads: int =
     from support.tinygpt_native import NativeModel, ensure_built
     from python_ref.config import model_config, train_config
     ensure_built()
-    tc = train_config(preset)
-    with NativeModel(model_config(preset), batch=tc.batch, n_threads=threads) as m:
+    train_cfg = train_config(preset)
+    with NativeModel(model_config(preset), batch=train_cfg.batch, n_threads=threads) as m:
         m.import_state(init_state)
-        m.set_hyper_from(tc)
-        m.set_corpus(CORPUS.read_bytes(), tc.valFraction)
-        m.set_data_state(tc.seed, 0)
+        m.set_hyper_from(train_cfg)
+        m.set_corpus(CORPUS.read_bytes(), train_cfg.valFraction)
+        m.set_data_state(train_cfg.seed, 0)
         losses = [m.train_step() for _ in range(steps)]
         return losses, m.export_state(with_moments=True)
 

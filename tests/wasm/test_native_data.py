@@ -57,15 +57,15 @@ def test_batch_stream_equals_python_ref_and_resumes():
 
 
 def test_eval_windows_loss_equals_python_ref():
-    config, tc = model_config("tiny"), train_config("tiny")
+    config, train_cfg = model_config("tiny"), train_config("tiny")
     corpus = Corpus.from_file(DEFAULT_CORPUS)
-    _, val = corpus.split(tc.valFraction, config.ctx)
+    _, val = corpus.split(train_cfg.valFraction, config.ctx)
     model = TinyGPT(config, seed=3)
-    for windows in (tc.evalWindows, 5, 1):
+    for windows in (train_cfg.evalWindows, 5, 1):
         want = val_windows_loss(model, val, windows)
-        with NativeModel(config, batch=tc.batch) as m:
+        with NativeModel(config, batch=train_cfg.batch) as m:
             m.init(3)
-            m.set_corpus(corpus.data, tc.valFraction)
+            m.set_corpus(corpus.data, train_cfg.valFraction)
             got = m.eval(windows)
         rel = abs(got - want) / want
         print(f"evalWindows {windows}: C++ {got:.7f} python_ref {want:.7f} rel diff {rel:.1e}")

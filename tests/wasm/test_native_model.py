@@ -69,27 +69,27 @@ def test_trajectory_parity_50_adamw_steps():
     """Same seed init, the same batches from the portable data stream, 50 AdamW steps of the small preset."""
     preset, steps = "small", 50
     config = model_config(preset)
-    tc = train_config(preset)
+    train_cfg = train_config(preset)
     corpus = Corpus.from_file(DEFAULT_CORPUS)
-    train, _ = corpus.split(tc.valFraction, config.ctx)
-    stream = BatchStream(train, config.ctx, tc.batch, tc.seed)
+    train, _ = corpus.split(train_cfg.valFraction, config.ctx)
+    stream = BatchStream(train, config.ctx, train_cfg.batch, train_cfg.seed)
 
-    model = TinyGPT(config, seed=tc.seed)
-    opt = make_optimizer(model, tc)  # python_ref's own step: decay on 2-D tensors, clip, AdamW
+    model = TinyGPT(config, seed=train_cfg.seed)
+    opt = make_optimizer(model, train_cfg)  # python_ref's own step: decay on 2-D tensors, clip, AdamW
     ref = []
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread each side: robust when the shared cores are busy
     try:
         for _ in range(steps):
             x, y = stream.next()
-            ref.append(train_step(model, opt, torch.from_numpy(x), torch.from_numpy(y), tc.gradClip))
+            ref.append(train_step(model, opt, torch.from_numpy(x), torch.from_numpy(y), train_cfg.gradClip))
     finally:
         torch.set_num_threads(threads)
 
-    with NativeModel(config, batch=tc.batch, n_threads=1) as m:
-        m.init(tc.seed)
-        m.set_hyper_from(tc)
-        m.set_corpus(corpus.data, tc.valFraction)
+    with NativeModel(config, batch=train_cfg.batch, n_threads=1) as m:
+        m.init(train_cfg.seed)
+        m.set_hyper_from(train_cfg)
+        m.set_corpus(corpus.data, train_cfg.valFraction)
         got = [m.train_step() for _ in range(steps)]
         assert m.batches_drawn == steps and m.step == steps
     rel = np.abs(np.array(got) - ref) / np.array(ref)
@@ -101,32 +101,32 @@ def test_trajectory_parity_50_adamw_steps():
 def test_overfit_gate_one_batch():
     preset, lr = "tiny", 3e-3
     config = model_config(preset)
-    tc = train_config(preset)
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, config.ctx)
-    x, y = BatchStream(train, config.ctx, tc.batch, tc.seed).next()
-    with NativeModel(config, batch=tc.batch, n_threads=2) as m:
-        m.init(tc.seed)
-        m.set_hyper(lr, tc.beta1, tc.beta2, tc.eps, tc.weightDecay, tc.gradClip)
+    train_cfg = train_config(preset)
+    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(train_cfg.valFraction, config.ctx)
+    x, y = BatchStream(train, config.ctx, train_cfg.batch, train_cfg.seed).next()
+    with NativeModel(config, batch=train_cfg.batch, n_threads=2) as m:
+        m.init(train_cfg.seed)
+        m.set_hyper(lr, train_cfg.beta1, train_cfg.beta2, train_cfg.eps, train_cfg.weightDecay, train_cfg.gradClip)
         losses = []
         for _ in range(300):
             losses.append(m.train_step_batch(x, y))
             if losses[-1] < 0.05:
                 break
-    print(f"\ntiny, one batch of {tc.batch}x{config.ctx}, lr {lr}: loss {losses[0]:.3f} -> {losses[-1]:.4f} "
+    print(f"\ntiny, one batch of {train_cfg.batch}x{config.ctx}, lr {lr}: loss {losses[0]:.3f} -> {losses[-1]:.4f} "
           f"after {len(losses)} steps")
     assert losses[-1] < 0.05
 
 
 def test_thread_count_changes_no_bit():
     """Every kernel splits work so that each sum keeps one order: 1 and 2 threads give the same state."""
-    config, tc = model_config("tiny"), train_config("tiny")
+    config, train_cfg = model_config("tiny"), train_config("tiny")
     corpus = Corpus.from_file(DEFAULT_CORPUS)
     states = []
     for n_threads in (1, 2):
-        with NativeModel(config, batch=tc.batch, n_threads=n_threads) as m:
-            m.init(tc.seed)
-            m.set_hyper_from(tc)
-            m.set_corpus(corpus.data, tc.valFraction)
+        with NativeModel(config, batch=train_cfg.batch, n_threads=n_threads) as m:
+            m.init(train_cfg.seed)
+            m.set_hyper_from(train_cfg)
+            m.set_corpus(corpus.data, train_cfg.valFraction)
             losses = [m.train_step() for _ in range(3)]
             states.append((losses, m.export_state(True)))
     (l1, s1), (l2, s2) = states

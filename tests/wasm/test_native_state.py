@@ -15,19 +15,19 @@ PRESET = "tiny"
 
 
 def trained_native(steps: int = 3) -> NativeModel:
-    config, tc = model_config(PRESET), train_config(PRESET)
-    m = NativeModel(config, batch=tc.batch)
+    config, train_cfg = model_config(PRESET), train_config(PRESET)
+    m = NativeModel(config, batch=train_cfg.batch)
     m.init(11)
-    m.set_hyper_from(tc)
-    m.set_corpus(Corpus.from_file(DEFAULT_CORPUS).data, tc.valFraction)
+    m.set_hyper_from(train_cfg)
+    m.set_corpus(Corpus.from_file(DEFAULT_CORPUS).data, train_cfg.valFraction)
     for _ in range(steps):
         m.train_step()
     return m
 
 
 def fixed_batch():
-    config, tc = model_config(PRESET), train_config(PRESET)
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, config.ctx)
+    config, train_cfg = model_config(PRESET), train_config(PRESET)
+    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(train_cfg.valFraction, config.ctx)
     return BatchStream(train, config.ctx, 4, seed=99).next()
 
 
@@ -90,7 +90,7 @@ def test_cpp_export_is_readable_by_python_ref(tmp_path):
 
 def test_float16_file_loads_in_cpp_as_float32_state_with_equal_eval_loss(tmp_path):
     """The core takes float32 state only: python_ref widens a float16 file, tg_import_state takes that."""
-    config, tc = model_config(PRESET), train_config(PRESET)
+    config, train_cfg = model_config(PRESET), train_config(PRESET)
     model = TinyGPT(config, seed=21)
     path = tmp_path / "compact.tinygpt"
     save(path, model, step=7, dtype="float16")
@@ -99,13 +99,13 @@ def test_float16_file_loads_in_cpp_as_float32_state_with_equal_eval_loss(tmp_pat
     names = list(state.weights)
     float32_state = struct.pack("<i", state.step) + b"".join(state.weights[n].astype("<f4").tobytes() for n in names)
     corpus = Corpus.from_file(DEFAULT_CORPUS)
-    _, val = corpus.split(tc.valFraction, config.ctx)
-    want = val_windows_loss(model_from_state(state), val, tc.evalWindows)  # the same float16-rounded weights
-    with NativeModel(config, batch=tc.batch) as m:
+    _, val = corpus.split(train_cfg.valFraction, config.ctx)
+    want = val_windows_loss(model_from_state(state), val, train_cfg.evalWindows)  # the same float16-rounded weights
+    with NativeModel(config, batch=train_cfg.batch) as m:
         m.import_state(float32_state)
         assert m.step == 7 and m.export_state(False) == float32_state
-        m.set_corpus(corpus.data, tc.valFraction)
-        got = m.eval(tc.evalWindows)
+        m.set_corpus(corpus.data, train_cfg.valFraction)
+        got = m.eval(train_cfg.evalWindows)
     print(f"float16 file -> float32 state -> C++: eval loss {got:.7f} vs python_ref {want:.7f}, "
           f"|diff| {abs(got - want):.1e}")
     assert abs(got - want) < 1e-5
@@ -117,11 +117,11 @@ def test_resume_from_exported_state_continues_the_same_trajectory():
         want = straight.export_state(True)
     with trained_native(3) as first:
         state, drawn = first.export_state(True), first.batches_drawn
-    config, tc = model_config(PRESET), train_config(PRESET)
-    with NativeModel(config, batch=tc.batch) as resumed:
+    config, train_cfg = model_config(PRESET), train_config(PRESET)
+    with NativeModel(config, batch=train_cfg.batch) as resumed:
         resumed.import_state(state)
-        resumed.set_hyper_from(tc)
-        resumed.set_corpus(Corpus.from_file(DEFAULT_CORPUS).data, tc.valFraction)
+        resumed.set_hyper_from(train_cfg)
+        resumed.set_corpus(Corpus.from_file(DEFAULT_CORPUS).data, train_cfg.valFraction)
         resumed.set_data_state(11, drawn)
         for _ in range(2):
             resumed.train_step()

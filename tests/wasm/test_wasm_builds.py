@@ -140,6 +140,7 @@ def test_relaxed_build_really_uses_relaxed_simd(flag, valid):
     assert out == ("true" if valid else "false")
 
 
+@pytest.mark.browser
 def test_relaxed_build_in_chromium_matches_native(reference):
     """What a cross-origin isolated Chromium page gets by default: the loader's own choice (no build
     requested) is the relaxed build, and its 50 corpus steps from python_ref's init file match the

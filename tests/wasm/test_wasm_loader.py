@@ -76,6 +76,7 @@ def browser_run(isolated: bool, spec: dict) -> tuple[dict, str]:
         return r, page.inner_text("#build-reason")
 
 
+@pytest.mark.browser
 def test_browser_without_coop_coep_falls_back_to_single_threaded_simd():
     """No COOP/COEP headers: no SharedArrayBuffer, so the SIMD build, with the reason in the page;
     and the fallback build still trains."""
@@ -91,6 +92,7 @@ def test_browser_without_coop_coep_falls_back_to_single_threaded_simd():
     assert len(r["losses"]) == 3 and r["losses"][-1] < r["losses"][0]
 
 
+@pytest.mark.browser
 def test_browser_with_coop_coep_gets_relaxed_threads():
     """Chromium has shipped relaxed SIMD since 114: isolated, it gets the relaxed (FMA) threads build."""
     require_build("relaxed")
@@ -105,6 +107,7 @@ def test_browser_with_coop_coep_gets_relaxed_threads():
     assert shown == r["reason"]
 
 
+@pytest.mark.browser
 def test_browser_picks_memory64_only_for_a_model_beyond_4_gib():
     """behemoth's arena (from tg_arena_bytes_for) exceeds 4 GiB: Memory64 when isolated, and a
     clear error when not (the Memory64 build needs threads). Nothing is allocated: loader only."""

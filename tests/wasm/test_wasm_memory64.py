@@ -18,6 +18,8 @@ from python_ref.tinygpt_file import read_state, write_state
 from support.wasm_support import (chromium_page, max_rel_diff, max_rel_state_diff, model_spec,
                                   native_trajectory, python_init_file, require_build, run_browser, static_server)
 
+pytestmark = pytest.mark.browser
+
 GiB = 2**30
 STEPS = 50
 

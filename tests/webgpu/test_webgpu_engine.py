@@ -38,7 +38,7 @@ def train_run():
 def test_losses_match_python_ref(train_run):
     ref_run = new_run("tiny", device="cpu", seed=1337)
     ref = np.array([train_step(ref_run.model, ref_run.optimizer, *(torch.from_numpy(a) for a in ref_run.batches.next()),
-                               ref_run.cfg.gradClip) for _ in range(STEPS)])
+                               ref_run.train_cfg.gradClip) for _ in range(STEPS)])
     got = np.array(train_run["losses"])
     rel = np.abs(got - ref) / ref
     print(f"{train_run['description']} Tiny preset, seed 1337, {STEPS} steps {ref[0]:.4f} -> {ref[-1]:.4f}; "

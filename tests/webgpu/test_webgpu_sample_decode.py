@@ -1,4 +1,4 @@
-"""webgpu/kernels/sample_decode.js and Trainer.generate's batches sampled on the GPU, under Node (npm `webgpu`:
+"""webgpu/kernels/sample_decode.js and Decoder.generate's batches sampled on the GPU, under Node (npm `webgpu`:
 Dawn on SwiftShader), driven by tests/webgpu/hosts/sample_decode_driver.mjs. The kernel computes the float64 sampling
 rule in f32 with a bound on its error and calls a token certain only beyond that bound: every certain token
 must be prng.js's sampleToken's (itself python_ref's pick_token's, test_webgpu_prng.py), whatever the rows."""

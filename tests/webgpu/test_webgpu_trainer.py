@@ -45,9 +45,9 @@ def configs(overrides: dict) -> tuple[ModelConfig, TrainConfig]:
     return ModelConfig(**m), train_config("tiny", **overrides.get("training", {}))
 
 
-def first_batch(cfg: ModelConfig, tc: TrainConfig):
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)
-    return BatchStream(train, cfg.ctx, tc.batch, tc.seed).next()
+def first_batch(cfg: ModelConfig, train_cfg: TrainConfig):
+    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(train_cfg.valFraction, cfg.ctx)
+    return BatchStream(train, cfg.ctx, train_cfg.batch, train_cfg.seed).next()
 
 
 def state_from_bytes(raw: bytes, cfg: ModelConfig) -> CheckpointState:
@@ -68,41 +68,42 @@ def batch_loss(model: TinyGPT, x: np.ndarray, y: np.ndarray) -> float:
 
 @pytest.fixture(scope="module")
 def parity_run(host):
-    cfg, tc = configs(PARITY)
-    x, y = first_batch(cfg, tc)
+    cfg, train_cfg = configs(PARITY)
+    x, y = first_batch(cfg, train_cfg)
     job = {"preset": "tiny", "overrides": PARITY, "corpus": CORPUS_URL, "steps": PARITY_STEPS, "evaluate": True,
            "exportState": True, "matmulTiles": "gpu", "lossBatch": {"x": x.ravel().tolist(), "y": y.ravel().tolist()}}
-    return cfg, tc, (x, y), host.call("trainJob", job)
+    return cfg, train_cfg, (x, y), host.call("trainJob", job)
 
 
-def reference_run(cfg: ModelConfig, tc: TrainConfig, steps: int) -> tuple[TinyGPT, list[float]]:
+def reference_run(cfg: ModelConfig, train_cfg: TrainConfig, steps: int) -> tuple[TinyGPT, list[float]]:
     """python_ref's model after `steps` steps of the portable batch stream, and their losses."""
-    model = TinyGPT(cfg, tc.seed)
-    optimizer = make_optimizer(model, tc)
-    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)
-    stream = BatchStream(train, cfg.ctx, tc.batch, tc.seed)
+    model = TinyGPT(cfg, train_cfg.seed)
+    optimizer = make_optimizer(model, train_cfg)
+    train, _ = Corpus.from_file(DEFAULT_CORPUS).split(train_cfg.valFraction, cfg.ctx)
+    stream = BatchStream(train, cfg.ctx, train_cfg.batch, train_cfg.seed)
     batches = (tuple(torch.from_numpy(a) for a in stream.next()) for _ in range(steps))
-    return model, [train_step(model, optimizer, *batch, tc.gradClip) for batch in batches]
+    return model, [train_step(model, optimizer, *batch, train_cfg.gradClip) for batch in batches]
 
 
 def test_trajectory_parity_with_python_ref(parity_run):
-    cfg, tc, _, run = parity_run
-    model, ref = reference_run(cfg, tc, PARITY_STEPS)
+    cfg, train_cfg, _, run = parity_run
+    model, ref = reference_run(cfg, train_cfg, PARITY_STEPS)
     got = np.array(run["losses"])
     rel = np.abs(got - ref) / np.abs(ref)
     print(f"LayerNorm and attention kernels with subgroups of {run['subgroupWidth']} (webgpu/subgroups.js)")
     assert run["subgroupWidth"] > 1, "SwiftShader has subgroups: the parity run checks the kernels using them"
-    print(f"{PARITY_STEPS}-step parity (tiny model, ctx {cfg.ctx}, batch {tc.batch}, lr {tc.lr}): losses "
+    print(f"{PARITY_STEPS}-step parity (tiny model, ctx {cfg.ctx}, batch {train_cfg.batch}, lr {train_cfg.lr}): losses "
           f"{ref[0]:.4f} -> {ref[-1]:.4f}; max relative difference {rel.max():.3g} "
           f"at step {int(rel.argmax()) + 1} (bar 1e-3)")
     assert len(got) == PARITY_STEPS and rel.max() < 1e-3
-    val = val_windows_loss(model, Corpus.from_file(DEFAULT_CORPUS).split(tc.valFraction, cfg.ctx)[1], tc.evalWindows)
+    _, val_split = Corpus.from_file(DEFAULT_CORPUS).split(train_cfg.valFraction, cfg.ctx)
+    val = val_windows_loss(model, val_split, train_cfg.evalWindows)
     print(f"val loss after {PARITY_STEPS} steps: WebGPU {run['valLoss']:.6f}, python_ref {val:.6f}")
     assert abs(run["valLoss"] - val) / val < 1e-3
 
 
 def test_export_loads_in_python_ref(parity_run, tmp_path):
-    cfg, tc, (x, y), run = parity_run
+    cfg, train_cfg, (x, y), run = parity_run
     state = state_from_bytes(base64.b64decode(run["state"]), cfg)
     assert state.step == PARITY_STEPS
     path = tmp_path / "webgpu.tinygpt"
@@ -130,12 +131,12 @@ def test_import_state_refuses_wrong_length(host):
 
 
 def test_overfit_gate(host):
-    cfg, tc = configs(OVERFIT)
-    x, y = first_batch(cfg, tc)
+    cfg, train_cfg = configs(OVERFIT)
+    x, y = first_batch(cfg, train_cfg)
     run = host.call("trainJob", {"preset": "tiny", "overrides": OVERFIT, "steps": 300, "stopBelow": 0.05,
                                  "fixedBatch": {"x": x.ravel().tolist(), "y": y.ravel().tolist()}})
     losses = run["losses"]
-    print(f"overfit gate (tiny model, one batch of {tc.batch}x{cfg.ctx}, lr {tc.lr}): {losses[0]:.4f} -> "
+    print(f"overfit gate (tiny model, one batch of {train_cfg.batch}x{cfg.ctx}, lr {train_cfg.lr}): {losses[0]:.4f} -> "
           f"{losses[-1]:.4f} after {len(losses)} steps (bar: < 0.05 within 300)")
     assert losses[-1] < 0.05
 
@@ -151,13 +152,13 @@ DECODE_CHAIN = {"attention_decode_qkv", "mlp_decode", "logits_decode"}
 def test_worker_kv_cache_matches_full_forward(host, kind):
     """In a module Web Worker: KV-cache decoding gives python_ref's logits at every position; generation streams."""
     overrides = KV_CACHE_MODELS[kind]
-    cfg, tc = configs(overrides)
+    cfg, train_cfg = configs(overrides)
     prompt = list(b"ROMEO: what light through yonder")[: cfg.ctx]
     job = {"preset": "tiny", "overrides": overrides, "steps": 0, "decode": prompt,
            "generate": {"prompt": list(b"ROMEO:"), "maxNewTokens": 30, "temperature": 0.8, "topK": 40, "seed": 3}}
     run = host.page.evaluate(
         "async (job) => (await import('/tests/webgpu/hosts/browser_entry.js')).trainJobInWorker(job)", job)
-    model = TinyGPT(cfg, tc.seed)
+    model = TinyGPT(cfg, train_cfg.seed)
     with torch.no_grad():
         ref = model(torch.tensor([prompt]))[0][0].numpy()
     got = np.stack([from_b64(s) for s in run["decodeLogits"]])
@@ -196,11 +197,11 @@ def native():
 
 
 def test_trajectory_parity_with_cpp(parity_run, native):
-    cfg, tc, (x, y), run = parity_run
-    with native.NativeModel(cfg, tc.batch) as m:
-        m.init(tc.seed)
-        m.set_hyper_from(tc)
-        m.set_corpus(DEFAULT_CORPUS.read_bytes(), tc.valFraction)
+    cfg, train_cfg, (x, y), run = parity_run
+    with native.NativeModel(cfg, train_cfg.batch) as m:
+        m.init(train_cfg.seed)
+        m.set_hyper_from(train_cfg)
+        m.set_corpus(DEFAULT_CORPUS.read_bytes(), train_cfg.valFraction)
         ref = np.array([m.train_step() for _ in range(PARITY_STEPS)])
     rel = np.abs(np.array(run["losses"]) - ref) / ref
     print(f"{PARITY_STEPS}-step parity with the C++ level: max relative difference {rel.max():.3g} "
@@ -209,9 +210,9 @@ def test_trajectory_parity_with_cpp(parity_run, native):
 
 
 def test_export_loads_in_cpp(parity_run, native):
-    cfg, tc, (x, y), run = parity_run
+    cfg, train_cfg, (x, y), run = parity_run
     raw = base64.b64decode(run["state"])
-    with native.NativeModel(cfg, tc.batch) as m:
+    with native.NativeModel(cfg, train_cfg.batch) as m:
         m.import_state(raw)
         loss = m.forward_loss(x, y)
         again = m.export_state(True)
@@ -224,10 +225,10 @@ def test_deferred_weight_gradients_keep_parity_with_python_ref(host):
     """The plan from medium up, where each Linear's weight gradient waits for the end of the backward,
     batched over the blocks (Trainer's deferWeightGrads), on the parity run's model and the GPU's tiles:
     the residual stream's gradient kept stage by stage, each block's activations in slots of one buffer."""
-    cfg, tc = configs(PARITY)
+    cfg, train_cfg = configs(PARITY)
     run = host.call("trainJob", {"preset": "tiny", "overrides": PARITY, "corpus": CORPUS_URL, "steps": PARITY_STEPS,
                                  "matmulTiles": "gpu", "deferWeightGrads": True})
-    _, ref = reference_run(cfg, tc, PARITY_STEPS)
+    _, ref = reference_run(cfg, train_cfg, PARITY_STEPS)
     rel = np.abs(np.array(run["losses"]) - ref) / np.abs(ref)
     print(f"{PARITY_STEPS}-step parity with deferred weight gradients: losses {ref[0]:.4f} -> {ref[-1]:.4f}; "
           f"max relative difference {rel.max():.3g} at step {int(rel.argmax()) + 1} (bar 1e-3)")
@@ -240,10 +241,10 @@ def test_deferred_group_past_the_devices_buffers_keeps_the_head_paired(host):
     """The tiny preset as it ships on medium's plan: its group splits K, and with the split-K scratch and the
     head's operands it would bind 11 storage buffers, one more than Chromium's 10: the head's two products stay
     paired at the chain's start, after cross-entropy's own dispatch; 3 steps vs python_ref."""
-    cfg, tc = configs({})
+    cfg, train_cfg = configs({})
     run = host.call("trainJob", {"preset": "tiny", "corpus": CORPUS_URL, "steps": 3, "matmulTiles": "gpu",
                                  "deferWeightGrads": True})
-    _, ref = reference_run(cfg, tc, 3)
+    _, ref = reference_run(cfg, train_cfg, 3)
     rel = float(np.max(np.abs(np.array(run["losses"]) - ref) / np.array(ref)))
     print(f"tiny preset deferred, the head paired: 3 steps, max relative loss difference {rel:.3g} (bar 1e-3)")
     assert not run["headDeferred"] and rel < 1e-3
@@ -252,9 +253,9 @@ def test_deferred_group_past_the_devices_buffers_keeps_the_head_paired(host):
 def test_tiny_preset_steps_with_split_k(host):
     """The tiny preset as it ships (B·T = 512), on the GPU's tiles: weight gradients take the split-K path;
     3 steps vs python_ref."""
-    cfg, tc = configs({})
+    cfg, train_cfg = configs({})
     run = host.call("trainJob", {"preset": "tiny", "corpus": CORPUS_URL, "steps": 3, "matmulTiles": "gpu"})
-    _, ref = reference_run(cfg, tc, 3)
+    _, ref = reference_run(cfg, train_cfg, 3)
     rel = float(np.max(np.abs(np.array(run["losses"]) - ref) / np.array(ref)))
     print(f"tiny preset, 3 steps with split-K weight gradients: max relative loss difference {rel:.3g} (bar 1e-3)")
     assert rel < 1e-3

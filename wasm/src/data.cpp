@@ -1,8 +1,9 @@
 #include "data.h"
 
 #include <cmath>
-#include <cstdio>
 
+#include "config_rules.h"
+#include "config_rules_generated.h"
 #include "prng.h"
 
 namespace tg {
@@ -13,12 +14,8 @@ void split_sizes(int64_t n, double val_fraction, int64_t* n_train, int64_t* n_va
 }
 
 std::string corpus_problem(int64_t n, double val_fraction, int64_t ctx) {
-  if (!(val_fraction > 0 && val_fraction < 1))
-    return "valFraction must be in (0, 1), got " + [&] {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%.17g", val_fraction);
-      return std::string(buf);
-    }();
+  std::string problem = field_problem(rules::kTraining.val_fraction, val_fraction);
+  if (!problem.empty()) return problem;
   if (n <= 0) return "the corpus is empty: give a text with some content";
   int64_t n_train, n_val;
   split_sizes(n, val_fraction, &n_train, &n_val);

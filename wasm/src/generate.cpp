@@ -75,7 +75,7 @@ void gen_begin(Model& model, GenSession& s, const int32_t* prompt, int64_t n_pro
 
 int32_t gen_next(Model& model, GenSession& s) {
   GenBuffers& d = model.gen_buffers();
-  const int64_t V = model.config().vocab;
+  const int64_t V = model.config().vocab_size;
   // With the cache, only the positions it lacks go through the forward; without, the whole window.
   const int64_t past = s.use_cache ? s.cached_len : 0, fresh = s.window_len - past;
   model.forward(d.window + past, 1, fresh, past);

@@ -5,8 +5,11 @@
 #include <cstring>
 #include <limits>
 #include <new>
+#include <stdexcept>
 
 #include "attention.h"
+#include "config_rules.h"
+#include "config_rules_generated.h"
 #include "cross_entropy.h"
 #include "embedding.h"
 #include "gelu.h"
@@ -18,30 +21,38 @@
 namespace tg {
 
 std::string config_problem(const Config& c) {
-  struct Dim {
-    const char* name;
-    int64_t value;
+  const auto& m = rules::kModel;
+  std::string problem =
+      first_problem({{m.n_layer, field_problem(m.n_layer, c.n_layer)},
+                     {m.n_head, field_problem(m.n_head, c.n_head)},
+                     {m.d_model, field_problem(m.d_model, c.d_model)},
+                     {m.ctx, field_problem(m.ctx, c.ctx)},
+                     {m.vocab_size, field_problem(m.vocab_size, c.vocab_size)},
+                     {m.layer_norm_eps, field_problem(m.layer_norm_eps, c.layer_norm_eps)},
+                     {m.init_std, field_problem(m.init_std, c.init_std)}});
+  if (!problem.empty()) return problem;
+  // The checks across fields name integer model fields (scripts/config_rules.py refuses any other).
+  auto value = [&](const std::string& name) -> int64_t {
+    if (name == "nLayer") return c.n_layer;
+    if (name == "nHead") return c.n_head;
+    if (name == "dModel") return c.d_model;
+    if (name == "ctx") return c.ctx;
+    if (name == "vocabSize") return c.vocab_size;
+    throw std::logic_error("a check across fields names " + name + ", not a model field");
   };
-  for (Dim d : {Dim{"nLayer", c.n_layer}, Dim{"nHead", c.n_head}, Dim{"dModel", c.d_model},
-                Dim{"ctx", c.ctx}, Dim{"vocabSize", c.vocab}, Dim{"batch", c.batch}})
-    if (d.value <= 0)
-      return std::string(d.name) + " must be a positive integer, got " + std::to_string(d.value);
-  if (c.d_model % c.n_head != 0)
-    return "dModel (" + std::to_string(c.d_model) + ") is not divisible by nHead (" +
-           std::to_string(c.n_head) + "): each head needs dModel / nHead channels";
-  if (!(c.ln_eps > 0) || !std::isfinite(c.ln_eps)) return "layerNormEps must be a positive number";
-  if (!(c.init_std > 0) || !std::isfinite(c.init_std)) return "initStd must be a positive number";
-  // Bound the dims so that every size below fits comfortably in int64 (and the arena in memory).
-  if (c.d_model > (1 << 16) || c.ctx > (1 << 20) || c.vocab > (1 << 20) || c.n_layer > 4096 ||
-      c.batch > (1 << 20))
-    return "config dimensions are implausibly large (dModel <= 65536, ctx <= 2^20, nLayer <= 4096)";
-  // Within those bounds the exact int64 sizes could still overflow: estimate the arena in double
-  // (parameters x 4 blocks + activations, generously) and refuse anything beyond 2^46 bytes.
+  for (const DivisibleCheck& check : rules::kModelChecks) {
+    problem = divisible_problem(check, value(check.a), value(check.b));
+    if (!problem.empty()) return problem;
+  }
+  problem = field_problem(rules::kTraining.batch, c.batch);
+  if (!problem.empty()) return problem;
+  // Within the rules' bounds the exact int64 sizes could still overflow: estimate the arena in
+  // double (parameters x 4 blocks + activations, generously) and refuse anything beyond 2^46 bytes.
   const double C = static_cast<double>(c.d_model), BT = static_cast<double>(c.batch) * c.ctx;
   const double params =
-      static_cast<double>(c.vocab + c.ctx) * C + c.n_layer * (12 * C * C + 13 * C);
+      static_cast<double>(c.vocab_size + c.ctx) * C + c.n_layer * (12 * C * C + 13 * C);
   const double bytes =
-      16 * params + 4 * BT * (c.n_layer * (20 * C + c.n_head + 8) + 16 * C + c.vocab + 8);
+      16 * params + 4 * BT * (c.n_layer * (20 * C + c.n_head + 8) + 16 * C + c.vocab_size + 8);
   if (bytes > 70368744177664.0) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "config needs an arena of about %.3g TB: beyond any machine",
@@ -73,7 +84,7 @@ std::vector<TensorInfo> build_manifest(const Config& c) {
     out.push_back(t);
     offset += t.numel;
   };
-  add("token_embedding.weight", c.vocab, C, true);
+  add("token_embedding.weight", c.vocab_size, C, true);
   add("position_embedding.weight", c.ctx, C, true);
   for (int64_t i = 0; i < c.n_layer; i++) {
     const std::string p = "blocks." + std::to_string(i) + ".";
@@ -99,7 +110,7 @@ namespace {
 
 int64_t count_params(const Config& c) {
   const int64_t C = c.d_model;
-  return c.vocab * C + c.ctx * C + 2 * C + c.n_layer * (12 * C * C + 13 * C);
+  return c.vocab_size * C + c.ctx * C + 2 * C + c.n_layer * (12 * C * C + 13 * C);
 }
 
 ParamViews views_of(float* base, const std::vector<TensorInfo>& man, int64_t n_layer) {
@@ -137,7 +148,7 @@ struct Model::Layout {
 
 void Model::carve(Layout& a) {
   const Config& c = cfg_;
-  const int64_t B = c.batch, T = c.ctx, C = c.d_model, H = c.n_head, V = c.vocab;
+  const int64_t B = c.batch, T = c.ctx, C = c.d_model, H = c.n_head, V = c.vocab_size;
   const int64_t BT = B * T;
   // step | weights | m | v, contiguous: the .tinygpt state in place.
   state_ = a.take<uint8_t>(kStepOffset + 4 + 12 * P_);
@@ -247,7 +258,7 @@ void Model::init_from_seed(uint64_t seed) {
 }
 
 void Model::forward(const int32_t* x, int64_t B, int64_t T, int64_t past) {
-  const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab, BT = B * T;
+  const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab_size, BT = B * T;
   ThreadPool& pool = *pool_;
   if (x != tokens_) std::memcpy(tokens_, x, static_cast<size_t>(BT) * 4);
   embedding_forward(encoded_, tokens_, w_.wte, w_.wpe, B, T, C, pool, past);  // (B,T,C)
@@ -255,36 +266,37 @@ void Model::forward(const int32_t* x, int64_t B, int64_t T, int64_t past) {
   for (int64_t l = 0; l < cfg_.n_layer; l++) {
     const LayerParams& p = w_.layers[l];
     LayerActs& a = acts_[l];
-    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, BT, C, cfg_.ln_eps,
-                      pool);
+    layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, BT, C,
+                      cfg_.layer_norm_eps, pool);
     matmul_forward(a.q, a.ln1, p.qw, p.qb, BT, C, C, pool);             // (B,T,C)
     matmul_forward(a.k + past * C, a.ln1, p.kw, p.kb, BT, C, C, pool);  // after the cached keys
     matmul_forward(a.v + past * C, a.ln1, p.vw, p.vb, BT, C, C, pool);
     attention_forward(a.att, a.att_lse, att_scratch_, a.q, a.k, a.v, B, T, C, H, pool, past);
     matmul_forward(a.res2, a.att, p.ow, p.ob, BT, C, C, pool);  // o_proj output, then + residual
     residual_forward(a.res2, residual, a.res2, BT * C, pool);
-    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, BT, C, cfg_.ln_eps,
-                      pool);
+    layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, BT, C,
+                      cfg_.layer_norm_eps, pool);
     matmul_forward(a.h, a.ln2, p.fcw, p.fcb, BT, C, 4 * C, pool);  // (B,T,4C)
     gelu_forward(a.g, a.h, BT * 4 * C, pool);
     matmul_forward(a.res3, a.g, p.fcow, p.fcob, BT, 4 * C, C, pool);  // (B,T,C)
     residual_forward(a.res3, a.res2, a.res3, BT * C, pool);
     residual = a.res3;
   }
-  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, w_.lnfw, w_.lnfb, BT, C, cfg_.ln_eps,
-                    pool);
+  layernorm_forward(lnf_, lnf_mean_, lnf_rstd_, residual, w_.lnfw, w_.lnfb, BT, C,
+                    cfg_.layer_norm_eps, pool);
   matmul_forward(logits_, lnf_, w_.wte, nullptr, BT, C, V, pool);  // (B,T,V): the tied head
 }
 
 double Model::forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T) {
   forward(x, B, T);
   if (y != targets_) std::memcpy(targets_, y, static_cast<size_t>(B * T) * 4);
-  return cross_entropy_forward(row_lse_, row_loss_, logits_, targets_, B * T, cfg_.vocab, *pool_);
+  return cross_entropy_forward(row_lse_, row_loss_, logits_, targets_, B * T, cfg_.vocab_size,
+                               *pool_);
 }
 
 double Model::forward_backward(const int32_t* x, const int32_t* y, int64_t B, int64_t T) {
   const double loss = forward_loss(x, y, B, T);
-  const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab, BT = B * T;
+  const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab_size, BT = B * T;
   ThreadPool& pool = *pool_;
   std::memset(grads_, 0, static_cast<size_t>(P_) * 4);
   float* dlogits = logits_;  // (B,T,V), in place

@@ -11,13 +11,17 @@
 
 namespace tg {
 
+// A model's config: presets.json's model fields, named in snake_case (vocabSize: vocab_size), and
+// the training batch the arena is sized for.
 struct Config {
-  int64_t n_layer = 0, n_head = 0, d_model = 0, ctx = 0, vocab = 0;
+  int64_t n_layer = 0, n_head = 0, d_model = 0, ctx = 0, vocab_size = 0;
   int64_t batch = 0;  // the most rows a training step runs; the arena is sized for it
-  double ln_eps = 0, init_std = 0;
+  double layer_norm_eps = 0, init_std = 0;
 };
 
-// Empty string if the config can work, else the reason.
+// Empty string if the config can work, else the reason: the first field presets.json's rules refuse
+// (model fields, the checks across them, then batch: the order of every level), or an arena beyond
+// any machine.
 std::string config_problem(const Config& c);
 
 struct TensorInfo {

@@ -80,7 +80,7 @@ void Run::gen_begin(const int32_t* prompt, int64_t n_prompt, double temperature,
 int32_t Run::gen_next() { return tg::gen_next(model, gen); }
 
 void Run::gen_last_probs(float* out) const {
-  const int64_t V = model.config().vocab;
+  const int64_t V = model.config().vocab_size;
   softmax_probs(model.logits() + gen.last_row * V, V, out);
 }
 

@@ -10,6 +10,8 @@
 #include <memory>
 #include <string>
 
+#include "config_rules.h"
+#include "config_rules_generated.h"
 #include "data.h"
 #include "model.h"
 #include "run.h"
@@ -22,6 +24,8 @@ struct tg_model {
 
 namespace {
 
+using tg::field_problem;
+
 thread_local std::string g_error = "no error";
 thread_local int32_t g_code = TG_OK;
 
@@ -30,8 +34,6 @@ int32_t fail(int32_t code, const std::string& message) {
   g_error = message;
   return code;
 }
-
-constexpr uint64_t kMaxSeed = 1ull << 53;
 
 std::string num(double x) {
   char buf[32];
@@ -67,8 +69,8 @@ std::string read_config(const tg_config* config, int32_t batch, tg::Config* out)
   out->n_head = config->n_head;
   out->d_model = config->d_model;
   out->ctx = config->ctx;
-  out->vocab = config->vocab_size;
-  out->ln_eps = config->layer_norm_eps;
+  out->vocab_size = config->vocab_size;
+  out->layer_norm_eps = config->layer_norm_eps;
   out->init_std = config->init_std;
   out->batch = batch;
   return tg::config_problem(*out);
@@ -81,7 +83,7 @@ int32_t check_handle(const tg_model* m, const char* where) {
 
 int32_t check_tokens(const tg_model* m, const int32_t* t, int64_t n, const char* what) {
   if (t == nullptr) return fail(TG_ERR_ARG, std::string(what) + " is null");
-  const int64_t V = m->run.model.config().vocab;
+  const int64_t V = m->run.model.config().vocab_size;
   for (int64_t i = 0; i < n; i++)
     if (t[i] < 0 || t[i] >= V)
       return fail(TG_ERR_ARG, std::string(what) + "[" + std::to_string(i) +
@@ -208,7 +210,8 @@ int64_t tg_tensor_numel(const tg_model* m, int32_t i) {
 
 int32_t tg_init(tg_model* m, uint64_t seed) {
   if (int32_t e = check_handle(m, "tg_init")) return e;
-  if (seed >= kMaxSeed) return fail(TG_ERR_ARG, "seed must be an integer in [0, 2^53)");
+  std::string problem = field_problem(tg::rules::kTraining.seed, seed);
+  if (!problem.empty()) return fail(TG_ERR_ARG, problem);
   return guarded<int32_t>("tg_init", [&]() -> int32_t {
     m->run.init(seed);
     return TG_OK;
@@ -218,18 +221,15 @@ int32_t tg_init(tg_model* m, uint64_t seed) {
 int32_t tg_set_hyper(tg_model* m, double lr, double beta1, double beta2, double eps,
                      double weight_decay, double grad_clip) {
   if (int32_t e = check_handle(m, "tg_set_hyper")) return e;
-  if (!(std::isfinite(lr) && lr > 0))
-    return fail(TG_ERR_HYPER, "lr must be a positive finite number, got " + num(lr));
-  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
-    return fail(TG_ERR_HYPER,
-                "beta1 and beta2 must be in [0, 1), got " + num(beta1) + " and " + num(beta2));
-  if (!(std::isfinite(eps) && eps > 0))
-    return fail(TG_ERR_HYPER, "eps must be a positive finite number, got " + num(eps));
-  if (!(std::isfinite(weight_decay) && weight_decay >= 0))
-    return fail(TG_ERR_HYPER, "weightDecay must be a finite number >= 0, got " + num(weight_decay));
-  if (!(grad_clip > 0))
-    return fail(TG_ERR_HYPER,
-                "gradClip must be positive (+inf disables clipping), got " + num(grad_clip));
+  const auto& r = tg::rules::kTraining;
+  const std::string problem =
+      tg::first_problem({{r.lr, field_problem(r.lr, lr)},
+                         {r.beta1, field_problem(r.beta1, beta1)},
+                         {r.beta2, field_problem(r.beta2, beta2)},
+                         {r.eps, field_problem(r.eps, eps)},
+                         {r.weight_decay, field_problem(r.weight_decay, weight_decay)},
+                         {r.grad_clip, field_problem(r.grad_clip, grad_clip)}});
+  if (!problem.empty()) return fail(TG_ERR_HYPER, problem);
   m->run.hyper = tg::AdamWSettings{lr, beta1, beta2, eps, weight_decay, grad_clip};
   m->run.has_hyper = true;
   return TG_OK;
@@ -240,8 +240,8 @@ int32_t tg_set_corpus(tg_model* m, const uint8_t* bytes, int64_t n, double val_f
   if (bytes == nullptr && n > 0) return fail(TG_ERR_ARG, "corpus bytes are null");
   std::string problem = tg::corpus_problem(n, val_fraction, m->run.model.config().ctx);
   if (!problem.empty()) return fail(TG_ERR_CORPUS, problem);
-  const int64_t V = m->run.model.config().vocab;
-  if (V < 256)
+  const int64_t V = m->run.model.config().vocab_size;
+  if (V <= UINT8_MAX)  // below that every byte is a token
     for (int64_t i = 0; i < n; i++)
       if (bytes[i] >= V)
         return fail(TG_ERR_CORPUS, "corpus byte " + std::to_string(i) + " (" +
@@ -255,7 +255,8 @@ int32_t tg_set_corpus(tg_model* m, const uint8_t* bytes, int64_t n, double val_f
 
 int32_t tg_set_data_state(tg_model* m, uint64_t seed, int64_t batches_drawn) {
   if (int32_t e = check_handle(m, "tg_set_data_state")) return e;
-  if (seed >= kMaxSeed) return fail(TG_ERR_ARG, "data seed must be an integer in [0, 2^53)");
+  std::string problem = field_problem(tg::rules::kTraining.seed, seed);
+  if (!problem.empty()) return fail(TG_ERR_ARG, problem);
   if (batches_drawn < 0)
     return fail(TG_ERR_ARG, "batchesDrawn must be >= 0, got " + std::to_string(batches_drawn));
   m->run.data_seed = seed;
@@ -314,8 +315,8 @@ double tg_forward_loss(tg_model* m, const int32_t* x, const int32_t* y, int32_t 
 double tg_eval(tg_model* m, int32_t eval_windows) {
   if (int32_t e = check_handle(m, "tg_eval")) return e;
   if (!m->run.has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
-  if (eval_windows < 1)
-    return fail(TG_ERR_ARG, "evalWindows must be >= 1, got " + std::to_string(eval_windows));
+  std::string problem = field_problem(tg::rules::kTraining.eval_windows, int64_t{eval_windows});
+  if (!problem.empty()) return fail(TG_ERR_ARG, problem);
   return guarded<double>("tg_eval", [&]() -> double { return m->run.eval(eval_windows); });
 }
 
@@ -344,13 +345,12 @@ int32_t tg_gen_begin(tg_model* m, const int32_t* prompt, int32_t n_prompt, doubl
     return fail(TG_ERR_ARG,
                 "the prompt is empty: generation needs at least one token to start from");
   if (int32_t e = check_tokens(m, prompt, n_prompt, "prompt")) return e;
-  if (!(temperature >= 0 && std::isfinite(temperature)))
-    return fail(TG_ERR_ARG,
-                "temperature must be a finite number >= 0 (0 = greedy), got " + num(temperature));
-  if (top_k < 0)
-    return fail(TG_ERR_ARG, "top-k must be >= 0 (0 = all tokens), got " + std::to_string(top_k));
-  if (sample_seed >= kMaxSeed)
-    return fail(TG_ERR_ARG, "sample seed must be an integer in [0, 2^53)");
+  const auto& r = tg::rules::kSampling;
+  const std::string problem =
+      tg::first_problem({{r.temperature, field_problem(r.temperature, temperature)},
+                         {r.top_k, field_problem(r.top_k, int64_t{top_k})},
+                         {r.seed, field_problem(r.seed, sample_seed)}});
+  if (!problem.empty()) return fail(TG_ERR_ARG, problem);
   return guarded<int32_t>("tg_gen_begin", [&]() -> int32_t {
     m->run.gen_begin(prompt, n_prompt, temperature, top_k, sample_seed, use_kv_cache != 0);
     return TG_OK;
@@ -393,8 +393,8 @@ int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_
                     double temperature, int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache,
                     int32_t* out) {
   if (int32_t e = check_handle(m, "tg_generate")) return e;
-  if (max_new < 0)
-    return fail(TG_ERR_ARG, "max new tokens must be >= 0, got " + std::to_string(max_new));
+  std::string problem = field_problem(tg::rules::kSampling.max_new_tokens, int64_t{max_new});
+  if (!problem.empty()) return fail(TG_ERR_ARG, problem);
   if (max_new > 0 && out == nullptr) return fail(TG_ERR_ARG, "tg_generate: out is null");
   if (int32_t e = tg_gen_begin(m, prompt, n_prompt, temperature, top_k, sample_seed, use_kv_cache))
     return e;

@@ -29,6 +29,9 @@
  *     count and batch counter is int64_t so a > 4 GB state never overflows. Seeds are uint64_t in
  *     [0, 2^53) (docs/determinism.md). Tokens are int32_t in [0, vocab_size).
  *   - Nothing here holds preset numbers: the caller passes the values of site/static/presets.json.
+ *     What each value may be is that file's "rules", compiled in (scripts/config_rules.py
+ *     writes them as a header at build time): a value they refuse gets the sentence python_ref
+ *     and JS write for it.
  *   - The state layout is exactly the .tinygpt state (docs/format.md): i32 step | f32 weights x P |
  *     [f32 m x P | f32 v x P], little-endian, manifest order.
  */
@@ -102,8 +105,9 @@ int64_t tg_tensor_numel(const tg_model* m, int32_t i);
 /* Weights from the portable init stream of `seed`; m = v = 0; step = 0; data stream = (seed, 0). */
 int32_t tg_init(tg_model* m, uint64_t seed);
 
-/* AdamW + clip settings (docs/determinism.md). Required before any training step. lr > 0 finite;
- * 0 <= beta1, beta2 < 1; eps > 0; weight_decay >= 0; grad_clip > 0 (+inf = no clipping). */
+/* AdamW + clip settings (docs/determinism.md). Required before any training step. By presets.json's
+ * rules: lr > 0 finite; 0 <= beta1, beta2 < 1; eps > 0; weight_decay >= 0; grad_clip > 0 (+inf = no
+ * clipping; 0 would scale every gradient to zero). */
 int32_t tg_set_hyper(tg_model* m, double lr, double beta1, double beta2, double eps,
                      double weight_decay, double grad_clip);
 

@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "config_rules_generated.h"
 #include "tinygpt_api.h"
 
 // Under AddressSanitizer an impossible allocation must return null (as it does in production)
@@ -13,6 +14,11 @@
 extern "C" const char* __asan_default_options() { return "allocator_may_return_null=1"; }
 
 namespace {
+
+// presets.json's model defaults (the header scripts/config_rules.py generates), not numbers of our
+// own.
+constexpr int32_t V = tg::rules::kVocabSize;
+constexpr double EPS = tg::rules::kLayerNormEps, STD = tg::rules::kInitStd;
 
 int g_failures = 0;
 
@@ -36,32 +42,31 @@ tg_model* create(tg_config config, int32_t batch, int32_t n_threads) {
 }
 
 // Small dims on purpose: the test is about the checks, not the arithmetic.
-tg_model* small_model() { return create({1, 2, 8, 8, 256, 1e-5, 0.02}, 2, 1); }
+tg_model* small_model() { return create({1, 2, 8, 8, V, EPS, STD}, 2, 1); }
 
 }  // namespace
 
 int main() {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  expect_null("create: nLayer = 0", create({0, 2, 8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: dModel = -8", create({1, 2, -8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: ctx = 0", create({1, 2, 8, 0, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: nHead = 0", create({1, 0, 8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: nHead 3 does not divide dModel 8",
-              create({1, 3, 8, 8, 256, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: batch = -1", create({1, 2, 8, 8, 256, 1e-5, 0.02}, -1, 1), TG_ERR_CONFIG);
-  expect_null("create: vocab = 0", create({1, 2, 8, 8, 0, 1e-5, 0.02}, 2, 1), TG_ERR_CONFIG);
-  expect_null("create: layerNormEps = NaN", create({1, 2, 8, 8, 256, nan, 0.02}, 2, 1),
+  expect_null("create: nLayer = 0", create({0, 2, 8, 8, V, EPS, STD}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: dModel = -8", create({1, 2, -8, 8, V, EPS, STD}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: ctx = 0", create({1, 2, 8, 0, V, EPS, STD}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: nHead = 0", create({1, 0, 8, 8, V, EPS, STD}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: nHead 3 does not divide dModel 8", create({1, 3, 8, 8, V, EPS, STD}, 2, 1),
               TG_ERR_CONFIG);
-  expect_null("create: n_threads = 0", create({1, 2, 8, 8, 256, 1e-5, 0.02}, 2, 0), TG_ERR_CONFIG);
+  expect_null("create: batch = -1", create({1, 2, 8, 8, V, EPS, STD}, -1, 1), TG_ERR_CONFIG);
+  expect_null("create: vocab = 0", create({1, 2, 8, 8, 0, EPS, STD}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: layerNormEps = NaN", create({1, 2, 8, 8, V, nan, STD}, 2, 1), TG_ERR_CONFIG);
+  expect_null("create: n_threads = 0", create({1, 2, 8, 8, V, EPS, STD}, 2, 0), TG_ERR_CONFIG);
   expect_null("create: config = NULL", tg_create(nullptr, 2, 1), TG_ERR_ARG);
   expect("arena_bytes_for: config = NULL", tg_arena_bytes_for(nullptr, 2), TG_ERR_ARG);
-  const tg_config five_heads{1, 5, 8, 8, 256, 1e-5, 0.02};
+  const tg_config five_heads{1, 5, 8, 8, V, EPS, STD};
   expect("arena_bytes_for: nHead 5, dModel 8", tg_arena_bytes_for(&five_heads, 2), TG_ERR_CONFIG);
-  const tg_config at_bounds{4096, 1, 65536, 1 << 20, 256, 1e-5, 0.02};
+  const tg_config at_bounds{4096, 1, 65536, 1 << 20, V, EPS, STD};
   expect("arena_bytes_for: dims at their bounds (overflow)",
          tg_arena_bytes_for(&at_bounds, 1 << 20), TG_ERR_CONFIG);
   expect_null("create: an arena of ~3 TB cannot be allocated",
-              create({64, 16, 16384, 64, 256, 1e-5, 0.02}, 1, 1), TG_ERR_ALLOC);
+              create({64, 16, 16384, 64, V, EPS, STD}, 1, 1), TG_ERR_ALLOC);
 
   tg_model* m = small_model();
   if (!m) {
@@ -78,6 +83,9 @@ int main() {
   expect("set_hyper: eps = NaN", tg_set_hyper(m, 1e-3, 0.9, 0.95, nan, 0.1, 1.0), TG_ERR_HYPER);
   expect("set_hyper: gradClip = 0", tg_set_hyper(m, 1e-3, 0.9, 0.95, 1e-8, 0.1, 0.0), TG_ERR_HYPER);
   expect("train_step before set_hyper", static_cast<long long>(tg_train_step(m)), TG_ERR_HYPER);
+  expect("set_hyper: gradClip = inf (no clipping)",
+         tg_set_hyper(m, 1e-3, 0.9, 0.95, 1e-8, 0.1, std::numeric_limits<double>::infinity()),
+         TG_OK);
   expect("set_hyper: valid", tg_set_hyper(m, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1.0), TG_OK);
   expect("train_step before set_corpus", static_cast<long long>(tg_train_step(m)), TG_ERR_CORPUS);
 
@@ -98,8 +106,8 @@ int main() {
          static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 3, 8)), TG_ERR_ARG);
   expect("forward_backward: t 9 > ctx 8",
          static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 1, 9)), TG_ERR_ARG);
-  y[5] = 256;
-  expect("forward_backward: target 256",
+  y[5] = V;
+  expect("forward_backward: target vocabSize",
          static_cast<long long>(tg_forward_backward(m, x.data(), y.data(), 2, 8)), TG_ERR_ARG);
   y[5] = -1;
   expect("train_step_batch: target -1",

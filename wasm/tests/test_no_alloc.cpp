@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "config_rules_generated.h"
 #include "tinygpt_api.h"
 
 namespace {
@@ -69,7 +70,8 @@ int main() {
   };
   // Two threads so the pool's workers run the kernels too.
   const long at_start = g_allocations.load();
-  const tg_config config{2, 2, 32, 16, 256, 1e-5, 0.02};
+  const tg_config config{
+      2, 2, 32, 16, tg::rules::kVocabSize, tg::rules::kLayerNormEps, tg::rules::kInitStd};
   tg_model* m = tg_create(&config, 4, 2);
   const long by_create = g_allocations.load() - at_start;
   std::printf("%-40s %ld allocation(s) %s\n", "control: tg_create (must count some)", by_create,

@@ -10,9 +10,9 @@ import { kernel, LINEAR_ID, workgroupSum } from "./kernel.js";
 
 // The norm's workgroups of 256 (NORM_THREADS) over n gradients: each sums a fixed strided subset into
 // one partial. Up to 256k invocations keep enough loads in flight to stream a big model's gradients
-// at memory speed (16k invocations with 1.5k-long loops took 584 us on 25M gradients on an H200); a
-// small model gets fewer, each with ~8 gradients, rather than invocations with none: SwiftShader
-// pays ~1 ms per workgroup of this kernel (963 ms of tiny's ~5 s step had 1024).
+// at memory speed (16k invocations with long loops did not); a small model gets fewer, each with ~8
+// gradients, rather than invocations with none: a software adapter pays for every workgroup of this
+// kernel, which with 1024 was a large share of tiny's step.
 export const NORM_PARTIALS = 1024;
 export const NORM_THREADS = 256;
 export const normPartials = (n) => Math.max(1, Math.min(NORM_PARTIALS, Math.ceil(n / (8 * NORM_THREADS))));

@@ -37,15 +37,14 @@ const pow2Floor = (x) => 2 ** Math.floor(Math.log2(x));
 
 /**
  * Each kind's layout options (attentionLayout), from timing every layout on every preset's shape on
- * an H100 (webgpu/bench/attention_layouts.mjs; docs/performance.md §15, §17, §21): the backward carries
- * four gradient accumulators a row where the forward carries one, so it wants fewer invocations a
- * row. As two kernels, 4 invocations instead of 8 took 15–24% less time (huge: 111.8 → 85.2 µs a
- * layer), where the forward took 0–16% more; as one dispatch (dq and dk/dv side by side), 64 rows
- * of 2 invocations with 16-row tiles were the fastest layout at large, xl, huge and massive (huge
- * 85.5 → 68.1 µs, massive 66.1 → 58.1). The forward's invocations take two query rows each, so
- * each key and value vec4 read from workgroup memory feeds two rows' FMAs: alone, huge 30.1 → 23.3
- * µs, massive 23.8 → 19.3; in a step, within the run-to-run spread (§21). The backward's four
- * accumulators a row leave no registers for a second row.
+ * a GPU (see docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §15, §17 and
+ * docs/lab/2026-11-26-wgsl-step-subgroups.md §21): the backward carries four gradient accumulators a
+ * row where the forward carries one, so it wants fewer invocations a row (as two kernels, 4
+ * invocations instead of 8 made the backward faster and the forward slower); as one dispatch (dq and
+ * dk/dv side by side), 64 rows of 2 invocations with 16-row tiles were the fastest layout at large,
+ * xl, huge and massive. The forward's invocations take two query rows each, so each key and value
+ * vec4 read from workgroup memory feeds two rows' FMAs: faster alone, even within a step's run-to-run
+ * spread. The backward's four accumulators a row leave no registers for a second row.
  */
 export const ATTENTION_LAYOUTS = { forward: { queries: 2 }, backward: { rows: 64, split: 2, tile: 16 } };
 
@@ -54,8 +53,7 @@ export const ATTENTION_LAYOUTS = { forward: { queries: 2 }, backward: { rows: 64
  * small and medium (1536, 3072 and 6144 rows; large has 9216, xl 8192). There the layouts above
  * give an H100 too few workgroups (small's backward: 96 of 128 invocations for 132 SMs), or a
  * partial last block (medium's T = 96 in blocks of 64). 16 rows of 4 invocations were the fastest
- * layout for both kinds at all three (alone, µs, ATTENTION_LAYOUTS → compact: small forward 7.6 →
- * 6.8, backward 13.0 → 10.3; medium 10.5 → 9.2 and 18.8 → 16.0; docs/performance.md §24).
+ * layout for both kinds at all three (see docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §24).
  */
 export const COMPACT_ATTENTION_MAX_ROWS = 6144;
 const COMPACT_ATTENTION_LAYOUTS = { forward: { rows: 16, split: 4, tile: 32 }, backward: { rows: 16, split: 4, tile: 16 } };

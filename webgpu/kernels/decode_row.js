@@ -14,7 +14,7 @@ export const DECODE_THREADS = 256;
 export const DOT_LANES = 8; // invocations per output of a row product; DECODE_THREADS / DOT_LANES outputs a pass
 const PART_UNROLL = 8; // partial rows a summing invocation loads at once
 const PART_ROUNDS = 2; // outputs of a partial row an invocation loads at once
-const HOISTED = 48; // vec4 loads of a row product an invocation issues at its kernel's start (docs/performance.md §45)
+const HOISTED = 48; // vec4 loads of a row product an invocation issues at its kernel's start (see docs/lab/2026-11-29-decode-chain.md §45)
 
 /** Uniforms of summedRow. */
 export const SUMMED_ROW_UNIFORMS = ["x_base_off", "x_bias_off", "x_parts_off", "x_nparts", "x_store_off"].map((n) => [n, "u32"]);
@@ -50,7 +50,7 @@ ${scratch ? `var<workgroup> part_sums: array<vec4f, ${scratch}>;` : ""}`,
 /**
  * WGSL of the `loads` of a kernel's pieces ({loads, math}: summedRow, embeddedRow, normalisedRow, rowDots,
  * partialRow), for the kernel's start: none depends on what the kernel computes, so none waits behind a
- * barrier before its piece (docs/performance.md §45).
+ * barrier before its piece (see docs/lab/2026-11-29-decode-chain.md §45).
  */
 export const loadsFirst = (...pieces) => pieces.map((piece) => piece.loads).join("\n");
 

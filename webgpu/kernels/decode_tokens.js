@@ -2,10 +2,10 @@
 // block (ln1, q/k/v into the KV cache, every head's attention at once, o_proj, ln2, fc_in + GELU,
 // fc_out, the residual adds), ln_f, the tied head's logits and the sampler (sample_decode.js's rule), whose
 // token the next step embeds. The decode chain (decode_row.js) takes 1 + 2L dependent dispatches a
-// token and each costs 6.5-8 µs on an H200 before any work (docs/performance.md §36-38), so a small
-// model's token was mostly launches: here a token costs one workgroup's work, which for a model of
-// a few MB is less. A step whose token the sampler cannot call certain ends the loop; the host
-// samples it (Trainer.generate), as after the chain's sampler.
+// token and each has a fixed cost before any work (see docs/lab/2026-11-28-decoding-on-the-gpu.md
+// §36–38), so a small model's token was mostly launches: here a token costs one workgroup's work,
+// which for a model of a few MB is less. A step whose token the sampler cannot call certain ends the loop; the host
+// samples it (Decoder.generate), as after the chain's sampler.
 import { kernel, range } from "./kernel.js";
 import { GELU_FNS } from "./gelu.js";
 import { SAMPLE_LOGITS, sampleStep } from "./sample_decode.js";
@@ -20,8 +20,8 @@ const HOISTED = 16; // vec4 loads of a product an invocation may issue ahead of 
 const lanesFor = (N) => Math.max(1, Math.min(8, 2 ** Math.floor(Math.log2(THREADS / N))));
 
 // The fewest invocations an output where a product's loads are hoisted. Its passes then run side by
-// side, so a lane's chain of dependent steps is K4/4 long: at tiny, one lane an output took 12 steps
-// and a token 20.2 µs; four take 3 and 17.8 µs (H200, docs/performance.md §42).
+// side, so a lane's chain of dependent steps is K4/4 long: at tiny, one lane an output took 12 steps,
+// four take 3, and the token is faster for it (see docs/lab/2026-11-29-decode-batches-on-the-gpu.md §42).
 const MIN_LANES = 4;
 
 /** A product's layout (N outputs, rows of K4 vec4s): {L lanes an output, G outputs a pass, passes, steps a lane, hoisted}. */
@@ -417,8 +417,8 @@ ${fcOut}
 // With `next` (decodeTokensKeepsNext), a step at position pos ≥ NEXT_FROM = ctx − KEPT also computes
 // its token's row in the window that the restart will leave (position pos − NEXT_FROM): one more row
 // through every product, on weights the step loads anyway. A restart then copies those rows in place
-// of rebuild_window's KEPT rows, which cost a tiny window about as much as 4.5 steps
-// (docs/performance.md §42). Without it, a restart rebuilds.
+// of rebuild_window's KEPT rows, which cost a tiny window several steps' time (see
+// docs/lab/2026-11-29-decode-batches-on-the-gpu.md §42). Without it, a restart rebuilds.
 export function decodeTokens({ nLayer: NL, nHead: H, dModel: C, ctx: kvT }, next = false) {
   const C4 = C / 4, D = C / H, rows = next ? 2 : 1, span = THREADS / rows, kept = keptOf(kvT);
   const blk = (name) => `blk + p.${name}`, shapes = stepProducts(C, rows);

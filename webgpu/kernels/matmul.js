@@ -46,7 +46,7 @@ const formOf = (form) => {
  * work on each tile, with no partial sums in global memory and no second dispatch (split-K's cost).
  * These are the tiles chooseTile picks on a GPU and their software twins (softwareTile). Others the
  * tile bench tried and no preset's product ever chose on an H100 or H200 (128x64, 32x32w, 32x64w,
- * 128x64w, 32x64w-k32, 64x32-s2, 32x64-s2) are listed in docs/performance.md §19.
+ * 128x64w, 32x64w-k32, 64x32-s2, 32x64-s2) are listed in docs/lab/2026-11-26-wgsl-step-subgroups.md §19.
  */
 export const MATMUL_TILES = {
   "128x128": { WX: 16, WY: 16, BK: 8, TM: 8, TN: 8 },
@@ -107,7 +107,7 @@ export const MATMUL_BUFFERS = [["A", "read"], ["B", "read"], ["bias", "read"], [
  * LayerNorm(x) into LN (at A's offsets) and (mean, rstd) into LNS from float ln_stats_off.
  * The kernel is compiled for the row's length (ln = K), so that each statistics pass over a row is
  * unrolled and its loads can all be in flight at once; as a loop to the uniform K, every such product
- * at medium (8 iterations a pass) took 1.1 µs longer in a step on an H100 (docs/performance.md §33).
+ * at medium (8 iterations a pass) took longer in a step (see docs/lab/2026-11-27-wgsl-step-deferred-weight-gradients.md §33).
  */
 export const LN_UNIFORMS = [["ln_w_off", "u32"], ["ln_b_off", "u32"], ["ln_stats_off", "u32"], ["ln_eps", "f32"]];
 export const LN_BUFFERS = [["LN", "rw"], ["LNS", "rw"]];
@@ -245,9 +245,9 @@ ${each(TM, TN, (i, j) => /* wgsl */ `      c${i}_${j} = c${i}_${j} + a${i} * b${
       if (bias_grad) {
 ${range(TM).map((i) => /* wgsl */ `        s${i} = s${i} + a${i};`).join("\n")}
       }`;
-  // The loop over those rows, unrolled here: the NVIDIA Vulkan driver left 32-deep ones rolled
-  // (H100: 32x64-k32's unsplit 192×192×1536 weight gradient 86.5 → 47.3 µs unrolled, 4096³ input
-  // and weight gradients on 128×128 33 → 36 and 35 → 37 TFLOP/s; docs/performance.md §16).
+  // The loop over those rows, unrolled here: the NVIDIA Vulkan driver left 32-deep ones rolled, and
+  // unrolled they ran faster on every tile measured, the deep ones most (see
+  // docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §16).
   const inner = range(KB).map((k) => `    {${kRow.replace(/\[k\]/g, `[${k}u]`)}\n    }`).join("\n");
   // Each invocation loads L vec4s (or scalars) of each slab per K-step; a guard where the slab does
   // not divide evenly among the invocations.
@@ -678,8 +678,8 @@ export function tileWithThreads(tile, threads) {
  * The tile a software adapter (SwiftShader, llvmpipe) runs in place of `tile`: the same output
  * footprint (so the same grid, split counts and buffers), unsliced, with the fewest invocations,
  * then the shallowest K-step. A CPU runs a workgroup's invocations in turns and pays for each one at
- * every barrier: on SwiftShader (2-core AMD EPYC) a 512×144×48 forward took 364 ms on 32x32w-k32
- * and 70 ms on 32x32, and a tiny-preset step 10 s against 4.2 s with these tiles.
+ * every barrier, so on SwiftShader these tiles took a tiny-preset step less than half the GPU tiles'
+ * time (see docs/lab/2026-11-26-wgsl-step-subgroups.md §18).
  */
 export function softwareTile(tile) {
   const t = tileShape(tile);
@@ -697,8 +697,8 @@ export function tileCount(M, N, tile) {
 
 /**
  * The tile for a product (K: the whole, concatenated K), from timing every tile (and split count) on
- * every preset's products on an H100 with its clocks up (bench/webgpu/matmul_tiles.mjs, vec4 reads,
- * two-dimensional slabs; docs/performance.md §14–15). These products are too small to fill a big GPU,
+ * every preset's products on a GPU with its clocks up (bench/webgpu/matmul_tiles.mjs, vec4 reads,
+ * two-dimensional slabs; see docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §14–15). These products are too small to fill a big GPU,
  * and what they pay for is each K-step's latency, so: below 250k outputs the 256-invocation 2×2 tile
  * with 32-deep K-steps, or, from K = 512 on, the 32×32 tile with K sliced in two; up to a million
  * outputs 4×4 per invocation with 32-deep steps (64×32 for the forward, 32×64 for input gradients,
@@ -707,16 +707,16 @@ export function tileCount(M, N, tile) {
  * on; big squares (≥ 512 tiles of 128×128) 128×128, with 16-deep K-steps where workgroupLimit (the
  * device's bytes of workgroup memory) allows. Forward products of 150k to a million outputs with
  * K ≤ 128 (small's and medium's, at most 4 K-steps) take 32x64-k32 instead: in a step (interleaved
- * blocks, ab_steps.mjs, H100) small 0.583 → 0.573 ms, medium within the ±1% by which two trainers of
- * the same code differ; at K = 192 (large's) the same rule was 4% slower (docs/performance.md §23). Weight
+ * blocks, ab_steps.mjs) small was faster and medium no slower; at K = 192 (large's) the same rule was
+ * slower (see docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §23). Weight
  * gradients (long K = B·T, split along K: chooseSplits) take the sliced 32×32 below 250k outputs,
  * 64×64w from there.
  */
 export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
   if (tileCount(M, N, "128x128") >= 512) {
-    // 4096³, TFLOP/s, 8- / 16-deep K-steps (the tile bench, H100 and H200, docs/performance.md §19):
-    // forward 36 / 38, input gradient 36 / 38, weight gradient 37–38 / 39; the 16-deep where the
-    // device offers the workgroup memory they take
+    // 4096³: 16-deep K-steps outran 8-deep ones in every form (the tile bench, see
+    // docs/lab/2026-11-26-wgsl-step-subgroups.md §19), so the 16-deep where the device offers the
+    // workgroup memory they take
     const deep = workgroupBytes(form, "128x128-k16") <= workgroupLimit;
     return deep ? "128x128-k16" : "128x128";
   }
@@ -732,12 +732,10 @@ export function chooseTile(form, M, N, K, workgroupLimit = 16384) {
 /**
  * How many K-splits a product gets (1 = none; each split keeps ≥ 64 of K): enough to reach ~512
  * workgroups, and with sliced K (weight gradients below 250k outputs) at most 4. More
- * splits than that cost more in slabs to sum than they give in parallelism: on the H100, 16 splits
- * of large's 192×192 weight gradient (36 tiles) took 20.0 µs, 8 took 18.8; massive's 384×384 (144
- * tiles) took 22.6 µs with 4, 26.4 with 8. In a step (ab_steps, 3 trainers a side, H100, ms), the
- * sliced tiles capped at 4 splits rather than 8: small 0.506 / 0.528, xl 2.811 / 2.884, huge
- * 7.165 / 7.217, medium 1.069 / 1.061 (H200: 1.033 / 1.061), the rest even; capped at 2, small and
- * medium lost 13% and 6% (docs/performance.md §27). batches: products of that shape in the
+ * splits than that cost more in slabs to sum than they give in parallelism (large's 192×192 weight
+ * gradient was slower with 16 splits than 8, massive's 384×384 with 8 than 4); in a step the sliced
+ * tiles capped at 4 splits were faster than at 8 or even, and capped at 2 small and medium lost (see
+ * docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §27). batches: products of that shape in the
  * dispatch, whose tiles count toward the ~512; workgroups: another target than 512.
  */
 export function chooseSplits(M, N, K, tile, batches = 1, workgroups = 512) {
@@ -750,10 +748,9 @@ export function chooseSplits(M, N, K, tile, batches = 1, workgroups = 512) {
  * LayerNorm dispatch, which sums the split slabs as it reads them (Ops.layernormForward's and
  * layernormBackwardInput's sumIn), so splitting K costs no final-sum dispatch: fc_out's forward and
  * the input gradients of fc_in and of q/k/v (K = 3C–4C onto N = C, few output tiles). From K = 512,
- * one split per 256 of K, at most 4, on 64×64w. H100, µs unsplit → split (slabs unsummed; the tile
- * bench, docs/performance.md §16): large 1536×192×768 forward 39.7 → 28.8 (3 splits), input gradient
- * 35.2 → 26.3; xl 1024×256×1024 38.6 → 29.1 (4); huge 2048×256×1024 input gradient 51.5 → 42.7
- * (3; 4: 43.3); massive 1024×384×1536 forward 72.9 → 52.0 (4), input gradient 63.5 → 48.2.
+ * one split per 256 of K, at most 4, on 64×64w: split, each such product of large to massive took
+ * markedly less time, and huge's input gradient no less with 4 splits than with 3 (the tile bench,
+ * slabs unsummed; see docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §16).
  */
 export function chooseSummedSplits(form, M, N, K, workgroupLimit = 16384) {
   if (form === "backward_weight" || K < 512) return { tile: chooseTile(form, M, N, K, workgroupLimit), splits: 1 };

@@ -1,5 +1,5 @@
 // A decoded token sampled on the GPU, so that several tokens run in one submit with no round trip to
-// the host between them (docs/performance.md §38). The rule is docs/determinism.md § Sampling, as
+// the host between them (see docs/lab/2026-11-28-decoding-on-the-gpu.md §38). The rule is docs/determinism.md § Sampling, as
 // prng.js's sampleToken: greedy at temperature 0, else the top k (ties to the lower index), then the
 // first kept byte whose cumulative probability exceeds u·sum. That rule is float64; WGSL has no f64.
 // So the kernel computes it in f32 together with a bound on how far each of its sums can be from
@@ -27,6 +27,12 @@ export const sampleDecodeFits = (V) => V <= THREADS;
 
 /** The temperatures it serves: 0 (greedy), or where T and every logit / T are normal f32 and f64 values. */
 export const sampleDecodeServes = (temperature) => temperature === 0 || (temperature >= 2 ** -10 && temperature <= 2 ** 20);
+
+/** The sampling uniforms of sampleDecode for a temperature it serves and top_k (0: every byte). */
+export function sampleDecodeValues(temperature, topK) {
+  if (!sampleDecodeServes(temperature)) throw new Error(`sampleDecode: temperature ${temperature} is outside what it serves`);
+  return { top_k: topK, greedy: temperature === 0 ? 1 : 0, temperature: temperature === 0 ? 1 : temperature };
+}
 
 // Floats per step in the samples buffer: [token, certain (1 or 0), 0, 0, the step's V logits]; the
 // first four keep each step's logits 16-byte aligned.
@@ -153,7 +159,7 @@ export const sampleStep = ({ logitAt, V, out, topK, greedy, temperature, draw, s
 // logits: the decoded token's (V) at logits_off; draws: a uniform in [0, 1) per step, as f32;
 // tokens: [0] becomes the sampled token, which the next step's embedding reads; samples: step's
 // record at step · sampleRecordFloats(V); batch: [step] the token too, so that a batch's tokens can be
-// copied into the window the GPU keeps (Trainer._batchCommands), whose restart the host need not see.
+// copied into the window the GPU keeps (Decoder._batchCommands), whose restart the host need not see.
 export const sampleDecode = kernel("sample_decode", SAMPLE_DECODE_UNIFORMS,
   [["logits", "read"], ["draws", "read"], ["tokens", "rw", "u32"], ["samples", "rw"], ["batch", "rw", "u32"]], /* wgsl */ `${SAMPLE_LOGITS}
 

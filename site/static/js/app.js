@@ -5,6 +5,8 @@ import { browserSupport, item, resolveBackend } from "./backend_choice.js";
 import { readFields } from "./form_checks.js";
 import { renderCheckpoints } from "./checkpoint_table.js";
 import { configFromPresets } from "./model_config.js";
+import { loadPresets } from "./presets.js";
+import { fieldLimits } from "../../../webgpu/config_rules.js";
 import { paramCount } from "./tinygpt_file.js";
 import * as wasmEngine from "./engines/wasm_engine.js";
 import * as webgpuEngine from "./engines/webgpu_engine.js";
@@ -16,8 +18,12 @@ import { AttentionView } from "./attention_view.js";
 import { LogitView } from "./logit_view.js";
 
 const $ = (id) => document.getElementById(id);
-const presets = await (await fetch(new URL("../presets.json", import.meta.url))).json();
+const presets = await loadPresets();
 const limits = presets.page;
+// Each form field's bounds, from presets.json's rules: the page's own (rules.page) where it narrows a
+// field, else the level's (a training or sampling field as python_ref and the engines accept it).
+const rules = presets.rules;
+const pageLimits = (name) => fieldLimits(rules.page[name]);
 const chart = new LossChart($("chart"), $("chart-summary"));
 const sampleView = new SampleView($("sample-output"));
 const logitView = new LogitView({ strip: $("logit-tokens"), panel: $("logit-panel") });
@@ -267,9 +273,9 @@ function markCurrentRow() {
 
 function trainingFields() {
   return readFields({
-    steps: [$("steps"), "Steps", { min: 1, max: limits.maxSteps, integer: true }],
-    seed: [$("seed"), "Seed", { min: 0, max: Number.MAX_SAFE_INTEGER, integer: true }],
-    checkpointSeconds: [$("checkpoint-seconds"), "Save every", { min: 1, max: 3600 }],
+    steps: [$("steps"), "Steps", pageLimits("steps")],
+    seed: [$("seed"), "Seed", fieldLimits(rules.training.seed)],
+    checkpointSeconds: [$("checkpoint-seconds"), "Save every", pageLimits("checkpointSeconds")],
   });
 }
 
@@ -428,9 +434,9 @@ async function loadDemo() {
 function onSample(e) {
   e.preventDefault();
   const { values, errors } = readFields({
-    temperature: [$("temperature"), "Temperature", { min: 0, max: 10 }],
-    topK: [$("top-k"), "Top-k", { min: 0, max: 256, integer: true }],
-    maxNewTokens: [$("max-new"), "Tokens", { min: 1, max: limits.maxNewTokens, integer: true }],
+    temperature: [$("temperature"), "Temperature", pageLimits("temperature")],
+    topK: [$("top-k"), "Top-k", { ...fieldLimits(rules.sampling.topK), max: presets.model.vocabSize }],  // past the vocabulary: all tokens anyway
+    maxNewTokens: [$("max-new"), "Tokens", pageLimits("maxNewTokens")],
   });
   $("sample-errors").textContent = errors.join(" ");
   if (errors.length) return;

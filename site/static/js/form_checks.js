@@ -1,5 +1,6 @@
 // Field checks for the page's forms: every number is read from its text and checked before anything
 // starts. An empty, non-numeric, out-of-range or absurd value gets a sentence, never a silent default.
+// The limits come from presets.json's rules (app.js: fieldLimits of webgpu/config_rules.js).
 
 /** The field's value as a number in [min, max] (an integer if `integer`), or throws a sentence. */
 function numberField(input, label, { min, max, integer = false }) {

@@ -3,17 +3,17 @@
 // GPU work, so up to `inFlight` steps are queued before the oldest one's loss is awaited. Bursts do
 // not drain that queue: between two bursts the worker reads its messages while the GPU works through
 // the steps still queued, where a drain would leave it idle for a round trip and the next step's
-// encoding (docs/performance.md §46). Only what needs every loss so far drains it: an evaluation in
+// encoding (see docs/lab/2026-11-29-page-training-loop.md §46). Only what needs every loss so far drains it: an evaluation in
 // the loss chart, a save or a download (the file's loss history), the end of a run.
 
 export const BURST_MS = 50;  // steps run back to back for this long before the worker looks at its messages
 
 /**
  * Steps an engine queues before the oldest loss is awaited (engine.stepsInFlight). A WebAssembly step's
- * loss is known when the step returns. A GPU's comes back a round trip after its work, 1–3 ms in
- * Chromium: 4 steps left small's GPU idle (0.53 ms a step in the page's loop against 0.48 with 8, on an
- * H200; 16 read as 8, docs/performance.md §46). A software adapter takes seconds a step, and Stop
- * waits for the steps queued: 2 there.
+ * loss is known when the step returns. A GPU's comes back a round trip after its work, which in a
+ * browser is longer than a small model's step: 4 steps left small's GPU idle where 8 did not, and 16
+ * were no faster than 8 (see docs/lab/2026-11-29-page-training-loop.md §46). A software adapter takes
+ * seconds a step, and Stop waits for the steps queued: 2 there.
  */
 export const STEPS_IN_FLIGHT = { wasm: 1, gpu: 8, software: 2 };
 

@@ -1,9 +1,13 @@
 // Reader and writer of .tinygpt checkpoints, version 2 (docs/format.md), for the Web Worker and
-// for Node: a plain ES module with no imports.
+// for Node. Its imports: the manifest (webgpu/manifest.js), the config rules (webgpu/config_rules.js)
+// and presets.json's defaults and rules (presets.js; the worker loads them before it reads a file).
 //
 // It mirrors python_ref/tinygpt_file.py: the same checks in the same order with the same messages,
 // so a file is refused for the same stated reason at every level. Where Python's message shows a
-// value with repr(), pyRepr below writes it the same way.
+// value with repr(), pyRepr (config_rules.js) writes it the same way.
+import { manifest, paramCount as manifestParamCount } from "../../../webgpu/manifest.js";
+import { ConfigError, checkFields, pyQuote, pyRepr } from "../../../webgpu/config_rules.js";
+import { presetsNow } from "./presets.js";
 //
 // Sizes are Numbers (exact to 2^53), never 32-bit integers: a file with the AdamW moments of the
 // largest preset is 5.68 GB. Float views assume a little-endian host, as every browser and Node
@@ -18,7 +22,7 @@ const PREFIX_SIZE = 12;
 const CRC_PLACEHOLDER = "00000000";
 const WEIGHTS_DTYPES = ["float32", "float16"];
 const BLOCK_NAMES = ["weights", "AdamW m", "AdamW v"];
-const CONFIG_INTEGERS = ["nLayer", "nHead", "dModel", "ctx", "vocabSize"];
+const CONFIG_KEYS = ["nLayer", "nHead", "dModel", "ctx", "vocabSize", "layerNormEps"];
 // Python's bytes regex: \s there is ASCII whitespace only (JS's \s would also take 0xA0 in latin1).
 const HEADER_CRC_FIELD = /"headerCrc32"[ \t\n\r\v\f]*:[ \t\n\r\v\f]*"([0-9a-f]{8})"/g;
 // fatal: invalid UTF-8 is refused, as Python's bytes.decode does; ignoreBOM: a BOM is kept and then
@@ -72,34 +76,7 @@ function pyTypeName(v) {
   return Array.isArray(v) ? "list" : "dict";
 }
 
-const QUOTE_ESCAPES = { "\t": "\\t", "\n": "\\n", "\r": "\\r" };
-
-// Python's quoting: single quotes unless the text holds ' and no ", backslash escapes, \xNN for the
-// characters keep() rejects.
-function pyQuote(text, keep) {
-  const q = text.includes("'") && !text.includes('"') ? '"' : "'";
-  let out = q;
-  for (const c of text) {
-    const code = c.codePointAt(0);
-    if (c === "\\" || c === q) out += "\\" + c;
-    else if (QUOTE_ESCAPES[c]) out += QUOTE_ESCAPES[c];
-    else out += keep(code) ? c : `\\x${code.toString(16).padStart(2, "0")}`;
-  }
-  return out + q;
-}
-
-const pyStr = (s) => pyQuote(s, (code) => code >= 0x20 && (code < 0x7f || code > 0xa0));
 const pyBytes = (bytes) => "b" + pyQuote(String.fromCharCode(...bytes), (code) => code >= 0x20 && code < 0x7f);
-
-// repr() of a parsed JSON value (a JSON 8.0 is 8 here: JSON.parse cannot tell them apart).
-function pyRepr(v) {
-  if (v === null || v === undefined) return "None";
-  if (typeof v === "boolean") return v ? "True" : "False";
-  if (typeof v === "string") return pyStr(v);
-  if (typeof v === "number") return String(v);
-  if (Array.isArray(v)) return `[${v.map(pyRepr).join(", ")}]`;
-  return `{${Object.entries(v).map(([k, x]) => `${pyStr(k)}: ${pyRepr(x)}`).join(", ")}}`;
-}
 
 // Bytes as a string of the same length, one character per byte, for regex search on raw bytes.
 function latin1(bytes) {
@@ -110,60 +87,27 @@ function latin1(bytes) {
 
 // ---------------------------------------------------------------- config and manifest
 
-// python_ref's ModelConfig.from_json and its checks; returns the config with its defaults filled in.
+// python_ref's ModelConfig.from_json and its checks; returns the config with presets.json's
+// defaults filled in (vocabSize, layerNormEps), checked by presets.json's rules.
 export function checkConfig(config) {
   if (!isObject(config)) throw fail(`model config must be an object, got ${pyTypeName(config)}`);
-  const missing = CONFIG_INTEGERS.slice(0, 4).filter((f) => !Object.hasOwn(config, f));
+  const missing = CONFIG_KEYS.slice(0, 4).filter((f) => !Object.hasOwn(config, f));
   if (missing.length) throw fail(`model config lacks ${missing.join(", ")}`);
-  const c = {
-    nLayer: config.nLayer,
-    nHead: config.nHead,
-    dModel: config.dModel,
-    ctx: config.ctx,
-    vocabSize: Object.hasOwn(config, "vocabSize") ? config.vocabSize : 256,
-    layerNormEps: Object.hasOwn(config, "layerNormEps") ? config.layerNormEps : 1e-5,
-  };
-  for (const name of CONFIG_INTEGERS) {
-    if (!isInt(c[name]) || c[name] <= 0) throw fail(`${name} must be a positive integer, got ${pyRepr(c[name])}`);
-  }
-  if (c.dModel % c.nHead !== 0) {
-    throw fail(`dModel (${c.dModel}) is not divisible by nHead (${c.nHead}): each head needs dModel / nHead channels`);
-  }
-  const eps = c.layerNormEps;
-  if (!(typeof eps === "number" && eps > 0 && eps < Infinity)) {
-    throw fail(`layerNormEps must be a positive finite number, got ${pyRepr(eps)}`);
+  const presets = presetsNow();
+  const c = Object.fromEntries(CONFIG_KEYS.map((key) => [key, Object.hasOwn(config, key) ? config[key] : presets.model[key]]));
+  try {
+    checkFields(presets.rules, "model", c);
+  } catch (e) {
+    throw e instanceof ConfigError ? fail(e.message) : e;
   }
   return c;
 }
 
-// 256C + ctx*C + 2C + L(12C^2 + 13C) for vocab 256, in Number arithmetic (no 32-bit wrap).
-export function paramCount({ nLayer, dModel, ctx, vocabSize = 256 }) {
-  const C = dModel;
-  return vocabSize * C + ctx * C + 2 * C + nLayer * (12 * C * C + 13 * C);
-}
+export const paramCount = manifestParamCount;
 
-// [{name, shape, offset}] in the state's order; offset counts elements within one block.
+// [{name, shape, offset}] in the state's order (the header's manifest); offset counts elements within one block.
 export function manifestEntries(config) {
-  const C = config.dModel;
-  const V = config.vocabSize ?? 256;
-  const tensors = [["token_embedding.weight", [V, C]], ["position_embedding.weight", [config.ctx, C]]];
-  for (let i = 0; i < config.nLayer; i++) {
-    const p = `blocks.${i}.`;
-    tensors.push([p + "ln1.weight", [C]], [p + "ln1.bias", [C]]);
-    for (const proj of ["q_proj", "k_proj", "v_proj", "o_proj"]) {
-      tensors.push([p + `attn.${proj}.weight`, [C, C]], [p + `attn.${proj}.bias`, [C]]);
-    }
-    tensors.push([p + "ln2.weight", [C]], [p + "ln2.bias", [C]]);
-    tensors.push([p + "mlp.fc_in.weight", [4 * C, C]], [p + "mlp.fc_in.bias", [4 * C]]);
-    tensors.push([p + "mlp.fc_out.weight", [C, 4 * C]], [p + "mlp.fc_out.bias", [C]]);
-  }
-  tensors.push(["ln_f.weight", [C]], ["ln_f.bias", [C]]);
-  let offset = 0;
-  return tensors.map(([name, shape]) => {
-    const entry = { name, shape, offset };
-    offset += shape.reduce((a, b) => a * b, 1);
-    return entry;
-  });
+  return manifest(config).map(({ name, shape, offset }) => ({ name, shape, offset }));
 }
 
 const numel = (entry) => entry.shape.reduce((a, b) => a * b, 1);

@@ -8,9 +8,9 @@ import { openStore } from "./checkpoint_store.js";
 import { readTinyGPT, writeTinyGPT, writeCompactF16, paramCount } from "./tinygpt_file.js";
 import { configFromPresets, configFromHeader } from "./model_config.js";
 import { yieldToMessages } from "./yield_to_messages.js";
+import { loadPresets } from "./presets.js";
 import { StepStream, burst, BURST_MS } from "./step_stream.js";
 
-const PRESETS_URL = new URL("../presets.json", import.meta.url);
 const PROBE_STEPS = 3;
 
 const engineModules = {
@@ -18,7 +18,6 @@ const engineModules = {
   webgpu: () => import("./engines/webgpu_engine.js"),
 };
 
-let presets = null;
 let storeOpened = null;   // Promise of {store, reason}
 let current = null;       // {engine, backend, runId, preset, config, corpus, targetSteps, lossHistory, valHistory, lastSaved, source}
 let stopRequested = false;
@@ -37,10 +36,6 @@ const exclusive = (fn) => {
 const post = (m, transfer = []) => postMessage(m, transfer);
 const phase = (name, text) => post({ type: "phase", phase: name, text });
 const store = () => (storeOpened ??= openStore());
-
-async function loadPresets() {
-  return (presets ??= await (await fetch(PRESETS_URL)).json());
-}
 
 /** The corpus of a message: {bytes: Uint8Array, identity: {name, bytes, sha256}}. */
 function corpusOf(msg) {
@@ -387,6 +382,7 @@ self.onmessage = async ({ data: msg }) => {
   try {
     const handler = handlers[msg.type];
     if (!handler) throw new Error(`unknown message type ${msg.type}`);
+    await loadPresets();  // once: the .tinygpt reader and writer take presets.json's defaults and rules
     await handler(msg);
   } catch (e) {
     phase("idle", "");

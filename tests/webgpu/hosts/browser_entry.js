@@ -5,6 +5,7 @@ import { runKernelCases } from "./kernel_cases.js";
 import { compileErrors } from "./compile_check.js";
 import { pipelinesOf } from "../../../webgpu/ops.js";
 import { Trainer, trainerLimits } from "../../../webgpu/trainer.js";
+import { Decoder } from "../../../webgpu/decoder.js";
 import { requestDeviceWithSubgroups } from "../../../webgpu/subgroups.js";
 import { configFromPresets } from "../../../site/static/js/model_config.js";
 
@@ -83,6 +84,7 @@ export async function trainJob(job) {
   const trainer = new Trainer(device, config, { corpus, seed: job.seed ?? config.training.seed, state: job.state ? fromBase64(job.state) : null,
     matmulTiles: job.matmulTiles, subgroupWidth: job.subgroupWidth, deferWeightGrads: job.deferWeightGrads });
   const result = { P: trainer.P, losses: [], subgroupWidth: trainer.ops.subgroupWidth, headDeferred: trainer.headDeferred };
+  let decoder = null; // made where the job decodes, on the trained weights
   try {
     if (job.initialWeights) result.initialWeights = f32b64(await trainer.weights());
     const fixed = job.fixedBatch ? { x: Uint32Array.from(job.fixedBatch.x), y: Uint32Array.from(job.fixedBatch.y) } : null;
@@ -101,17 +103,19 @@ export async function trainJob(job) {
     if (job.lossBatch) result.batchLoss = await trainer.lossOn(Uint32Array.from(job.lossBatch.x), Uint32Array.from(job.lossBatch.y));
     if (job.evaluate) result.valLoss = await trainer.evaluate();
     if (job.exportState) result.state = toBase64(await trainer.exportState());
+    if (job.decode || job.generate) decoder = new Decoder(trainer);
     if (job.decode) {
-      result.decodeLogits = (await trainer.decodeLogits(job.decode)).map(f32b64);
-      result.decodeKernels = [...new Set(trainer.genPlan.entries.map((e) => e.kernel.name))];
+      result.decodeLogits = (await decoder.decodeLogits(job.decode)).map(f32b64);
+      result.decodeKernels = [...new Set(decoder.genPlan.entries.map((e) => e.kernel.name))];
     }
     if (job.generate) {
       const streamed = [];
-      const out = await trainer.generate(Uint8Array.from(job.generate.prompt), { ...job.generate, onToken: (t) => streamed.push(t) });
+      const out = await decoder.generate(Uint8Array.from(job.generate.prompt), { ...job.generate, onToken: (t) => streamed.push(t) });
       result.generated = Array.from(out);
       result.streamed = streamed;
     }
   } finally {
+    decoder?.destroy(); // a page need not wait for its background compile
     trainer.destroy();
   }
   return result;

@@ -2,12 +2,13 @@
 // `webgpu`, Dawn on SwiftShader) for tests/webgpu/test_webgpu_decode_tokens.py; prints one JSON object with,
 // per model shape: the largest difference between the logits each generated token was sampled from
 // and the full forward of the same window (RecomputeDecoder.lastLogits), whether the tokens are the
-// recompute decoder's and the decode chain's (a second trainer with the same weights and
+// recompute decoder's and the decode chain's (a second decoder on the same trainer with
 // decodeInOneWorkgroup false), and whether the batches ran in one workgroup; then the same for a
 // long prompt and generation on the tiny preset, with batches submitted ahead and not.
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../../../webgpu/node_gpu.js";
 import { Trainer } from "../../../webgpu/trainer.js";
+import { Decoder } from "../../../webgpu/decoder.js";
 import { RecomputeDecoder } from "../../../webgpu/recompute_decoder.js";
 import { configFromPresets } from "../../../site/static/js/model_config.js";
 
@@ -27,13 +28,13 @@ const SHAPES = {
 const NEXT_WINDOW = { tiny: true, wide: false, uneven: true };
 const out = {};
 
-/** Generates with `trainer`; returns its tokens and the largest difference between each token's logits and the full forward of its window. */
-async function generateChecked(trainer, recompute, prompt, job) {
+/** Generates with `decoder`; returns its tokens and the largest difference between each token's logits and the full forward of its window. */
+async function generateChecked(decoder, recompute, prompt, job) {
   const seen = [];
-  const kv = Array.from(await trainer.generate(prompt, { ...job, onToken: (t, logits) => seen.push(logits.slice()) }));
+  const kv = Array.from(await decoder.generate(prompt, { ...job, onToken: (t, logits) => seen.push(logits.slice()) }));
   // each token's logits against the full forward of the window it was sampled after (docs/determinism.md's
   // context policy: a full window restarts from its last ctx/2 tokens)
-  const ctx = trainer.cfg.ctx;
+  const ctx = decoder.cfg.ctx;
   let window = [], maxDiff = 0, maxLogit = 0;
   const advance = (t) => {
     if (window.length >= ctx) window = window.slice(window.length - Math.floor(ctx / 2));
@@ -53,19 +54,21 @@ async function generateChecked(trainer, recompute, prompt, job) {
 
 for (const [name, model] of Object.entries(SHAPES)) {
   const config = configFromPresets(presets, "tiny", { model });
-  const trainer = new Trainer(device, config, { decodeInOneWorkgroup: true, decodeNextWindow: NEXT_WINDOW[name] });
-  const chain = new Trainer(device, config, { decodeInOneWorkgroup: false });
+  const trainer = new Trainer(device, config);
+  const decoder = new Decoder(trainer, { decodeInOneWorkgroup: true, decodeNextWindow: NEXT_WINDOW[name] });
+  const chain = new Decoder(trainer, { decodeInOneWorkgroup: false });
   const recompute = new RecomputeDecoder(trainer);
   const prompt = Array.from(Buffer.from("ROMEO:"));
   const job = { maxNewTokens: 30, temperature: 0.8, topK: 40, seed: 5, batchMs: Infinity };
-  const { kv, maxDiff, maxLogit } = await generateChecked(trainer, recompute, prompt, job);
+  const { kv, maxDiff, maxLogit } = await generateChecked(decoder, recompute, prompt, job);
   const host = Array.from(await recompute.generate(prompt, job));
   const chained = Array.from(await chain.generate(prompt, job));
-  out[name] = { model: config.model, oneWorkgroup: Boolean(trainer.tokensPlan), chainOneWorkgroup: Boolean(chain.tokensPlan),
-    nextWindow: trainer.decodeNextWindow,
+  out[name] = { model: config.model, oneWorkgroup: Boolean(decoder.tokensPlan), chainOneWorkgroup: Boolean(chain.tokensPlan),
+    nextWindow: decoder.decodeNextWindow,
     tokens: kv.length, maxDiff, maxLogit, sameAsRecompute: kv.join() === host.join(), sameAsChain: kv.join() === chained.join() };
   recompute.destroy();
-  chain.destroy();
+  await chain.destroy();
+  await decoder.destroy();
   trainer.destroy();
 }
 // the window the kernel keeps: a prompt that leaves a full window (the upload rebuilds ctx − 1 = 31
@@ -73,9 +76,10 @@ for (const [name, model] of Object.entries(SHAPES)) {
 // the last one's read and without
 {
   const config = configFromPresets(presets, "tiny");
-  const ahead = new Trainer(device, config, { decodeInOneWorkgroup: true });
-  const behind = new Trainer(device, config, { decodeInOneWorkgroup: true, decodeAhead: false });
-  const recompute = new RecomputeDecoder(ahead);
+  const trainer = new Trainer(device, config);
+  const ahead = new Decoder(trainer, { decodeInOneWorkgroup: true });
+  const behind = new Decoder(trainer, { decodeInOneWorkgroup: true, decodeAhead: false });
+  const recompute = new RecomputeDecoder(trainer);
   const uploads = []; // the window length of each upload (its rows but the last are rebuilt)
   const batch = ahead._tokensBatch.bind(ahead);
   ahead._tokensBatch = (window, n, options) => {
@@ -90,24 +94,27 @@ for (const [name, model] of Object.entries(SHAPES)) {
   out.window = { prompt: prompt.length, rebuilt: uploads[0] - 1, tokens: kv.length, maxDiff, maxLogit, sameAsRecompute: kv.join() === host.join(),
     sameNotAhead: notAhead.join() === host.join() };
   recompute.destroy();
-  behind.destroy();
-  ahead.destroy();
+  await behind.destroy();
+  await ahead.destroy();
+  trainer.destroy();
 }
 // the rule: the tiny preset's batches take the decode chain until the kernel has compiled in the
 // background, then one workgroup, with the same tokens
 {
   const config = configFromPresets(presets, "tiny");
   const trainer = new Trainer(device, config);
+  const decoder = new Decoder(trainer);
   const recompute = new RecomputeDecoder(trainer);
   const job = { maxNewTokens: 20, temperature: 0.8, topK: 40, seed: 9, batchMs: Infinity };
   const prompt = Array.from(Buffer.from("ROMEO:"));
-  const first = Array.from(await trainer.generate(prompt, job));
-  const pending = trainer.tokensReady !== undefined;
-  await trainer.tokensReady;
-  const second = Array.from(await trainer.generate(prompt, job));
+  const first = Array.from(await decoder.generate(prompt, job));
+  const pending = decoder.tokensReady !== undefined;
+  await decoder.tokensReady;
+  const second = Array.from(await decoder.generate(prompt, job));
   const host = Array.from(await recompute.generate(prompt, job));
-  out.rule = { pending, oneWorkgroup: Boolean(trainer.tokensPlan), same: first.join() === host.join() && second.join() === host.join() };
+  out.rule = { pending, oneWorkgroup: Boolean(decoder.tokensPlan), same: first.join() === host.join() && second.join() === host.join() };
   recompute.destroy();
+  await decoder.destroy();
   trainer.destroy();
 }
 device.destroy();

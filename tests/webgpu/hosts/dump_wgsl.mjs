@@ -1,6 +1,6 @@
 // Writes every WGSL kernel variant the trainer can use, one <kernel>_<specialisation>.wgsl file each:
 //   node tests/webgpu/hosts/dump_wgsl.mjs [outdir]     (default: build/wgsl, from the repo root)
-// The variants: the train, eval and decode plans of a Trainer for every preset in
+// The variants: the train and eval plans of a Trainer and the decode plans of a Decoder on it for every preset in
 // site/static/presets.json, recorded on a stand-in device (no GPU, no weights) offering 16 and
 // 32 KiB of workgroup memory, and every
 // specialisation the plans choose between by shape: each matmul form × each tile chooseTile picks
@@ -18,6 +18,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "../../../bench/webgpu/recording_device.js";
+import { Decoder } from "../../../webgpu/decoder.js";
 import { MATMUL_FORMS, chooseTile, chooseSummedSplits, matmulKernel, matmulSplitFinal } from "../../../webgpu/kernels/matmul.js";
 import { matvecKernel, MAX_UNROLL as MATVEC_MAX_UNROLL } from "../../../webgpu/kernels/matvec.js";
 import { attentionDecode, attentionDecodeFits } from "../../../webgpu/kernels/attention_decode.js";
@@ -44,7 +45,9 @@ for (const limit of [16384, 32768]) {
     for (const preset of Object.keys(presets.presets)) {
       const { device, shaders } = recordingDevice({ limits: { maxComputeWorkgroupStorageSize: limit } });
       const trainer = plansOnlyTrainer(device, configFromPresets(presets, preset), { subgroupWidth });
-      await trainer.decodeLogits([0]); // records the decode plan (the train and eval plans exist already)
+      const decoder = new Decoder(trainer); // records the decode plans (the train and eval plans exist already)
+      await decoder.decodeLogits([0]); // and the decode plan at a position past 0
+      await decoder.destroy();
       trainer.destroy();
       for (const [name, code] of shaders) add(name, code);
     }

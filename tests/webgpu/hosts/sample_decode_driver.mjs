@@ -1,16 +1,17 @@
-// Drives webgpu/kernels/sample_decode.js and Trainer.generate's GPU sampling under Node (npm `webgpu`,
+// Drives webgpu/kernels/sample_decode.js and Decoder.generate's GPU sampling under Node (npm `webgpu`,
 // Dawn on SwiftShader) for tests/webgpu/test_webgpu_sample_decode.py; prints one JSON object:
 // - rows: per sampling setting, random rows of logits (spread, rounded into ties, quantised, wide):
 //   how many the kernel called certain, and how many of those differ from prng.js's sampleToken;
 // - edges: rows whose uniform puts the threshold within 1e-9..1e-4 of a cumulative edge (or on it);
 // - unusable: rows with a NaN, an infinity or a logit past 2^61, which must never be certain;
-// - generate: Trainer.generate (KV cache, batches sampled on the GPU) against RecomputeDecoder (the
+// - generate: Decoder.generate (KV cache, batches sampled on the GPU) against RecomputeDecoder (the
 //   host samples every token) for the same seeded model, and how the tokens were made: with the
 //   decode chain and a sampler dispatch a step, and with a batch in one workgroup (decode_tokens.js);
 // - lossAfter: a training step's loss after all that generation.
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../../../webgpu/node_gpu.js";
 import { Trainer } from "../../../webgpu/trainer.js";
+import { Decoder } from "../../../webgpu/decoder.js";
 import { RecomputeDecoder } from "../../../webgpu/recompute_decoder.js";
 import { Ops } from "../../../webgpu/ops.js";
 import { Plan } from "../../../webgpu/plan.js";
@@ -135,14 +136,16 @@ const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, n
   [0.8, 40, 40, null, "\n"], [0.8, 40, 40, null, "ROMEO:", 0]];
 // the decode chain with its next batch submitted ahead (decodeAhead, the default) and without, and one workgroup
 const PATHS = [{ decodeInOneWorkgroup: false }, { decodeInOneWorkgroup: false, decodeAhead: false }, { decodeInOneWorkgroup: true }];
-let trainer;
+let trainer, decoder;
 for (const options of PATHS) {
-  await trainer?.destroy();
-  trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus, ...options });
+  await decoder?.destroy();
+  trainer?.destroy();
+  trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus });
+  decoder = new Decoder(trainer, options);
   const recompute = new RecomputeDecoder(trainer);
   const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0, ahead: 0, landed: 0 };
   let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
-  const decode = trainer._decode.bind(trainer);
+  const decode = decoder._decode.bind(decoder);
   // a batch of either path: the chain's (_decodeBatch, `prefill` where a rebuilt window opens it) or one
   // workgroup's (_tokensBatch, `upload` where the host's window replaces the GPU's, counted as prefills)
   const counted = (batch, opened) => async (...args) => {
@@ -154,22 +157,22 @@ for (const options of PATHS) {
     made.uncertain += steps.some((s) => !s.certain) ? 1 : 0;
     return steps;
   };
-  trainer._decodeBatch = counted(trainer._decodeBatch.bind(trainer), (args) => args[2].prefill);
-  trainer._tokensBatch = counted(trainer._tokensBatch.bind(trainer), (args) => args[2].upload);
-  trainer._decode = (...args) => { made.hostDecodes += 1; return decode(...args); };
+  decoder._decodeBatch = counted(decoder._decodeBatch.bind(decoder), (args) => args[2].prefill);
+  decoder._tokensBatch = counted(decoder._tokensBatch.bind(decoder), (args) => args[2].upload);
+  decoder._decode = (...args) => { made.hostDecodes += 1; return decode(...args); };
   // the chain's batches submitted ahead (no host window), and those waited out unread
-  const submit = trainer._submitBatch.bind(trainer), land = trainer._landChain.bind(trainer);
-  trainer._submitBatch = (pos, n, o) => { made.ahead += o.window ? 0 : 1; return submit(pos, n, o); };
-  trainer._landChain = (flight = trainer.chainFlight) => { made.landed += flight ? 1 : 0; return land(flight); };
+  const submit = decoder._submitBatch.bind(decoder), land = decoder._landChain.bind(decoder);
+  decoder._submitBatch = (pos, n, o) => { made.ahead += o.window ? 0 : 1; return submit(pos, n, o); };
+  decoder._landChain = (flight = decoder.chainFlight) => { made.landed += flight ? 1 : 0; return land(flight); };
   for (const [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:", batchMs = Infinity] of RUNS) {
     Object.keys(made).forEach((k) => { made[k] = 0; });
     refuse = refused;
     const job = { maxNewTokens, temperature, topK, seed: 7 }, streamed = [];
     // full batches on SwiftShader too, whose steps take longer than a batch may (generate's batchMs),
     // but in the last run: no time for more than one step a batch
-    const kv = Array.from(await trainer.generate(Array.from(Buffer.from(prompt)), { ...job, batchMs, onToken: (t, l) => streamed.push([t, l.length]) }));
+    const kv = Array.from(await decoder.generate(Array.from(Buffer.from(prompt)), { ...job, batchMs, onToken: (t, l) => streamed.push([t, l.length]) }));
     const host = Array.from(await recompute.generate(Array.from(Buffer.from(prompt)), job));
-    out.generate.push({ oneWorkgroup: Boolean(trainer.tokensPlan), decodeAhead: trainer.decodeAhead, temperature, topK, maxNewTokens, refused, prompt, batchMs: String(batchMs),
+    out.generate.push({ oneWorkgroup: Boolean(decoder.tokensPlan), decodeAhead: decoder.decodeAhead, temperature, topK, maxNewTokens, refused, prompt, batchMs: String(batchMs),
       same: kv.join() === host.join(), count: kv.length,
       streamed: streamed.every(([t, n], i) => t === kv[i] && n === V) && streamed.length === kv.length, ...made });
   }
@@ -177,6 +180,7 @@ for (const options of PATHS) {
 }
 // training goes on after generating (the page's flow)
 out.lossAfter = await (await trainer.step()).loss;
-await trainer.destroy();
+await decoder.destroy();
+trainer.destroy();
 device.destroy();
 console.log(JSON.stringify(out));

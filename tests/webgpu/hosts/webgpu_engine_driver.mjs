@@ -1,7 +1,7 @@
 // Drives site/static/js/engines/webgpu_engine.js under Node (npm `webgpu`, Dawn; SwiftShader in the
 // tests) for tests/webgpu/test_webgpu_engine.py: `node webgpu_engine_driver.mjs <part>` prints one JSON object.
 // Parts: train (8 steps, then 4 + 4 through exportState/dataState), generate (abort after 5 tokens),
-// buffers (every createBuffer of a Trainer vs Trainer.requirements), limits, probe, lost (a destroyed device).
+// buffers (every createBuffer of a Trainer and its Decoder vs Trainer.requirements), limits, probe, lost (a destroyed device).
 import { readFileSync } from "node:fs";
 import { register } from "node:module";
 import { fileURLToPath } from "node:url";
@@ -11,6 +11,7 @@ import { configFromPresets } from "../../../site/static/js/model_config.js";
 register("./served_layout_hooks.mjs", import.meta.url);
 const { createEngine, requirements, probe } = await import("../../../site/static/js/engines/webgpu_engine.js");
 const { Trainer, checkLimits } = await import("../../../webgpu/trainer.js");
+const { Decoder } = await import("../../../webgpu/decoder.js");
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const { create, globals } = await import(new URL("../../../webgpu/node_modules/webgpu/index.js", import.meta.url));
@@ -82,9 +83,11 @@ const parts = {
       device.createBuffer = (d) => { created.push({ label: d.label ?? "", size: d.size, usage: d.usage }); return createBuffer(d); };
       const config = configFromPresets(presets, preset);
       const trainer = new Trainer(device, config, { corpus, seed: SEED, ...options });
-      await trainer.generate(new Uint8Array([10]), { maxNewTokens: 1, temperature: 1, topK: 1 }); // builds the decode buffers
+      const decoder = new Decoder(trainer); // the decode buffers
+      await decoder.generate(new Uint8Array([10]), { maxNewTokens: 1, temperature: 1, topK: 1 });
       await trainer.exportState(); // and the state read-back
-      await trainer.destroy();
+      await decoder.destroy();
+      trainer.destroy();
       delete device.createBuffer;
       const { buffers, ...need } = Trainer.requirements(config, options);
       out[name] = { created, need, buffers, checkLimits: checkLimits(config, device.limits) };
@@ -154,7 +157,7 @@ const parts = {
     // 3. generating on the decode chain, whose next batch is submitted before this one is read, when the
     // device goes: generate rejects, and a batch ahead that no one awaits does not end the process
     const device3 = await (await adapter()).requestDevice();
-    const generator = new Trainer(device3, configFromPresets(presets, "tiny"), { corpus, seed: SEED, decodeInOneWorkgroup: false });
+    const generator = new Decoder(new Trainer(device3, configFromPresets(presets, "tiny"), { corpus, seed: SEED }), { decodeInOneWorkgroup: false });
     let made = 0;
     const generateOutcome = await settle(generator.generate(new TextEncoder().encode("ROMEO:"), {
       maxNewTokens: 40, temperature: 0.8, topK: 40, batchMs: Infinity,

@@ -4,6 +4,7 @@ import { loadTinyGPT, memoryNeedBytes, detectFeatures, BUILD_MEMORY_LIMIT, RUNTI
 import { topBytes } from "../next_byte.js";
 import { yieldToMessages } from "../yield_to_messages.js";
 import { STEPS_IN_FLIGHT } from "../step_stream.js";
+import { checkConfig } from "../../../../webgpu/config_rules.js";
 
 const GEN_BURST_MS = 30;  // tokens made back to back before the worker looks at its messages
 
@@ -28,7 +29,8 @@ export async function requirements({ model, training, initStd }, corpusBytes = 0
     reason: fits ? null : `needs ${gib(bytes)}; WebAssembly can address ${gib(limit)} here${why}` };
 }
 
-export async function createEngine({ model, training, initStd, corpus, seed, state = null, dataState = null }) {
+export async function createEngine({ model, training, initStd, rules, corpus, seed, state = null, dataState = null }) {
+  checkConfig({ model, training, initStd, rules });  // presets.json's rules, before any build loads (the core checks them too)
   const config = loaderConfig({ model, training, initStd });
   const loaded = await loadTinyGPT(config, { corpusBytes: corpus.length, instances });
   const { tg } = loaded;

@@ -1,7 +1,9 @@
-// The WebGPU engine of the backend protocol (backend_protocol.md): webgpu/trainer.js on a device of
-// this browser's (or, in Node tests, the caller's) adapter, behind the engine interface.
+// The WebGPU engine of the backend protocol (backend_protocol.md): webgpu/trainer.js, and its
+// decoder (webgpu/decoder.js) for samples, on a device of this browser's (or, in Node tests, the
+// caller's) adapter, behind the engine interface.
 // Works in a module Worker and in Node: it touches navigator.gpu only when no adapter is passed in.
 import { Trainer, trainerLimits, checkLimits } from "../../../webgpu/trainer.js";
+import { Decoder } from "../../../webgpu/decoder.js";
 import { SECURE_CONTEXT_NEEDED } from "../wasm_loader.js";
 import { attentionWeights } from "../../../webgpu/inspect.js";
 import { isSoftwareAdapter } from "../../../webgpu/software_adapter.js";
@@ -46,15 +48,15 @@ export async function probe(gpu = globalThis.navigator?.gpu) {
  * {bytes, fits, reason, where}: GPU memory for this model (every buffer of training, evaluation and
  * generation) and whether the adapter's limits allow it. `adapter`: for tests, else navigator.gpu's.
  */
-export async function requirements({ model, training, adapter = null }) {
-  const { totalBytes } = Trainer.requirements({ model, training });
+export async function requirements({ model, training, rules, adapter = null }) {
+  const { totalBytes } = Trainer.requirements({ model, training, rules });
   let chosen;
   try {
     chosen = adapter ?? await requestAdapter();
   } catch (e) {
     return { bytes: totalBytes, fits: false, reason: e.message, where: "WebGPU" };
   }
-  const reason = checkLimits({ model, training }, chosen.limits);
+  const reason = checkLimits({ model, training, rules }, chosen.limits);
   return { bytes: totalBytes, fits: reason === null, reason, where: `WebGPU on ${adapterName(chosen)}` };
 }
 
@@ -97,8 +99,8 @@ function checkDataState(ds) {
  * its name); the page passes neither and gets navigator.gpu's. A model that exceeds the adapter's
  * limits is refused with the sentence of checkLimits() before anything is created.
  */
-export async function createEngine({ model, training, initStd, corpus, seed, state = null, dataState = null, onFatal = () => {}, device = null, adapter = null }) {
-  const config = { model, training, initStd };
+export async function createEngine({ model, training, initStd, rules, corpus, seed, state = null, dataState = null, onFatal = () => {}, device = null, adapter = null }) {
+  const config = { model, training, initStd, rules };
   if (dataState) checkDataState(dataState);
   const chosen = adapter ?? (device ? null : await requestAdapter());
   const tooBig = checkLimits(config, device ? device.limits : chosen.limits);
@@ -134,6 +136,9 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
     trainer.batchesDrawn = dataState.batchesDrawn;
   }
   const alive = () => { if (dead) throw new Error(dead); };
+  // made at the first sample, on the trainer's weights: its KV cache and samplers' buffers (counted in
+  // Trainer.requirements) are not taken from the GPU before they are needed
+  let decoder = null;
 
   return {
     kind: "webgpu",
@@ -159,7 +164,8 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
     },
     async generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, onToken, signal }) {
       alive();
-      const made = await trainer.generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, signal,
+      decoder ??= new Decoder(trainer);
+      const made = await decoder.generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, signal,
         onToken: (token, logits) => onToken(token, topBytes(softmax(logits))) });
       return made.length;
     },
@@ -168,11 +174,12 @@ export async function createEngine({ model, training, initStd, corpus, seed, sta
       alive();
       return { T: tokens.length, weights: await attentionWeights(trainer, tokens) };
     },
-    // returns the trainer's promise of its background work's end, which a Node process awaits
+    // returns the decoder's promise of its background work's end, which a Node process awaits
     destroy() {
       destroyed = true;
       gpu.removeEventListener("uncapturederror", onError);
-      const settled = trainer.destroy();
+      const settled = Promise.resolve(decoder?.destroy());
+      trainer.destroy();
       if (ownDevice) gpu.destroy();
       return settled;
     },
