@@ -28,7 +28,8 @@ import sys
 from pathlib import Path
 
 from .torch_step import flops_per_token
-from .backends import Backend, Budget, Unavailable, catalogue
+from .backends import Backend, Budget, Unavailable
+from .catalogue import catalogue
 from .machine import describe_machine, device_line, usable_cpus
 from python_ref.config import ConfigError, model_config, preset_names, train_config
 

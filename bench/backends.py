@@ -1,7 +1,7 @@
 """The training backends `tinygpt bench --all` measures, behind one small interface, and the ones that
 run inside this process: PyTorch on the CPU, PyTorch on a CUDA GPU (eager, CUDA graph, CUDA graph +
 torch.compile) and the native C++ core. The backends run by a JavaScript engine (WebAssembly in Node
-and in Chromium, WGSL in Node) are in bench_js.py; `catalogue` lists them all, in the order a chart
+and in Chromium, WGSL in Node) are in js_backends.py; catalogue.py lists them all, in the order a chart
 shows them.
 
 A backend's `key` (what --backends matches) starts with the name of its decode engine
@@ -178,21 +178,3 @@ class Native(Backend):
 def wasm_builds() -> list[dict]:
     """wasm/builds.json's builds (carried by the wheel too)."""
     return json.loads((ROOT / "wasm" / "builds.json").read_text())["builds"]
-
-
-def catalogue(threads: int) -> list[Backend]:
-    """Every backend, CPU ones before GPU ones within each engine; `threads` is the 'all cores' count."""
-    from .js_backends import ChromiumSession, WasmChromium, WasmNode, WgslChromium, WgslChromiumPageLoop, WgslNode
-
-    backends: list[Backend] = [PyTorchCPU(threads)]
-    backends += [PyTorchCUDA(mode) for mode in ("eager", "cudagraph", "cudagraph+compile")]
-    backends += [Native(t) for t in sorted({1, threads})]
-    builds = wasm_builds()
-    # a threaded build runs on every core (what it is for), the others on one
-    backends += [WasmNode(b["name"], threads if b["needs"]["threads"] else 1)
-                 for b in builds if "node" in b["environment"]]
-    chromium = ChromiumSession()
-    backends += [WasmChromium(b["name"], threads if b["needs"]["threads"] else 1, chromium)
-                 for b in builds if "worker" in b["environment"]]
-    backends += [WgslNode(), WgslChromium(), WgslChromiumPageLoop()]
-    return backends

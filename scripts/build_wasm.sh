@@ -7,7 +7,7 @@
 # server of site/static serves the page and its modules from one origin. tinygpt_api.js (generated from
 # tinygpt_api.h) tells the JS wrapper which arguments are pointers and how the structs are laid out, so
 # worker code is the same for every build. The config rules of site/static/presets.json reach the core
-# as $BUILD/wasm/include/config_rules_generated.h (scripts/config_rules.py), written before anything compiles.
+# as $BUILD/wasm/include/config_rules_generated.h (scripts/config_rules_header.py), written before anything compiles.
 #
 # Incremental: an object is recompiled only when the hash of its inputs (its source, all headers,
 # flags, compiler) changes, a variant relinked only when an object or the link flags change; a warm
@@ -52,7 +52,7 @@ mkdir -p "$OUT"; OUT="$(cd "$OUT" && pwd -P)"
 EMCC="$HERE/em++.sh"
 # presets.json's rules as a C++ header (rewritten only when its text changes).
 RULES_DIR="$OUT/include"
-python3 "$HERE/config_rules.py" "$REPO/site/static/presets.json" "$RULES_DIR/config_rules_generated.h"
+python3 "$HERE/config_rules_header.py" "$REPO/site/static/presets.json" "$RULES_DIR/config_rules_generated.h"
 
 [ -f "$API" ] || { echo "build_wasm.sh: C API header $API not found (the C++ core provides it)" >&2; exit 1; }
 mapfile -t SOURCES < <(find "$SRC" -maxdepth 1 -name '*.cpp' | sort)

@@ -4,7 +4,7 @@
 NATIVE := $(BUILD)/native
 NATIVE_CXX ?= g++
 NATIVE_SRCS := $(wildcard wasm/src/*.cpp)
-# The config rules of site/static/presets.json as a header (scripts/config_rules.py), written before
+# The config rules of site/static/presets.json as a header (scripts/config_rules_header.py), written before
 # anything compiles: the C++ core cannot read the JSON when it runs.
 NATIVE_INCLUDE := $(NATIVE)/include
 RULES_HEADER := $(NATIVE_INCLUDE)/config_rules_generated.h
@@ -25,8 +25,8 @@ BUILD_TARGETS += native
 native: $(NATIVE)/libtinygpt.so $(NATIVE_TESTS) $(NATIVE)/test_api_asan
 
 # Rewritten only when its text changes, so an edit elsewhere in presets.json recompiles nothing.
-$(RULES_HEADER): site/static/presets.json scripts/config_rules.py
-	@python3 scripts/config_rules.py $< $@
+$(RULES_HEADER): site/static/presets.json scripts/config_rules_header.py
+	@python3 scripts/config_rules_header.py $< $@
 
 $(NATIVE)/obj/%.o: wasm/src/%.cpp $(RULES_HEADER)
 	@mkdir -p $(@D)

@@ -16,7 +16,8 @@ import torch
 
 from conftest import BUILD, ROOT
 from bench import all as bench_all
-from bench.backends import Budget, catalogue
+from bench.backends import Budget
+from bench.catalogue import catalogue
 from python_ref.config import ConfigError
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

@@ -1,7 +1,7 @@
 """One set of rules for every config field (site/static/presets.json "rules"), read by all three
 levels: python_ref/config.py, webgpu/config_rules.js (the page's forms, model_config.js, the .tinygpt
 reader, the WebAssembly engine, the WebGPU trainer) and the C++ core (through the header
-scripts/config_rules.py generates at build time). The same bad values go to each level and must get
+scripts/config_rules_header.py generates at build time). The same bad values go to each level and must get
 the same decision and the same sentence naming the field; a level that reads a rule differently (a
 stale or hand-written bound) fails here.
 
@@ -26,7 +26,7 @@ from python_ref.config import (
     train_config,
 )
 from python_ref.sample import check_sampling_args
-from scripts.config_rules import header
+from scripts.config_rules_header import header
 from support import tinygpt_native as native
 
 PRESET = "tiny"

@@ -31,7 +31,7 @@ std::string config_problem(const Config& c) {
                      {m.layer_norm_eps, field_problem(m.layer_norm_eps, c.layer_norm_eps)},
                      {m.init_std, field_problem(m.init_std, c.init_std)}});
   if (!problem.empty()) return problem;
-  // The checks across fields name integer model fields (scripts/config_rules.py refuses any other).
+  // The checks across fields name integer model fields (scripts/config_rules_header.py refuses any other).
   auto value = [&](const std::string& name) -> int64_t {
     if (name == "nLayer") return c.n_layer;
     if (name == "nHead") return c.n_head;

@@ -29,7 +29,7 @@
  *     count and batch counter is int64_t so a > 4 GB state never overflows. Seeds are uint64_t in
  *     [0, 2^53) (docs/determinism.md). Tokens are int32_t in [0, vocab_size).
  *   - Nothing here holds preset numbers: the caller passes the values of site/static/presets.json.
- *     What each value may be is that file's "rules", compiled in (scripts/config_rules.py
+ *     What each value may be is that file's "rules", compiled in (scripts/config_rules_header.py
  *     writes them as a header at build time): a value they refuse gets the sentence python_ref
  *     and JS write for it.
  *   - The state layout is exactly the .tinygpt state (docs/format.md): i32 step | f32 weights x P |

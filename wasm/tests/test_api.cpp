@@ -15,7 +15,7 @@ extern "C" const char* __asan_default_options() { return "allocator_may_return_n
 
 namespace {
 
-// presets.json's model defaults (the header scripts/config_rules.py generates), not numbers of our
+// presets.json's model defaults (the header scripts/config_rules_header.py generates), not numbers of our
 // own.
 constexpr int32_t V = tg::rules::kVocabSize;
 constexpr double EPS = tg::rules::kLayerNormEps, STD = tg::rules::kInitStd;
