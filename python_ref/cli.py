@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from importlib.metadata import entry_points
@@ -21,7 +22,8 @@ from .evaluate import bits_per_byte, evaluate_file, evaluate_val, split_settings
 from .sample import Utf8Writer, generate
 from .tinygpt_file import TinyGPTFileError
 from .distributed import DEFAULT_TIMEOUT_S, DistributedError, init_from_env, launch_local, under_torchrun
-from .train import LR_SCHEDULES, TrainingError, check_out_path, new_run, resolve_device, resume_run
+from .safe_files import OutputError, check_output, remove_stale_partials, same_file
+from .train import LR_SCHEDULES, TrainingError, new_run, resolve_device, resume_run
 
 # Commands that live outside the reference (`serve` and `build` in server/, `bench` in bench/) add
 # themselves through this entry-point group (pyproject.toml), so python_ref imports neither: each is a
@@ -32,12 +34,43 @@ EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130
 
 
+def check_train_args(args) -> None:
+    """Every refusal that needs no work, before any output, launch or step (issue 59): the numbers' ranges,
+    --bf16 against the device, and --out (writable, not the corpus, not another run's checkpoint)."""
+    if args.nproc is not None and args.nproc < 1:
+        raise ConfigError(f"--nproc must be a positive integer, got {args.nproc}")
+    if args.save_every < 0:
+        raise ConfigError(f"--save-every must be >= 0 (0: save only at the end), got {args.save_every}")
+    if not (args.dist_timeout > 0 and math.isfinite(args.dist_timeout)):
+        raise ConfigError(f"--dist-timeout must be a positive number of seconds, got {args.dist_timeout}")
+    if args.save_every and args.out is None:
+        raise ConfigError("--save-every needs --out, the file to save to")
+    if args.bf16 and args.nproc is None and not under_torchrun() and resolve_device(args.device).type != "cuda":
+        raise ConfigError(f"--bf16 is CUDA autocast only and this run is on {resolve_device(args.device).type}; "
+                          "leave it out")
+    if args.out is not None:
+        check_output("--out", args.out, {"--corpus": args.corpus}, force=args.force,
+                      replaces=None if args.resume and same_file(args.out, args.resume) else other_checkpoint)
+        remove_stale_partials(args.out)
+
+
+def other_checkpoint(path) -> str | None:
+    """Why a new run must not silently replace the file at `path` (None: nothing would be lost)."""
+    try:
+        head = open(path, "rb").read(4)
+    except OSError:
+        return None
+    if head != tinygpt_file.MAGIC:
+        return "is not a .tinygpt checkpoint"
+    return "holds a checkpoint that this run would replace (continue it with --resume)"
+
+
 def cmd_train(args) -> int:
+    check_train_args(args)
     if args.nproc is not None:
         if under_torchrun():
             raise ConfigError("--nproc launches torchrun; a process already under torchrun must not pass it")
         return launch_local(args.nproc, _without_nproc(args.argv[1:]))
-    check_out_path(args.out)
     dist = init_from_env(resolve_device(args.device), args.dist_timeout)
     try:
         return _train(args, dist)
@@ -145,7 +178,20 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def export_replaces(path) -> str | None:
+    """An export writes weights alone: it must not silently replace a file that could be resumed."""
+    if (reason := other_checkpoint(path)) and "not a .tinygpt" in reason:
+        return reason
+    try:
+        resumable = tinygpt_file.read_state(path).m is not None
+    except TinyGPTFileError:
+        return None  # an unreadable checkpoint holds nothing to keep
+    return "holds a resumable checkpoint (with AdamW moments) that this weights-only export would replace" \
+        if resumable else None
+
+
 def cmd_export(args) -> int:
+    check_output("out", args.out, {"the checkpoint": args.checkpoint}, replaces=export_replaces, force=args.force)
     state = tinygpt_file.read_state(args.checkpoint)
     # The new file gets its own savedAt (and CRCs); every other key (training, corpus, ...) is kept.
     meta = {k: v for k, v in state.header.items() if k != "savedAt"}
@@ -176,6 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--device", default="auto", help="cpu, cuda, mps or auto (cuda, then mps, else cpu)")
     t.add_argument("--out", help="checkpoint path (.tinygpt), written at the end")
     t.add_argument("--save-every", type=int, default=0, help="also save to --out every N steps")
+    t.add_argument("--force", action="store_true", help="let --out replace a file a new run would otherwise keep "
+                   "(another checkpoint, a file that is no checkpoint, an input)")
     t.add_argument("--resume", help="continue exactly from this checkpoint (same corpus required)")
     t.add_argument("--quiet", action="store_true", help="no progress bar")
     t.add_argument("--nproc", type=int, help="launch torchrun with N processes on this machine (one per GPU)")
@@ -212,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("checkpoint")
     x.add_argument("out", help="the new .tinygpt file")
     x.add_argument("--fp16", action="store_true", help="the compact float16 file: half the size, weights rounded")
+    x.add_argument("--force", action="store_true", help="replace OUT even where it is the input or a resumable "
+                   "checkpoint")
     x.set_defaults(func=cmd_export)
 
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda c: c.name):
@@ -225,10 +275,11 @@ def main(argv=None) -> int:
     args.argv = argv  # train --nproc passes the same arguments on to each torchrun worker
     try:
         return args.func(args)
-    except (ConfigError, CorpusError, TinyGPTFileError, TrainingError, DistributedError) as e:
+    except (ConfigError, CorpusError, TinyGPTFileError, TrainingError, DistributedError, OutputError) as e:
         print(f"tinygpt {args.command}: error: {e}", file=sys.stderr)
     except OSError as e:
-        print(f"tinygpt {args.command}: error: {e.strerror or e} ({e.filename})", file=sys.stderr)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"tinygpt {args.command}: error: {where}{e.strerror or e}", file=sys.stderr)
     except KeyboardInterrupt as e:
         print(f"tinygpt {args.command}: interrupted{': ' + str(e) if str(e) else ''}", file=sys.stderr)
         return EXIT_INTERRUPTED

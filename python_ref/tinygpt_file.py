@@ -13,7 +13,6 @@ import math
 import os
 import re
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +21,9 @@ import numpy as np
 import torch
 
 from .config import ConfigError, ModelConfig
+from .header_checks import HeaderError, check_preset, check_values, depth_message, json_number, too_deep
 from .model import TinyGPT, manifest
+from .safe_files import atomic_write  # noqa: F401  (lora.py writes adapter files through it too)
 
 MAGIC = b"TGPT"
 VERSION = 2
@@ -82,9 +83,17 @@ def decode_header(raw: bytes) -> dict:
     if (PREFIX.size + len(raw)) % 4:
         raise TinyGPTFileError(f"header length {len(raw)} leaves the data unaligned (12 + N must be a multiple of 4)")
     try:
-        header = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
-    except (ValueError, RecursionError) as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise TinyGPTFileError(f"header JSON invalid: {e}") from None
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise TinyGPTFileError("header JSON invalid: not UTF-8") from None
+    try:
+        header = json.loads(text, parse_constant=_refuse_constant, parse_int=json_number, parse_float=json_number)
+    except RecursionError:  # JSON.parse nests deeper; both readers refuse by the same limit below
+        raise TinyGPTFileError(depth_message()) from None
+    except ValueError:  # the parsers' own wordings differ; the problem is the same
+        raise TinyGPTFileError("header JSON invalid: not a JSON text") from None
+    if too_deep(header):
+        raise TinyGPTFileError(depth_message())
     if not isinstance(header, dict):
         raise TinyGPTFileError("header JSON invalid: expected an object")
     found = list(_HEADER_CRC_FIELD.finditer(raw))
@@ -170,25 +179,6 @@ def _crc32_chunks(chunks, crc: int) -> int:
     return crc
 
 
-def atomic_write(path: str | Path, chunks) -> None:
-    """Write chunks to a temp file beside path, fsync, then rename over path: all or nothing."""
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a checkpoint gets ordinary file permissions
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def _parse_header(raw: bytes) -> dict:
     header = decode_header(raw)
     for key, kind in (("config", dict), ("manifest", list), ("includesOptimizerState", bool), ("stateCrc32", str)):
@@ -209,6 +199,10 @@ def _parse_header(raw: bytes) -> dict:
         raise TinyGPTFileError(
             f"header key 'dataState' must be {{seed, batchesDrawn}}, integers in [0, 2^53), got {data_state!r}"
         )
+    try:
+        check_values(header)
+    except HeaderError as e:
+        raise TinyGPTFileError(str(e)) from None
     return header
 
 
@@ -286,8 +280,11 @@ def read_state(path: str | Path) -> CheckpointState:
         header = _parse_header(f.read(n))
         try:
             config = ModelConfig.from_json(header["config"])
+            check_preset(header, config)
         except (ConfigError, TypeError) as e:
             raise TinyGPTFileError(f"config in header invalid: {e}") from None
+        except HeaderError as e:
+            raise TinyGPTFileError(str(e)) from None
         # Length before manifest: the size check is arithmetic, while building the config's manifest
         # for an absurd nLayer would take unbounded time; after it, the manifest is bounded by the file.
         count = config.param_count()

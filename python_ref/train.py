@@ -29,6 +29,7 @@ from .data import BatchStream, Corpus, CorpusError
 from .distributed import Distributed
 from .evaluate import val_windows_loss
 from .model import TinyGPT
+from .safe_files import check_output
 from .sample import generate
 from .sharding import gather_state, is_sharded, restore_sharded_optimizer, shard_model
 
@@ -56,19 +57,20 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
-def check_out_path(out: str | Path | None) -> None:
-    """Refuse an --out whose directory is missing before training, not after the work is done."""
-    if out is not None and not Path(out).resolve().parent.is_dir():
-        raise ConfigError(f"cannot save to {out}: its directory does not exist (checked before training)")
+def check_out_path(out: str | Path | None, option: str = "--out") -> None:
+    """Refuse an output that cannot be written before training, not after the work is done (safe_files)."""
+    if out is not None:
+        check_output(option, out)
 
 
 def make_optimizer(model: TinyGPT, train_cfg: TrainConfig) -> torch.optim.AdamW:
     """AdamW with weight decay on tensors of 2+ dims (embeddings, Linear weights) only; constant lr."""
     params = list(model.parameters())
     return torch.optim.AdamW(
-        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": train_cfg.weightDecay},
+        [{"params": [p for p in params if p.dim() >= 2], "weight_decay": float(train_cfg.weightDecay)},
          {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
-        lr=train_cfg.lr, betas=(train_cfg.beta1, train_cfg.beta2), eps=train_cfg.eps,
+        # float(): JSON has one kind of number, so a checkpoint's beta1 of 0 reads as the int 0 (header_checks)
+        lr=float(train_cfg.lr), betas=(float(train_cfg.beta1), float(train_cfg.beta2)), eps=float(train_cfg.eps),
     )
 
 

@@ -88,11 +88,15 @@ function ruleOf(rules, section, name) {
   return rule;
 }
 
+// JSON has one kind of number; python_ref reads an integral one below 1e16 as an integer and any other as
+// a float (python_ref/header_checks.py json_number), so an integer rule takes exactly those here too.
+const isJsonInteger = (v) => Number.isInteger(v) && Math.abs(v) < 1e16;
+
 /** null if rules[section][name] accepts `value`, else the sentence saying why not. */
 export function fieldProblem(rules, section, name, value) {
   const rule = ruleOf(rules, section, name);
   let ok = typeof value === "number" && !Number.isNaN(value) &&
-    (rule.type === "integer" ? Number.isInteger(value) : Number.isFinite(value) || (value > 0 && "infinity" in rule));
+    (rule.type === "integer" ? isJsonInteger(value) : Number.isFinite(value) || (value > 0 && "infinity" in rule));
   ok = ok && !(value < rule.min) && !(value <= rule.above) && !(value > rule.max) && !(value >= rule.below);
   return ok ? null : `${name} must be ${ruleText(rule)}, got ${pyRepr(value)}`;
 }

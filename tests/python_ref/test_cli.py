@@ -86,7 +86,7 @@ BAD_INPUTS = {
     "unknown preset": (lambda d, c: ["train", "--preset", "gigantic", "--steps", 1], "unknown preset"),
     "bad lr": (lambda d, c: ["train", "--preset", "tiny", "--lr", -1, "--steps", 1], "lr"),
     "out dir missing": (lambda d, c: ["train", "--preset", "tiny", "--steps", 1, "--out", d / "no" / "m.tinygpt"],
-                        "directory does not exist"),
+                        "folder"),
     "missing checkpoint": (lambda d, c: ["sample", d / "missing.tinygpt"], "does not exist"),
     "corrupt checkpoint": (lambda d, c: ["eval", _corrupt(d, c)], "CRC32 mismatch"),
     "truncated checkpoint": (lambda d, c: ["sample", _truncated(d, c)], "truncated"),

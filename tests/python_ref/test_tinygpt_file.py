@@ -26,58 +26,18 @@ from python_ref.tinygpt_file import (
     write_state,
 )
 
-MICRO = ModelConfig(nLayer=1, nHead=2, dModel=8, ctx=4)
+from support.tinygpt_files import (
+    MICRO, ODD, assemble, bits, float16_edge_values, float16_file, float16_state_with, split_file, trained, valid_file,
+    weights_with,
+)
+
 SMALLISH = ModelConfig(nLayer=2, nHead=2, dModel=16, ctx=8)
-ODD = ModelConfig(nLayer=1, nHead=1, dModel=3, ctx=2)  # P = 927: a float16 state needs 2 bytes of padding
 REQUIRED = {"config", "manifest", "includesOptimizerState", "stateCrc32", "headerCrc32"}
-
-
-def trained(config: ModelConfig, steps: int = 3, seed: int = 0):
-    """A model and a real torch AdamW after a few steps (decay only on 2+ dim tensors, as in training)."""
-    model = TinyGPT(config, seed=seed)
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    rest = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=1e-2, betas=(0.9, 0.95), eps=1e-8)
-    g = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        idx = torch.randint(0, 256, (2, config.ctx), generator=g)
-        _, loss = model(idx, torch.roll(idx, -1, 1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model, opt
-
-
-def split_file(raw: bytes) -> tuple[dict, bytes]:
-    _, _, n = PREFIX.unpack(raw[:12])
-    return json.loads(raw[12:12 + n]), raw[12 + n:]
-
-
-def assemble(header: dict, state: bytes, header_crc: bool = True, state_crc: bool = False) -> bytes:
-    """Bytes of a file with this header and state; header_crc recomputes headerCrc32 (if the key is
-    there) the way the writer does, state_crc first puts the CRC of state into the header."""
-    header = dict(header)
-    if state_crc:
-        header["stateCrc32"] = f"{zlib.crc32(state):08x}"
-    has_crc = "headerCrc32" in header
-    if has_crc and header_crc:
-        header["headerCrc32"] = "00000000"
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-(12 + len(text)) % 4)
-    if has_crc and header_crc:
-        crc = f"{zlib.crc32(text):08x}".encode()
-        text = text.replace(b'"headerCrc32":"00000000"', b'"headerCrc32":"' + crc + b'"')
-    return PREFIX.pack(b"TGPT", 2, len(text)) + text + state
 
 
 def write(path: Path, raw: bytes) -> Path:
     path.write_bytes(raw)
     return path
-
-
-def bits(a) -> np.ndarray:
-    return np.asarray(a, dtype=np.float32).view(np.uint32)
 
 
 # ---------------------------------------------------------------- round trip and layout
@@ -230,19 +190,6 @@ def test_writer_refuses_wrong_shapes_missing_tensors_and_bad_steps(tmp_path):
 
 # ---------------------------------------------------------------- what the reader refuses
 
-@lru_cache(maxsize=None)
-def valid_file(optimizer: bool = True) -> bytes:
-    """One valid MICRO file (with AdamW moments after 3 steps), built once per test session."""
-    model, opt = trained(MICRO)
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "v.tinygpt"
-        if optimizer:
-            save(path, model, opt, dataState={"seed": 1, "batchesDrawn": 3}, lossHistory=[[1, 5.5]], sample="hi")
-        else:
-            save(path, model, sample="hi")
-        return path.read_bytes()
-
-
 def refused(tmp_path, raw: bytes, problem: str):
     with pytest.raises(TinyGPTFileError, match=problem) as e:
         read_state(write(tmp_path / "bad.tinygpt", raw))
@@ -280,11 +227,25 @@ def test_refuses_wrong_magic_and_unknown_version(tmp_path):
     refused(tmp_path, raw[:4] + struct.pack("<I", 3) + raw[8:], "unknown .tinygpt version 3")
 
 
+def test_json_numbers_are_read_as_the_browser_reads_them():
+    """One kind of number: 256.0 is 256 (JSON.parse cannot tell them apart, so neither may python_ref),
+    integers past 2^53 are the floats JSON.parse makes of them, and a 5,000-digit number is inf."""
+    from python_ref.header_checks import json_number
+    cases = {"256.0": 256, "256": 256, "-0": 0, "1e2": 100, "0.5": 0.5, "9007199254740993": 9007199254740992,
+             "12345678901234567891": 1.2345678901234567e19, "1" * 5000: float("inf")}
+    for text, expected in cases.items():
+        got = json_number(text)
+        print(f"{text[:24]}{'…' if len(text) > 24 else ''} -> {got!r}")
+        assert got == expected and type(got) is type(expected)
+
+
 def test_refuses_invalid_header_json(tmp_path):
     _, state = split_file(valid_file())
     for text, problem in ((b'{"config": ', "header JSON invalid"), (b"[1, 2, 3]", "expected an object"),
-                          (b'{"a": "\xff\xfe"}', "header JSON invalid"), (b'{"a": NaN}', "NaN is not valid JSON"),
-                          (b"[" * 100_000 + b"]" * 100_000, "header JSON invalid")):
+                          (b'{"a": "\xff\xfe"}', "header JSON invalid: not UTF-8"),
+                          (b'{"a": NaN}', "header JSON invalid: not a JSON text"),
+                          (b"[" * 100_000 + b"]" * 100_000, "header JSON nests deeper than 32 levels"),
+                          (b'{"a":' * 33 + b"1" + b"}" * 33, "header JSON nests deeper than 32 levels")):
         text += b" " * (-(12 + len(text)) % 4)
         refused(tmp_path, PREFIX.pack(b"TGPT", 2, len(text)) + text + state, problem)
 
@@ -322,7 +283,6 @@ def test_refuses_state_length_mismatch(tmp_path):
 @pytest.mark.parametrize("edit, problem", [
     (lambda h: h["manifest"][3].update(shape=[4, 2]),
      "manifest/shape mismatch: blocks.0.ln1.bias is listed as shape \\[4, 2\\]"),
-    (lambda h: h["manifest"][0].update(shape=[256.0, 8]), "manifest/shape mismatch: token_embedding.weight"),
     (lambda h: h["manifest"][0].update(offset=False), "manifest/shape mismatch: token_embedding.weight"),
     (lambda h: h["manifest"][4].update(offset=h["manifest"][4]["offset"] + 1), "manifest/shape mismatch"),
     (lambda h: h["manifest"].reverse(),
@@ -395,29 +355,6 @@ def test_lengths_are_64_bit_for_a_behemoth_file(tmp_path):
 
 # ---------------------------------------------------------------- compact float16 files
 
-def float16_edge_values() -> np.ndarray:
-    """float32 values where rounding to float16 is easy to get wrong: ties to even, subnormals, the
-    largest finite float16 and what rounds to it, signed zeros, values that vanish."""
-    tiny = 2.0 ** -24  # the smallest float16 subnormal
-    return np.array([
-        0.0, -0.0, 1.0, -1.0, 1 + 2**-11, 1 + 3 * 2**-11, -(1 + 2**-11), 2048 + 1, 2048 + 3,  # ties
-        tiny, -tiny, 0.5 * tiny, -0.5 * tiny, 1.5 * tiny, 2.5 * tiny, 0.5000001 * tiny, 0.4999 * tiny,
-        1023 * tiny, 1023.5 * tiny, 1024 * tiny, 2.0 ** -14, 1e-10, -1e-30, 1e-45,  # subnormals, vanishing
-        65504.0, -65504.0, 65519.0, -65519.0, 65519.996, 0.1, 1 / 3, 3.14159265,
-    ], dtype=np.float32)
-
-
-def weights_with(config: ModelConfig, values: np.ndarray, seed: int = 0) -> dict:
-    """Random normal weights of varied scales, values written over the start of token_embedding."""
-    rng = np.random.default_rng(seed)
-    weights = {}
-    for e in manifest_entries(config):
-        size = math.prod(e["shape"])
-        weights[e["name"]] = (rng.standard_normal(size) * 10.0 ** rng.uniform(-6, 3, size)).astype(np.float32)
-    weights["token_embedding.weight"][:values.size] = values
-    return {e["name"]: weights[e["name"]].reshape(e["shape"]) for e in manifest_entries(config)}
-
-
 @pytest.mark.parametrize("config", [MICRO, ODD], ids=["even P", "odd P"])
 def test_float16_file_holds_numpys_float16_bits(tmp_path, config):
     weights = weights_with(config, float16_edge_values())
@@ -478,19 +415,6 @@ def test_float16_writer_refuses_overflow_moments_and_unknown_dtypes(tmp_path):
     with pytest.raises(TinyGPTFileError, match="unknown weights dtype 'bfloat16'"):
         write_state(tmp_path / "a", CheckpointState(MICRO, 0, weights), dtype="bfloat16")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ok.tinygpt"]
-
-
-@lru_cache(maxsize=None)
-def float16_file(config: ModelConfig = MICRO) -> bytes:
-    with tempfile.TemporaryDirectory() as d:
-        save(Path(d) / "h.tinygpt", TinyGPT(config, seed=4), dtype="float16", sample="hi")
-        return (Path(d) / "h.tinygpt").read_bytes()
-
-
-def float16_state_with(state: bytes, index: int, half_bits: int) -> bytes:
-    halves = np.frombuffer(state[4:], dtype="<u2").copy()
-    halves[index] = half_bits
-    return state[:4] + halves.tobytes()
 
 
 def test_reader_refuses_bad_float16_files(tmp_path):
@@ -650,4 +574,4 @@ def test_fuzz_header_mutations(fuzz_dir, data, fix_crc):
     if not fix_crc:
         assert raw == valid_file(), f"an edit of {path} without a new headerCrc32 was accepted"
     assert got.header == json.loads(raw[12:12 + PREFIX.unpack(raw[:12])[2]])
-    assert got.config == ModelConfig.from_json(header["config"])
+    assert got.config == ModelConfig.from_json(got.header["config"])  # 1.0 reads as 1, as in JSON.parse

@@ -8,6 +8,7 @@
 import { manifest, paramCount as manifestParamCount } from "../../../webgpu/manifest.js";
 import { ConfigError, checkFields, pyQuote, pyRepr } from "../../../webgpu/config_rules.js";
 import { presetsNow } from "./presets.js";
+import { checkPreset, checkValues, depthMessage, HeaderError, isInt, tooDeep } from "./header_checks.js";
 //
 // Sizes are Numbers (exact to 2^53), never 32-bit integers: a file with the AdamW moments of the
 // largest preset is 5.68 GB. Float views assume a little-endian host, as every browser and Node
@@ -64,7 +65,7 @@ const hex8 = (crc) => crc.toString(16).padStart(8, "0");
 // ---------------------------------------------------------------- Python's view of JSON values
 
 const isObject = (v) => v !== null && typeof v === "object" && !Array.isArray(v);
-const isInt = (v) => typeof v === "number" && Number.isInteger(v);
+// JSON has one kind of number: integral and below 1e16 is an integer at both readers (header_checks.js).
 // A key of the object itself: a parsed header must not answer "constructor" from Object.prototype.
 const own = (obj, key) => (Object.hasOwn(obj, key) ? obj[key] : undefined);
 
@@ -72,7 +73,7 @@ function pyTypeName(v) {
   if (v === null || v === undefined) return "NoneType";
   if (typeof v === "boolean") return "bool";
   if (typeof v === "string") return "str";
-  if (typeof v === "number") return Number.isInteger(v) ? "int" : "float";
+  if (typeof v === "number") return isInt(v) ? "int" : "float";
   return Array.isArray(v) ? "list" : "dict";
 }
 
@@ -118,12 +119,18 @@ function decodeHeader(raw) {
   if ((PREFIX_SIZE + raw.length) % 4) {
     throw fail(`header length ${raw.length} leaves the data unaligned (12 + N must be a multiple of 4)`);
   }
-  let header;
+  let text, header;
   try {
-    header = JSON.parse(UTF8.decode(raw));
-  } catch (e) {
-    throw fail(`header JSON invalid: ${e.message}`);
+    text = UTF8.decode(raw);
+  } catch {
+    throw fail("header JSON invalid: not UTF-8");
   }
+  try {
+    header = JSON.parse(text);
+  } catch {
+    throw fail("header JSON invalid: not a JSON text"); // the parsers' own wordings differ; the problem is the same
+  }
+  if (tooDeep(header)) throw fail(depthMessage());
   if (!isObject(header)) throw fail("header JSON invalid: expected an object");
   const found = [...latin1(raw).matchAll(HEADER_CRC_FIELD)];
   if (found.length !== 1 || own(header, "headerCrc32") !== found[0][1]) {
@@ -161,7 +168,17 @@ function parseHeader(raw) {
   if (dataState != null && !validDataState(dataState)) {
     throw fail(`header key 'dataState' must be {seed, batchesDrawn}, integers in [0, 2^53), got ${pyRepr(dataState)}`);
   }
+  asFileError(() => checkValues(header, presetsNow().rules));
   return header;
+}
+
+// A header check's refusal, as the reader's own error.
+function asFileError(check) {
+  try {
+    return check();
+  } catch (e) {
+    throw e instanceof HeaderError ? fail(e.message) : e;
+  }
 }
 
 const weightsDtypeOf = (header) => (Object.hasOwn(header, "weightsDtype") ? header.weightsDtype : "float32");
@@ -240,6 +257,7 @@ export function readHeader(prefixBytes, totalSize) {
     if (!(e instanceof TinyGPTFileError)) throw e;
     throw fail(`config in header invalid: ${e.message}`);
   }
+  asFileError(() => checkPreset(header, config, presetsNow()));
   // Length before manifest: the size check is arithmetic, while building the config's manifest for
   // an absurd nLayer would take unbounded time; after it, the manifest is bounded by the file.
   const count = paramCount(config);
