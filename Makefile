@@ -35,7 +35,7 @@ serve: build
 # One pytest process per core, at most 2 (pytest-xdist), each taking whole modules (their browser or
 # Node fixtures are made once). Run alone, the suite kept one of CI's 2 cores idle a third of the time:
 # SwiftShader compiles each WGSL pipeline on one thread, in Chromium as in Node. On the 2-core box:
-# 17 min 35 s in one process, 12 min 12 s in two (docs/performance.md §22). The multi-process gloo
+# 17 min 35 s in one process, 12 min 12 s in two (docs/lab/2026-11-26-wgsl-step-subgroups.md §22). The multi-process gloo
 # runs (marker `alone`) come after, in one process: beside another test process a rank sometimes aborted.
 test: build lint
 	$(PY) -m pytest -q -n auto --maxprocesses 2 --dist loadfile --durations=30 -m "not alone" tests

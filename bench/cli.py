@@ -81,3 +81,22 @@ def register(sub) -> None:
     a.add_argument("--name", help="file name stem (default: bench)")
     a.add_argument("--plot", metavar="FILE.json", help="only draw the plots of a file written earlier")
     b.set_defaults(func=cmd_bench)
+
+
+def main(argv=None) -> int:
+    """`python -m bench.cli ARGS` is `tinygpt bench ARGS` where the package is not installed (the GPU machine)."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="tinygpt")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["bench", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"tinygpt bench: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

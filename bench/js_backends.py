@@ -216,7 +216,7 @@ class WgslNode(Backend):
 
 def chromium_args() -> list[str]:
     """More Chromium flags from TINYGPT_CHROMIUM_ARGS: a GPU server without a display needs
-    --use-angle=vulkan (docs/performance.md §43)."""
+    --use-angle=vulkan (docs/lab/2026-11-29-wgsl-trainer-in-chromium.md §43)."""
     return os.environ.get("TINYGPT_CHROMIUM_ARGS", "").split()
 
 
@@ -281,7 +281,7 @@ class WgslChromium(Backend):
 class WgslChromiumPageLoop(WgslChromium):
     """The same trainer in the page's own training loop (site/static/js/step_stream.js, as the page's
     worker runs it: bursts with the GPU's steps kept queued from one to the next, the worker's yield
-    between them): the speed a person's page trains at (docs/performance.md §46). Each cell also keeps
+    between them): the speed a person's page trains at (docs/lab/2026-11-29-decode-chain.md §46). Each cell also keeps
     the same loop draining its queue after every burst, the page before §46, as drained_each_burst_ms."""
     key = "wgsl-chromium-page"
     label = "WGSL, the page's loop, Chromium"

@@ -1,4 +1,4 @@
-"""The `tinygpt` command: train, sample, eval and export here; bench (bench/cli.py) and the
+"""The `tinygpt` command: train, finetune (LoRA), sample, eval and export here; bench (bench/cli.py) and the
 playground's serve and build (server/cli.py) join it through the COMMANDS_GROUP entry points.
 
 Bad input (a config, corpus or checkpoint that cannot work) prints one line to stderr and exits 2.
@@ -23,7 +23,9 @@ from .sample import Utf8Writer, generate
 from .tinygpt_file import TinyGPTFileError
 from .distributed import DEFAULT_TIMEOUT_S, DistributedError, init_from_env, launch_local, under_torchrun
 from .safe_files import OutputError, check_output, remove_stale_partials, same_file
-from .train import LR_SCHEDULES, TrainingError, new_run, resolve_device, resume_run
+from .train import LR_SCHEDULES, TrainingError, check_out_path, new_run, resolve_device, resume_run
+from .finetune import new_finetune, parse_targets, resume_finetune, save_merged
+from .lora import TARGETS, attach_adapter, load_adapter, lora_defaults, read_adapter
 
 # Commands that live outside the reference (`serve` and `build` in server/, `bench` in bench/) add
 # themselves through this entry-point group (pyproject.toml), so python_ref imports neither: each is a
@@ -148,8 +150,47 @@ def _without_nproc(train_argv: list[str]) -> list[str]:
     return out
 
 
+def cmd_finetune(args) -> int:
+    check_out_path(args.out)
+    check_out_path(args.merged_out, "--merged-out")
+    corpus = Corpus.from_file(args.corpus)
+    lora = dict(rank=args.rank, alpha=args.alpha, targets=parse_targets(args.targets))
+    overrides = dict(lr=args.lr, batch=args.batch, steps=args.steps, seed=args.seed, evalEvery=args.eval_every,
+                     weightDecay=args.weight_decay)
+    if args.resume:
+        run = resume_finetune(args.resume, args.base, corpus, args.device, **lora, **overrides)
+        if args.steps is not None and args.steps <= run.step:
+            raise ConfigError(f"--steps {args.steps} is not past the adapter file's step {run.step}: --steps is the "
+                              f"total step to reach (e.g. --steps {run.step + 100} for 100 more)")
+    else:
+        run = new_finetune(args.base, corpus, args.device, **lora, **overrides)
+    c, t = run.lora.config, run.train_cfg
+    print(f"LoRA rank {c.rank}, alpha {c.alpha:g}, targets {','.join(c.targets)}: "
+          f"{sum(p.numel() for p in run.lora.parameters()):,} adapter parameters on a frozen base of "
+          f"{run.model.num_params():,}; lr {t.lr:g}, weight decay {t.weightDecay:g}, batch {t.batch}; "
+          f"corpus {corpus.name} ({corpus.data.size:,} bytes), step {run.step} -> {t.steps}", file=sys.stderr)
+    if args.out is None:
+        print("no --out given: the adapters will not be saved", file=sys.stderr)
+    run.run(t.steps, args.out, args.save_every, args.merged_out, progress=not args.quiet)
+    best = run.best_val()
+    summary = f"step {run.step}: final loss {_num(run.final_loss())}, best val loss {_num(best)}"
+    if best is not None:
+        summary += f" ({bits_per_byte(best):.4f} bits/byte)"
+    saved = [p for p in (args.out, args.merged_out) if p]
+    print(summary + (f"; saved {' and '.join(saved)}" if saved else ""))
+    return 0
+
+
+def _load_model(checkpoint, device, adapter=None):
+    """A checkpoint, with an adapter file's LoRA attached (refused if it was made on other weights)."""
+    model, meta = tinygpt_file.load(checkpoint, resolve_device(device))
+    if adapter is not None:
+        load_adapter(adapter, model)
+    return model, meta
+
+
 def cmd_sample(args) -> int:
-    model, _ = tinygpt_file.load(args.checkpoint, resolve_device(args.device))
+    model, _ = _load_model(args.checkpoint, args.device, args.adapter)
     # surrogateescape gives back the raw bytes of a prompt that is not valid UTF-8.
     prompt = args.prompt.encode("utf-8", errors="surrogateescape")
     out = sys.stdout
@@ -163,7 +204,7 @@ def cmd_sample(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    model, meta = tinygpt_file.load(args.checkpoint, resolve_device(args.device))
+    model, meta = _load_model(args.checkpoint, args.device, args.adapter)
     if args.file is not None:
         results = [evaluate_file(model, args.file)]
     else:
@@ -193,9 +234,16 @@ def export_replaces(path) -> str | None:
 def cmd_export(args) -> int:
     check_output("out", args.out, {"the checkpoint": args.checkpoint}, replaces=export_replaces, force=args.force)
     state = tinygpt_file.read_state(args.checkpoint)
+    dtype = "float16" if args.fp16 else "float32"
+    if args.adapter is not None:
+        adapter = read_adapter(args.adapter)
+        lora = attach_adapter(adapter, tinygpt_file.model_from_state(state))  # refused on another base
+        save_merged(args.out, lora, adapter.header, adapter.step, dtype)
+        print(f"saved {args.out}: {dtype} weights of {state.config.param_count():,} parameters with "
+              f"{args.adapter} merged in, no AdamW moments")
+        return 0
     # The new file gets its own savedAt (and CRCs); every other key (training, corpus, ...) is kept.
     meta = {k: v for k, v in state.header.items() if k != "savedAt"}
-    dtype = "float16" if args.fp16 else "float32"
     tinygpt_file.write_state(args.out, tinygpt_file.CheckpointState(state.config, state.step, state.weights,
                                                                     header=meta), dtype)
     print(f"saved {args.out}: {dtype} weights of {state.config.param_count():,} parameters, no AdamW moments")
@@ -238,6 +286,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shard weights and AdamW moments over the ranks (FSDP2), for models one device cannot hold")
     t.set_defaults(func=cmd_train)
 
+    d = lora_defaults()
+    f = sub.add_parser("finetune", help="fine-tune a saved model with LoRA: the base stays frozen, only "
+                                        "low-rank adapters train; saves a resumable adapter file (.tgla)")
+    f.add_argument("base", help="the base model (.tinygpt), frozen")
+    f.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="text to fine-tune on (default: TinyShakespeare)")
+    f.add_argument("--rank", "--lora-rank", type=int, help=f"adapter rank r (default {d['rank']})")
+    f.add_argument("--alpha", "--lora-alpha", type=float,
+                   help=f"adapter scale alpha; the update is (alpha / r) B A (default {d['alpha']})")
+    f.add_argument("--targets", "--lora-targets",
+                   help=f"adapted projections, comma-separated among {','.join(TARGETS)}, or 'all' "
+                        f"(default {','.join(d['targets'])})")
+    f.add_argument("--steps", type=int, help=f"total steps to reach (default {d['steps']})")
+    f.add_argument("--lr", type=float, help=f"AdamW learning rate (default {d['lr']:g})")
+    f.add_argument("--weight-decay", type=float,
+                   help=f"AdamW weight decay of the adapters (default {d['weightDecay']:g})")
+    f.add_argument("--batch", type=int, help="sequences per step (default: the base's preset's)")
+    f.add_argument("--seed", type=int, help="seed of the adapters' init and of the data stream")
+    f.add_argument("--eval-every", type=int, help="steps between val-loss evaluations (0: only at the end)")
+    f.add_argument("--device", default="auto", help="cpu, cuda, mps or auto")
+    f.add_argument("--out", help="the adapter file (.tgla), with AdamW moments: --resume continues it exactly")
+    f.add_argument("--merged-out", help="also write the merged model (a plain .tinygpt) at the end")
+    f.add_argument("--save-every", type=int, default=0, help="also save --out every N steps")
+    f.add_argument("--resume", help="continue exactly from this adapter file (same base and corpus required)")
+    f.add_argument("--quiet", action="store_true", help="no progress bar")
+    f.set_defaults(func=cmd_finetune)
+
     g = sub.add_parser("sample", help="generate text from a checkpoint")
     g.add_argument("checkpoint")
     g.add_argument("--prompt", default="\n", help="text to continue (default: a newline)")
@@ -247,12 +321,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--seed", type=int, default=s["seed"], help="seed of the sample stream")
     g.add_argument("--device", default="auto")
     g.add_argument("--no-cache", action="store_true", help="recompute the whole window per token (no KV cache)")
+    g.add_argument("--adapter", help="a LoRA adapter file (.tgla) of this checkpoint, applied while sampling")
     g.set_defaults(func=cmd_sample)
 
     e = sub.add_parser("eval", help="loss and bits per byte of a checkpoint")
     e.add_argument("checkpoint")
     e.add_argument("--file", help="evaluate this whole file (default: the corpus's val split)")
     e.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="corpus whose val split is evaluated")
+    e.add_argument("--adapter", help="a LoRA adapter file (.tgla) of this checkpoint, applied")
     e.add_argument("--device", default="auto")
     e.set_defaults(func=cmd_eval)
 
@@ -262,6 +338,7 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--fp16", action="store_true", help="the compact float16 file: half the size, weights rounded")
     x.add_argument("--force", action="store_true", help="replace OUT even where it is the input or a resumable "
                    "checkpoint")
+    x.add_argument("--adapter", help="merge this LoRA adapter file (.tgla) into the weights: a plain fine-tuned model")
     x.set_defaults(func=cmd_export)
 
     for command in sorted(entry_points(group=COMMANDS_GROUP), key=lambda c: c.name):
@@ -292,7 +369,7 @@ if __name__ == "__main__":
         # A torchrun rank skips the interpreter's teardown. After destroy_process_group and a written
         # checkpoint, a rank of a gloo run still aborted there 4 times in 90 (C++ "terminate called
         # without an active exception", SIGABRT), and torchrun then failed the whole run
-        # (docs/performance.md §29).
+        # (docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §29).
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(code)

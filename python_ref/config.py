@@ -32,7 +32,7 @@ def presets_file() -> dict:
 
 
 def rules() -> dict:
-    """presets.json's "rules": per section (model, training, sampling, page) each field's rule, and
+    """presets.json's "rules": per section (model, training, lora, sampling, page) each field's rule, and
     the checks across fields."""
     return presets_file()["rules"]
 

@@ -176,10 +176,17 @@ class TrainingRun:
     options: RunOptions = field(default_factory=RunOptions)
     tokens_per_s: float | None = None  # training throughput of the last run(), all ranks together
     saved_step: int | None = None  # the step of the last checkpoint this run wrote
+    # every corpus before this run's stretch: [{name, bytes, sha256, fromStep, toStep}] (the header's `corpora`)
+    corpora: list = field(default_factory=list)
+    corpus_from: int = 0  # the step this run's stretch on `corpus` began at
 
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    def corpora_now(self) -> list[dict]:
+        """Every corpus this model trained on (the header's `corpora`), this run's stretch included."""
+        return extend_corpora(self.corpora, self.corpus.identity(), self.corpus_from, self.step)
 
     def best_val(self) -> float | None:
         return min((v for _, v in self.val_history), default=None)
@@ -208,7 +215,8 @@ class TrainingRun:
         tinygpt_file.save(
             path, model, optimizer, step=self.step,
             preset=self.preset, training=self.training_header(), dataState=self.batches.state(),
-            corpus=self.corpus.identity(), lossHistory=self.loss_history, valHistory=self.val_history,
+            corpus=self.corpus.identity(), corpora=self.corpora_now(), lossHistory=self.loss_history,
+            valHistory=self.val_history,
             finalLoss=self.final_loss(), bestVal=self.best_val(),
             sample=text.decode("utf-8", errors="replace"),
         )
@@ -390,7 +398,34 @@ def resume_run(path: str | Path, corpus: Corpus | None = None, device: str = "au
     batches = BatchStream(train, model.config.ctx, train_cfg.batch, train_cfg.seed, data_state["batchesDrawn"])
     return TrainingRun(meta.get("preset"), train_cfg, corpus, model, optimizer, batches, val, state.step,
                        _history(meta, "lossHistory"), _history(meta, "valHistory"),
-                       dist=dist, options=run_options)
+                       dist=dist, options=run_options, corpora=corpora_of(meta, state.step), corpus_from=state.step)
+
+
+def corpora_of(meta: dict, step: int) -> list[dict]:
+    """Every corpus a checkpoint trained on: its header's `corpora` (docs/format.md), or for a file written before
+    that key its `corpus`, from step 0 to `step` (none when it records no corpus or took no step)."""
+    recorded = meta.get("corpora")
+    if isinstance(recorded, list):
+        return [dict(c) for c in recorded]
+    corpus = meta.get("corpus")
+    if not isinstance(corpus, dict) or "sha256" not in corpus or step <= 0:
+        return []
+    return [{"name": corpus.get("name"), "bytes": corpus.get("bytes"), "sha256": corpus["sha256"],
+             "fromStep": 0, "toStep": step}]
+
+
+def extend_corpora(corpora: list[dict], identity: dict, start: int, end: int) -> list[dict]:
+    """The list after training on `identity` from step `start` to `end`: the last entry grows when it is the same
+    corpus ending at `start`, else a new entry is added; no step adds nothing (the page's model_record.js alike)."""
+    out = [dict(c) for c in corpora]
+    if end <= start:
+        return out
+    last = out[-1] if out else None
+    if last is not None and last.get("sha256") == identity["sha256"] and last.get("toStep") == start:
+        last["toStep"] = end
+    else:
+        out.append({**identity, "fromStep": start, "toStep": end})
+    return out
 
 
 def _resumed_train_config(meta: dict, overrides: dict) -> TrainConfig:

@@ -3,7 +3,7 @@
 header, at build time: the C++ core cannot read JSON when it runs, so `make native` and
 scripts/build_wasm.sh run this first and compile against the result (-I the folder it is in).
 
-Output, in namespace tg::rules: per section (model, training, sampling) a struct of FieldRule
+Output, in namespace tg::rules: per section (model, training, lora, sampling) a struct of FieldRule
 (wasm/src/config_rules.h) named after its fields in snake_case (nLayer: n_layer), each with its
 position in the section (the order every level checks fields in), the checks across fields, and the
 model defaults (kVocabSize, kLayerNormEps, kInitStd). tests/site/test_config_rules.py feeds the same
@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PRESETS = ROOT / "site" / "static" / "presets.json"
-SECTIONS = ("model", "training", "sampling")  # page rules are the page's alone
+SECTIONS = ("model", "training", "lora", "sampling")  # page rules are the page's alone
 BOUND_KEYS = {"type", "min", "above", "max", "below", "zero", "infinity"}
 
 

@@ -37,7 +37,7 @@ if [ -n "${BENCH_ALL:-}" ]; then
   fi
   export PATH=/tmp/wg/bin:$PATH PYTHONUNBUFFERED=1
   # shellcheck disable=SC2086  # BENCH_ALL_ARGS: options, a word each
-  python3 -m python_ref.cli bench --all --backends "${BENCH_ALL_BACKENDS:-pytorch-cuda-*,wgsl-*}" --out "$OUT" \
+  python3 -m bench.cli --all --backends "${BENCH_ALL_BACKENDS:-pytorch-cuda-*,wgsl-*}" --out "$OUT" \
     --name "${BENCH_ALL_NAME:-bench}" ${BENCH_ALL_ARGS:-} 2> >(tee "$OUT/bench_all.log" >&2) || echo "bench --all failed: exit $?"
   sizes=${MATMUL_SIZES:-4096}
   node bench/webgpu/bench.mjs --presets tiny --steps 5 --sizes "$sizes" --out "$OUT/matmul_wgsl.json" \
@@ -49,28 +49,18 @@ if [ -n "${BENCH_ALL:-}" ]; then
   exit 0
 fi
 # PROFILE=1 adds each preset's host encode/submit cost and per-kernel GPU times; SKIP_TORCH=1 skips PyTorch,
-# TORCH_MODES picks its modes (bench/torch_cuda.py MODES); TIMELINE=1 adds each preset's GPU time per
-# step by timestamps (step_timeline.mjs)
-# TILES=1 first times every matmul tile (or those of TILE_NAMES) on each preset's products (matmul_tiles.mjs),
-# then cuBLAS on the same products (torch_products.py) unless SKIP_TORCH
-if [ -n "${TILES:-}" ]; then
-  /tmp/wg/bin/node bench/webgpu/matmul_tiles.mjs --presets "${TILE_PRESETS-$PRESETS}" ${TILE_NAMES:+--tiles "$TILE_NAMES"} \
-    --square "${SQUARES:-}" --out "$OUT/matmul_tiles.json" 2> >(without_warnings > "$OUT/matmul_tiles.log") || echo "tile bench failed: exit $?"
-  [ -n "${SKIP_TORCH:-}" ] || python3 webgpu/bench/torch_products.py "$OUT/matmul_tiles.json" > "$OUT/torch_products.json" \
-    2> "$OUT/torch_products.log" || echo "cuBLAS products failed: exit $?"
-fi
-# ATTENTION=1 times attention's kernels in every workgroup layout on each preset's shape (attention_layouts.mjs)
-[ -z "${ATTENTION:-}" ] || /tmp/wg/bin/node webgpu/bench/attention_layouts.mjs --presets "${ATTENTION_PRESETS-$PRESETS}" \
-  --out "$OUT/attention_layouts.json" 2> >(without_warnings > "$OUT/attention_layouts.log") || echo "attention layout bench failed: exit $?"
+# TORCH_MODES picks its modes (bench/torch_cuda.py MODES). The tile and attention-layout experiments that
+# set chooseTile and ATTENTION_LAYOUTS are in git history (docs/lab/README.md names them).
 # the WGSL bench of the code in DIR into $OUT/NAME.json: wgsl_bench DIR NAME [more bench.mjs options]
 wgsl_bench() {
   local dir=$1 name=$2
   shift 2
-  /tmp/wg/bin/node "$dir/webgpu/bench/bench.mjs" --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
+  /tmp/wg/bin/node "$dir/bench/webgpu/bench.mjs" --presets "$PRESETS" --steps "${STEPS:-30}" --warmup 5 \
     --blocks "${BLOCKS:-1}" --sizes "${SIZES-1024,2048,4096}" ${PAGE_LOOP:+--page-loop "$PAGE_LOOP"} --out "$OUT/$name.json" "$@"
 }
 # each side runs even if the other fails, so one run always brings back what can be measured
-wgsl_bench . webgpu_bench ${PROFILE:+--profile 1} 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
+# LORA=default (or RANK,ALPHA,TARGET+TARGET): each preset's LoRA fine-tune step after its full step (bench.mjs --lora)
+wgsl_bench . webgpu_bench ${PROFILE:+--profile 1} ${LORA:+--lora "$LORA"} 2> >(tee "$OUT/webgpu_bench.log" >&2) || echo "WebGPU bench failed: exit $?"
 # CHROMIUM=1: the same presets in headless Chromium's WebGPU (browser_bench.py), then under Node again
 # (A/B/A against drift). Debian's headless Chromium and its libraries were staged by two earlier calls
 # of the same held machine (pack_chromium.sh, unpack_chromium.sh). CHROMIUM_FLAGS are more browser flags:
@@ -93,8 +83,6 @@ if [ -n "${CHROMIUM:-}" ]; then
   wgsl_bench . webgpu_bench_again 2> >(tee "$OUT/webgpu_bench_again.log" >&2) || echo "WebGPU bench (again) failed: exit $?"
   [ -z "${CHROMIUM_DECODE:-}" ] || node_decode decode_node_again
 fi
-[ -z "${TIMELINE:-}" ] || /tmp/wg/bin/node webgpu/bench/step_timeline.mjs "$PRESETS" "$OUT/step_timeline.json" 200 20 \
-  2> >(without_warnings >&2) || echo "step timeline failed: exit $?"
 # DISPATCHES=1: each dispatch's GPU time in place, inside running steps (dispatch_timeline.mjs)
 [ -z "${DISPATCHES:-}" ] || /tmp/wg/bin/node bench/webgpu/dispatch_timeline.mjs "${DISPATCH_PRESETS-$PRESETS}" "$OUT/dispatch_timeline.json" 20 20 \
   2> >(without_warnings >&2) || echo "dispatch timeline failed: exit $?"

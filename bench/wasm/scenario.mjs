@@ -13,15 +13,20 @@
 //   steps, overfitTarget, exportState: name for io.write of the exported state (with moments)
 //   growBytes: after the first step, create a second model with an arena of about this many bytes
 //              (forcing memory.grow while this model's pool threads are alive), then keep training
+//   lora:     {rank, alpha, targets (tg_lora_config's mask), seed}: a LoRA model (tg_create_lora) whose
+//             adapters start from tg_lora_init(seed) and alone train; exportLora: name for io.write of
+//             the adapter state (with moments)
 // }
 // Returns plain JSON: losses, per-step milliseconds, sizes, the memory size before/after.
 
 export function runScenario(tg, spec, io) {
   const { api, check } = tg;
   const c = spec.config;
-  const create = (cfg, threads) => {
-    const m = tg.withStruct("tg_config", cfg, (ptr) => api.tg_create(ptr, cfg.batch, threads));
-    if (!m) throw tg.failure("tg_create", api.tg_last_error_code());
+  const create = (cfg, threads, lora = null) => {
+    const m = tg.withStruct("tg_config", cfg, (ptr) => (lora
+      ? tg.withStruct("tg_lora_config", lora, (lp) => api.tg_create_lora(ptr, lp, cfg.batch, threads))
+      : api.tg_create(ptr, cfg.batch, threads)));
+    if (!m) throw tg.failure(lora ? "tg_create_lora" : "tg_create", api.tg_last_error_code());
     return m;
   };
   const withCopy = (bytes, fn) => {
@@ -31,7 +36,7 @@ export function runScenario(tg, spec, io) {
 
   const out = { memoryBytesStart: tg.memoryBytes() };
   let t0 = performance.now();
-  const model = create(c, spec.threads ?? 1);
+  const model = create(c, spec.threads ?? 1, spec.lora ?? null);
   out.createMs = performance.now() - t0;
   const extra = [];
   try {
@@ -48,6 +53,10 @@ export function runScenario(tg, spec, io) {
       withCopy(bytes, (p) => check(api.tg_import_state(model, p, bytes.length), "tg_import_state"));
     } else {
       check(api.tg_init(model, spec.initSeed), "tg_init");
+    }
+    if (spec.lora) {
+      check(api.tg_lora_init(model, spec.lora.seed), "tg_lora_init");
+      out.loraParamCount = Number(api.tg_lora_param_count(model));
     }
     out.initMs = performance.now() - t0;
     const t = spec.training;
@@ -111,6 +120,16 @@ export function runScenario(tg, spec, io) {
         tg.free(buf);
       }
       out.stateBytes = n;
+    }
+    if (spec.exportLora) {
+      const n = Number(api.tg_lora_state_bytes(model, 1));
+      const buf = tg.malloc(n);
+      try {
+        check(api.tg_lora_export_state(model, buf, n, 1), "tg_lora_export_state");
+        io.write(spec.exportLora, tg.u8(buf, n));
+      } finally {
+        tg.free(buf);
+      }
     }
     if (spec.viewState) {
       // Huge models: read the state in place (no second copy); report its size and a checksum.

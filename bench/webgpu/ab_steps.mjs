@@ -1,6 +1,6 @@
 // Two versions of the WGSL trainer in ONE process on one GPU, their steps interleaved, so that an
 // A/B of a few percent is not lost in the drift between separate runs (the same code run twice
-// in a row has differed by up to 25% at tiny and small: docs/performance.md §22–23):
+// in a row has differed by up to 25% at tiny and small: docs/lab/2026-11-26-wgsl-step-subgroups.md §22–23):
 //   node bench/webgpu/ab_steps.mjs --b DIR [--a DIR] [--presets tiny,small] [--rounds 10] [--steps 50]
 //                                  [--instances 1] [--clocks-ms 300] [--out FILE]
 // DIR: a checkout's root (its webgpu/ and site/static/, e.g. from `git archive`); A defaults to this
@@ -54,7 +54,7 @@ const out = { adapter: { vendor: info.vendor, architecture: info.architecture, d
 console.error(`subgroup width ${subgroupWidth} on both sides`);
 for (const name of presetNames) {
   // instances trainers a side, made A, B, A, B, ...: where a trainer's buffers land moves its speed
-  // by up to ~2.5% (docs/performance.md §27), so both sides get each place in the order
+  // by up to ~2.5% (docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §27), so both sides get each place in the order
   const trainers = { A: [], B: [] }, times = { A: [], B: [] }, spans = { A: [], B: [] }, perInstance = { A: [], B: [] };
   for (let i = 0; i < instances; i++) {
     for (const [key, s] of Object.entries(sides)) {

@@ -9,8 +9,8 @@ Serves the repository on 127.0.0.1 with the playground's headers (`_headers`: cr
 starts Chromium headless on bench/webgpu/browser_bench.html, which times each preset in a module worker
 (browser_bench_worker.js, the loop of time_trainer.js) and posts its lines and its result back here.
 Needs no Playwright: the lent GPU machine has none, and no browser but the one carried to it
-(docs/performance.md §43). A software adapter (SwiftShader) never gives a speed figure: without
---allow-software (the tests' plumbing check) the run stops at the adapter and says so.
+(docs/lab/2026-11-29-wgsl-trainer-in-chromium.md §43). A software adapter (SwiftShader) never gives a
+speed figure: without --allow-software (the tests' plumbing check) the run stops at the adapter and says so.
 """
 from __future__ import annotations
 

@@ -74,7 +74,7 @@ function compile(products) {
 /**
  * Every tile (and split count) worth timing for a product: weight gradients split K in 1–16, the
  * other forms with K ≥ 128 in 1–4, slabs unsummed (a LayerNorm sums those of fc_out's forward and of
- * fc_in's and q/k/v's input gradients; o_proj's forward split so did not pay: docs/performance.md §17).
+ * fc_in's and q/k/v's input gradients; o_proj's forward split so did not pay: docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §17).
  */
 function candidates(form, K) {
   const splits = form === DW ? [1, 2, 4, 8, 16] : K >= 128 ? [1, 2, 3, 4] : [1];

@@ -10,19 +10,21 @@ import { yieldToMessages } from "../../site/static/js/yield_to_messages.js";
  * Builds a trainer for `config` (the named preset's), runs `warmup` steps, raises the clocks, then
  * times `steps` in `blocks` equal blocks, each drained before the next. msPerStep is the mean of them
  * all, medianBlockMs the typical block's: a machine stalls now and then (one medium block at 2.9
- * ms/step among others at 1.1, docs/performance.md §29), and one mean over 200 steps carries it whole.
+ * ms/step among others at 1.1, docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §29), and one mean over 200 steps carries it whole.
  * pageLoop: then also `blocks` rounds of that many steps in the page's own loop (timePageLoop).
+ * trainerOptions: more of the Trainer's options ({lora}: a LoRA fine-tune's step, bench.mjs --lora).
  * -> the bench's entry for the preset (and the trainer, for a profile, when keep is set).
  */
-export async function timeTrainer(device, ops, name, config, corpus, { steps, warmup, blocks = 1, clocksMs = 300, pageLoop = 0, keep = false }) {
+export async function timeTrainer(device, ops, name, config, corpus, { steps, warmup, blocks = 1, clocksMs = 300, pageLoop = 0, keep = false,
+  trainerOptions = {} }) {
   checkBlocks(steps, blocks);
   const t0 = performance.now();
-  const trainer = new Trainer(device, config, { corpus });
+  const trainer = new Trainer(device, config, { corpus, ...trainerOptions });
   const setupMs = performance.now() - t0; // pipelines, buffers, initial weights
   try {
     // warm-up first: a browser's createComputePipeline returns at once and its GPU process compiles while
     // the first steps wait, the GPU idle and its clocks falling (H200, Chromium: the first 50 timed steps
-    // of medium at 4.1 ms, the rest at 0.89, docs/performance.md §43); then the clocks, then the timing
+    // of medium at 4.1 ms, the rest at 0.89, docs/lab/2026-11-29-wgsl-trainer-in-chromium.md §43); then the clocks, then the timing
     await runSteps(trainer, warmup);
     await raiseClocks(device, ops, clocksMs);
     const values = [], blockMs = [];
@@ -48,7 +50,7 @@ export async function timeTrainer(device, ops, name, config, corpus, { steps, wa
  * bursts of BURST_MS with STEPS_IN_FLIGHT.gpu steps queued and the worker's yield between bursts, `steps`
  * steps a round, then the queue drained. Each of `rounds` rounds runs once as the page trains (the
  * queue kept from one burst to the next) and once draining it after every burst, as the page did before
- * docs/performance.md §46. -> {pageLoopMs, drainedEachBurstMs}: the median round of each, ms a step
+ * docs/lab/2026-11-29-decode-chain.md §46. -> {pageLoopMs, drainedEachBurstMs}: the median round of each, ms a step
  * (and each round's, as ...RoundsMs).
  */
 async function timePageLoop(trainer, steps, rounds) {

@@ -36,7 +36,8 @@ def test_the_same_code_on_both_sides_trains_the_same_losses(tmp_path):
 
 def test_several_instances_a_side_train_the_same_losses(tmp_path):
     """--instances 2: two trainers a side, each timed every round (where a trainer's buffers land moves its
-    speed by up to ~2.5% on a GPU, docs/performance.md §27), each instance's fastest block reported."""
+    speed by up to ~2.5% on a GPU, docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §27), each instance's
+    fastest block reported."""
     out = tmp_path / "ab.json"
     subprocess.run(["node", str(ROOT / "bench/webgpu/ab_steps.mjs"), "--b", str(ROOT), "--presets", "tiny",
                     "--rounds", "2", "--steps", "1", "--instances", "2", "--clocks-ms", "0", "--out", str(out)],

@@ -87,7 +87,7 @@ def test_a_device_with_more_workgroup_memory_runs_big_twin_tile_pairs_apart():
     the same plans), a Linear's two backward products run apart where the weight gradient would pair only
     on its tile's twin and has over 100,000 outputs: large's fc_in and fc_out (two more a block),
     massive's and mega's q/k/v (one more a block). Every other preset pairs as before
-    (docs/performance.md §28)."""
+    (docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §28)."""
     wide = counts("all", "10", "32768", "off")  # every Linear's weight gradient on the chain, with its input gradient
     for name, c in wide.items():
         print(f"{name}: {c['step']} dispatches a step with 10 storage buffers and 32 KiB of workgroup memory")
@@ -103,7 +103,8 @@ def test_deferred_weight_gradients_run_in_one_dispatch_and_leave_no_pair():
     48): from medium up, where the trainer defers the weight gradients, a block's backward is 7 dispatches
     instead of the paired plans' 7 to 9, and the end of the backward has the weight gradients batched over
     the blocks in one dispatch on 64×64w, recorded before block 0's end, which sums their split-K slabs (at
-    medium split 4 ways, at large 2); tiny and small keep their pairs (docs/performance.md §31–32).
+    medium split 4 ways, at large 2); tiny and small keep their pairs
+    (docs/lab/2026-11-27-wgsl-step-deferred-weight-gradients.md §31–32).
     Where the group binds the head's logits gradient and ln_f's output too (11 buffers with the split-K
     scratch: the H100's 16; 10 from xl up, whose group does not split K), the head's weight gradient joins
     it: cross-entropy becomes the prologue of the head's input gradient, one dispatch where it and the

@@ -27,7 +27,8 @@ from support.tinygpt_native import NativeModel, state_bytes_of_file
 from conftest import ROOT
 
 # Run by `make test` after the other tests, in one process: beside a second test process, a gloo rank
-# sometimes aborted inside torch ("terminate called without an active exception"; docs/performance.md §22).
+# sometimes aborted inside torch ("terminate called without an active exception";
+# docs/lab/2026-11-26-wgsl-step-subgroups.md §22).
 # §29 placed that abort in a rank's interpreter teardown, which python_ref/cli.py now skips.
 pytestmark = pytest.mark.alone
 

@@ -186,36 +186,38 @@ def kill_suite(kills: int, tmp_path: Path, seed: int = 0) -> dict:
     rng = random.Random(seed)
     steps, every = 40, 5
     reference = tmp_path / "reference.tinygpt"
-    t0 = time.monotonic()
-    r = tinygpt("train", "--preset", "tiny", "--steps", steps, "--save-every", every, "--out", reference, "--quiet",
-                "--device", "cpu", "--eval-every", 0)
-    assert r.returncode == 0, r.stderr
-    whole = time.monotonic() - t0  # a kill lands anywhere from start-up to the last save
+    run = ["--quiet", "--device", "cpu", "--eval-every", 0, "--save-every", every, "--steps", steps]
+    start = tmp_path / "start.tinygpt"
+    assert tinygpt("train", "--preset", "tiny", "--steps", every, "--out", start, "--quiet", "--device", "cpu",
+                   "--eval-every", 0).returncode == 0
+    took = {}  # how long each command runs whole here: a kill lands anywhere from its start-up to its end
+    for command, argv in {"train": ["train", "--preset", "tiny", "--out", reference, *run],
+                          "train --resume": ["train", "--resume", start, "--out", tmp_path / "resumed.tinygpt", *run],
+                          "export": ["export", start, tmp_path / "exported.tinygpt"]}.items():
+        t0 = time.monotonic()
+        r = tinygpt(*argv)
+        assert r.returncode == 0, r.stderr
+        took[command] = time.monotonic() - t0
     want = tinygpt_file.read_state(reference)
     counts = {"kills": 0, "unreadable": 0, "stale temporaries": 0, "resumed bit-identical": 0, "by command": {},
-              "killed after the end": 0}
+              "ended before the kill": 0}
     for i in range(kills):
         work = tmp_path / f"trial{i}"
         work.mkdir()
         ck = work / "ck.tinygpt"
         command = rng.choice(["train", "train --resume", "export"])
         counts["by command"][command] = counts["by command"].get(command, 0) + 1
-        run = ["--quiet", "--device", "cpu", "--eval-every", 0, "--save-every", every, "--steps", steps]
         weights = work / "weights.tinygpt"
         if command == "train":
             argv = ["train", "--preset", "tiny", "--out", ck, *run]
         else:
-            start = tmp_path / "start.tinygpt"
-            if not start.exists():
-                assert tinygpt("train", "--preset", "tiny", "--steps", every, "--out", start, "--quiet",
-                               "--device", "cpu", "--eval-every", 0).returncode == 0
             shutil.copy(start, ck)
             argv = ["train", "--resume", ck, "--out", ck, *run] if command == "train --resume" else \
                 ["export", ck, weights]
         proc = subprocess.Popen([sys.executable, "-m", "python_ref.cli", *map(str, argv)], env=ENV,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.2, 1.1 * whole))
-        counts["killed after the end"] += proc.poll() is not None
+        time.sleep(rng.uniform(0.05, 0.98) * took[command])
+        counts["ended before the kill"] += proc.poll() is not None
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         counts["kills"] += 1

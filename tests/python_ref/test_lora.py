@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from python_ref.config import ConfigError, ModelConfig, model_config
 from python_ref.lora import (
-    LORA_STREAM_KEY, TARGETS, AdapterFileError, LoRA, LoRAConfig, adapter_manifest, initial_adapter_values,
-    load_adapter, save_adapter,
+    LORA_STREAM_KEY, TARGETS, AdapterFileError, LoRA, LoRAConfig, adapter_manifest, base_weights_sha256,
+    initial_adapter_values, load_adapter, read_adapter, restore_adapter_optimizer, save_adapter,
 )
 from python_ref.model import TinyGPT
 from python_ref.prng import normals
@@ -274,7 +274,18 @@ def test_adapter_loading_refuses_what_does_not_fit_or_is_damaged(tmp_path):
     header["lora"]["rank"] = 5
     text = encode_header(header)
     refused(write(PREFIX.pack(b"TGLA", 1, len(text)) + text + raw[12 + n:]), TinyGPT(CONFIG, seed=0),
+            "data length mismatch")
+    # a manifest that lists other shapes of the same total
+    header = json.loads(raw[12:12 + n])
+    header["manifest"][0]["shape"] = header["manifest"][0]["shape"][::-1]
+    text = encode_header(header)
+    refused(write(PREFIX.pack(b"TGLA", 1, len(text)) + text + raw[12 + n:]), TinyGPT(CONFIG, seed=0),
             "manifest/shape mismatch")
+    # the same CRC-32 of the base but another SHA-256: refused on the stronger identity
+    header = json.loads(raw[12:12 + n])
+    header["baseWeightsSha256"] = "0" * 64
+    text = encode_header(header)
+    refused(write(PREFIX.pack(b"TGLA", 1, len(text)) + text + raw[12 + n:]), TinyGPT(CONFIG, seed=0), "SHA-256")
     assert issubclass(AdapterFileError, TinyGPTFileError)
 
 
@@ -316,3 +327,85 @@ def test_fuzz_damaged_adapter_files_are_refused(data):
 @lru_cache(maxsize=None)
 def fuzz_base() -> TinyGPT:
     return TinyGPT(CONFIG, seed=0)
+
+
+def test_resumable_adapter_file_holds_moments_and_step(tmp_path):
+    """Saved with its optimizer, the file also holds AdamW m and v and the step; restored into a fresh
+    AdamW the next steps equal those of the run that never stopped, bit for bit."""
+    model = TinyGPT(CONFIG, seed=0)
+    lora = LoRA(model, LoRAConfig(rank=4, alpha=8, targets=("q_proj", "fc_in"), seed=1))
+    opt = train_adapters(lora, steps=3)
+    save_adapter(tmp_path / "r.tgla", lora, opt, note="resumable")
+    raw = (tmp_path / "r.tgla").read_bytes()
+    n = PREFIX.unpack(raw[:12])[2]
+    count = sum(math.prod(s) for _, s in adapter_manifest(CONFIG, lora.config))
+    assert len(raw) == 12 + n + 3 * 4 * count
+    f = read_adapter(tmp_path / "r.tgla")
+    assert f.step == 3 and f.header["includesOptimizerState"] is True
+    assert f.header["baseWeightsSha256"] == base_weights_sha256(model)
+
+    fresh = load_adapter(tmp_path / "r.tgla", TinyGPT(CONFIG, seed=0))
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-2, weight_decay=0.0)
+    restore_adapter_optimizer(fresh, fresh_opt, f)
+    losses = {}
+    for name, (l_, o_) in {"uninterrupted": (lora, opt), "resumed": (fresh, fresh_opt)}.items():
+        out = []
+        for s in range(3, 6):
+            idx, targets = batch(s)
+            _, loss = l_(idx, targets)
+            o_.zero_grad()
+            loss.backward()
+            o_.step()
+            out.append(loss.item())
+        losses[name] = out
+    print(f"steps 4-6, uninterrupted {losses['uninterrupted']} vs resumed {losses['resumed']}")
+    assert losses["uninterrupted"] == losses["resumed"]
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(lora.named_adapters(), fresh.named_adapters()))
+
+
+def test_todays_adapter_files_stay_valid(tmp_path):
+    """A file without the keys this version adds (no includesOptimizerState, step, baseWeightsSha256),
+    as python_ref wrote them before, still loads."""
+    _, lora = trained_lora(("v_proj",))
+    save_adapter(tmp_path / "a.tgla", lora)
+    raw = (tmp_path / "a.tgla").read_bytes()
+    n = PREFIX.unpack(raw[:12])[2]
+    header = json.loads(raw[12:12 + n])
+    for key in ("includesOptimizerState", "baseWeightsSha256", "headerCrc32"):
+        header.pop(key)
+    from python_ref.tinygpt_file import encode_header
+    text = encode_header(header)
+    (tmp_path / "old.tgla").write_bytes(PREFIX.pack(b"TGLA", 1, len(text)) + text + raw[12 + n:])
+    back = load_adapter(tmp_path / "old.tgla", TinyGPT(CONFIG, seed=0))
+    assert all(torch.equal(a, b) for (_, a), (_, b) in zip(lora.named_adapters(), back.named_adapters()))
+    assert read_adapter(tmp_path / "old.tgla").m is None
+
+
+def test_resumable_file_refusals(tmp_path):
+    model = TinyGPT(CONFIG, seed=0)
+    lora = LoRA(model, LoRAConfig(rank=2, alpha=4, targets=("q_proj",)))
+    opt = train_adapters(lora, steps=2)
+    save_adapter(tmp_path / "r.tgla", lora, opt)
+    raw = (tmp_path / "r.tgla").read_bytes()
+    n = PREFIX.unpack(raw[:12])[2]
+    from python_ref.tinygpt_file import encode_header
+
+    def with_header(change, data=None):
+        header = json.loads(raw[12:12 + n])
+        change(header)
+        body = raw[12 + n:] if data is None else data
+        header["dataCrc32"] = f"{zlib.crc32(body):08x}"
+        text = encode_header(header)
+        (tmp_path / "bad.tgla").write_bytes(PREFIX.pack(b"TGLA", 1, len(text)) + text + body)
+        return tmp_path / "bad.tgla"
+
+    refused(with_header(lambda h: h.pop("step")), TinyGPT(CONFIG, seed=0), "no 'step'")
+    refused(with_header(lambda h: h.update(step=-1)), TinyGPT(CONFIG, seed=0), "'step' must be an integer")
+    refused(with_header(lambda h: h.update(includesOptimizerState="yes")), TinyGPT(CONFIG, seed=0), "not a bool")
+    refused(with_header(lambda h: h.update(includesOptimizerState=False)), TinyGPT(CONFIG, seed=0),
+            "data length mismatch")
+    v = np.frombuffer(raw[12 + n:], "<f4").copy()
+    v[-1] = -1.0
+    refused(with_header(lambda h: None, v.tobytes()), TinyGPT(CONFIG, seed=0), "negative value")
+    with pytest.raises(AdapterFileError, match="differs from the optimizer's step"):
+        save_adapter(tmp_path / "x.tgla", lora, opt, step=5)

@@ -66,17 +66,29 @@ def _tokens(a) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
-class NativeModel:
-    """One native model. config: python_ref ModelConfig; batch: the arena's largest batch."""
+def lora_struct(lora):
+    """A tg_lora_config from a python_ref LoRAConfig."""
+    from python_ref.lora import target_mask
+    return binding().struct("tg_lora_config", {"rank": lora.rank, "alpha": lora.alpha,
+                                               "targets": target_mask(lora.targets)})
 
-    def __init__(self, config: ModelConfig, batch: int, n_threads: int = 1):
+
+class NativeModel:
+    """One native model. config: python_ref ModelConfig; batch: the arena's largest batch; lora: a
+    python_ref LoRAConfig for a LoRA model (tg_create_lora), whose seed tg_lora_init uses."""
+
+    def __init__(self, config: ModelConfig, batch: int, n_threads: int = 1, lora=None):
         L = lib()
-        self.config, self.batch = config, batch
+        self.config, self.batch, self.lora = config, batch, lora
         tg_config = binding().struct("tg_config", config.to_json() | {"initStd": init_std()})
-        self.h = L.tg_create(C.byref(tg_config), batch, n_threads)
+        if lora is None:
+            self.h = L.tg_create(C.byref(tg_config), batch, n_threads)
+        else:
+            self.h = L.tg_create_lora(C.byref(tg_config), C.byref(lora_struct(lora)), batch, n_threads)
         if not self.h:
             raise NativeError(L.tg_last_error_code(), L.tg_last_error().decode())
         self.P = L.tg_param_count(self.h)
+        self.Q = L.tg_lora_param_count(self.h)
 
     def close(self):
         if self.h:
@@ -213,6 +225,60 @@ class NativeModel:
     def import_state(self, data: bytes):
         buf = np.frombuffer(data, dtype=np.uint8)
         _check(lib().tg_import_state(self.h, _ptr(buf) if buf.size else None, buf.size))
+
+    @property
+    def arena_bytes(self) -> int:
+        return _check(lib().tg_arena_bytes(self.h))
+
+    # --- LoRA (a model made with lora=...)
+    def lora_init(self, seed: int | None = None):
+        _check(lib().tg_lora_init(self.h, self.lora.seed if seed is None else seed))
+
+    def lora_manifest(self) -> list[tuple[str, int, int]]:
+        L = lib()
+        return [(L.tg_lora_tensor_name(self.h, i).decode(), L.tg_lora_tensor_offset(self.h, i),
+                 L.tg_lora_tensor_numel(self.h, i)) for i in range(L.tg_lora_tensor_count(self.h))]
+
+    def _adapters(self, ptr) -> dict[str, np.ndarray]:
+        from python_ref.lora import adapter_manifest
+        if not ptr:
+            raise NativeError(lib().tg_last_error_code(), lib().tg_last_error().decode())
+        flat = np.ctypeslib.as_array(ptr, shape=(self.Q,)).copy()
+        out, offset = {}, 0
+        for name, shape in adapter_manifest(self.config, self.lora):
+            n = int(np.prod(shape))
+            out[name] = flat[offset:offset + n].reshape(shape)
+            offset += n
+        return out
+
+    def lora_weights(self) -> dict[str, np.ndarray]:
+        return self._adapters(lib().tg_lora_weights(self.h))
+
+    def lora_grads(self) -> dict[str, np.ndarray]:
+        return self._adapters(lib().tg_lora_grads(self.h))
+
+    def lora_export(self, with_moments: bool = True) -> bytes:
+        n = _check(lib().tg_lora_state_bytes(self.h, int(with_moments)))
+        buf = np.empty(n, np.uint8)
+        _check(lib().tg_lora_export_state(self.h, _ptr(buf), n, int(with_moments)))
+        return buf.tobytes()
+
+    def lora_import(self, data: bytes):
+        buf = np.frombuffer(data, dtype=np.uint8)
+        _check(lib().tg_lora_import_state(self.h, _ptr(buf) if buf.size else None, buf.size))
+
+    def lora_merge(self):
+        _check(lib().tg_lora_merge(self.h))
+
+    def lora_unmerge(self):
+        _check(lib().tg_lora_unmerge(self.h))
+
+    def lora_set_enabled(self, enabled: bool):
+        _check(lib().tg_lora_set_enabled(self.h, int(enabled)))
+
+    @property
+    def lora_merged(self) -> bool:
+        return bool(_check(lib().tg_lora_merged(self.h)))
 
 
 def state_bytes_of_file(path) -> bytes:

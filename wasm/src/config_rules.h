@@ -1,8 +1,8 @@
 // The rules of every config field (site/static/presets.json "rules") in C++: the types of the
-// header scripts/config_rules_header.py generates from that file at build time (config_rules_generated.h,
-// in the build folder), and the checks that turn a rule into the same sentence python_ref/config.py
-// and webgpu/config_rules.js write, so a bad value is refused in the same words at every level
-// (tests/site/test_config_rules.py).
+// header scripts/config_rules_header.py generates from that file at build time
+// (config_rules_generated.h, in the build folder), and the checks that turn a rule into the same
+// sentence python_ref/config.py and webgpu/config_rules.js write, so a bad value is refused in the
+// same words at every level (tests/site/test_config_rules.py).
 #pragma once
 #include <cstdint>
 #include <initializer_list>

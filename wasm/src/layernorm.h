@@ -37,7 +37,8 @@ void layernorm_forward(F* out, F* mean, F* rstd, const F* inp, const F* w, const
   });
 }
 
-// Given dout (N,C): dinp (N,C) += ..., dw (C) += sum_r dout * xhat, db (C) += sum_r dout.
+// Given dout (N,C): dinp (N,C) += ..., dw (C) += sum_r dout * xhat, db (C) += sum_r dout; dw and
+// db both null: d inp alone (a frozen LayerNorm, LoRA mode).
 // With xhat = (x - mean) * rstd and dxhat = dout * w:
 //   dx = rstd * (dxhat - mean(dxhat) - xhat * mean(dxhat * xhat))
 template <class F>
@@ -63,6 +64,7 @@ void layernorm_backward(F* dinp, F* dw, F* db, const F* dout, const F* inp, cons
       }
     }
   });
+  if (dw == nullptr && db == nullptr) return;
   // Parameter grads sum over rows: split by channel so each sum has one owner (and one order).
   pool.parallel_for(C, 16, [&](int64_t c0, int64_t c1) {
     for (int64_t r = 0; r < N; r++) {

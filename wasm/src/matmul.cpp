@@ -465,6 +465,30 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
   run_gemm(Gemm{M, N, K, View{inp, K, 1}, View{weight, 1, K}, out, N, bias, false}, pool);
 }
 
+void matmul_forward_accumulate(float* out, const float* inp, const float* weight, int64_t M,
+                               int64_t K, int64_t N, ThreadPool& pool) {
+  if (M <= kFewRows && M > 0 && N > 0) {
+    // the few-rows dot products, each row with its own output as the "bias": out += x · w^T
+    int64_t tiles = ceil_div(N, kDotCols);
+    int64_t min_tiles =
+        std::max<int64_t>(1, kMinWeightsPerFewRowsChunk / std::max<int64_t>(1, K * kDotCols));
+    pool.parallel_for(tiles, min_tiles, [&](int64_t begin, int64_t end) {
+      for (int64_t t = begin; t < end; t++) {
+        int64_t n = t * kDotCols, cols = std::min<int64_t>(kDotCols, N - n);
+        for (int64_t m = 0; m < M; m++)
+          dot_tile<1>(out + m * N + n, N, inp + m * K, weight + n * K, K, K, cols, out + m * N + n);
+      }
+    });
+    return;
+  }
+  run_gemm(Gemm{M, N, K, View{inp, K, 1}, View{weight, 1, K}, out, N, nullptr, true}, pool);
+}
+
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t M,
+                           int64_t K, int64_t N, ThreadPool& pool) {
+  run_gemm(Gemm{M, K, N, View{dout, N, 1}, View{weight, K, 1}, dinp, K, nullptr, false}, pool);
+}
+
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t M, int64_t K, int64_t N, ThreadPool& pool) {
   // dinp (M,K) += dout (M,N) · weight (N,K)

@@ -13,12 +13,22 @@ namespace tg {
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int64_t M,
                     int64_t K, int64_t N, ThreadPool& pool);
 
+// out (M,N) += inp (M,K) . weight(N,K)^T: the forward product added to what out holds (LoRA's
+// low-rank term on top of the base Linear's output, lora.h). Few rows as in matmul_forward.
+void matmul_forward_accumulate(float* out, const float* inp, const float* weight, int64_t M,
+                               int64_t K, int64_t N, ThreadPool& pool);
+
 // Given dout (M,N), ACCUMULATES (+=) into
 //   dinp    (M,K) += dout . weight          (skipped if dinp is null)
 //   dweight (N,K) += dout^T . inp           (skipped if dweight is null)
 //   dbias   (N)   += sum over rows of dout  (skipped if dbias is null)
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int64_t M, int64_t K, int64_t N, ThreadPool& pool);
+
+// dinp (M,K) = dout (M,N) . weight (N,K): matmul_backward's dinp product, OVERWRITING dinp (no
+// memset first). The same bits as zeroing and accumulating, but one pass less over dinp.
+void matmul_backward_input(float* dinp, const float* dout, const float* weight, int64_t M,
+                           int64_t K, int64_t N, ThreadPool& pool);
 
 // General strided product on the calling thread, for kernels that parallelise over an outer loop
 // themselves (attention over (batch, head): S = Q·K^T, Y = P·V and their backward products):

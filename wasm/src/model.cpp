@@ -14,6 +14,7 @@
 #include "embedding.h"
 #include "gelu.h"
 #include "layernorm.h"
+#include "lora.h"
 #include "matmul.h"
 #include "prng.h"
 #include "residual.h"
@@ -31,7 +32,8 @@ std::string config_problem(const Config& c) {
                      {m.layer_norm_eps, field_problem(m.layer_norm_eps, c.layer_norm_eps)},
                      {m.init_std, field_problem(m.init_std, c.init_std)}});
   if (!problem.empty()) return problem;
-  // The checks across fields name integer model fields (scripts/config_rules_header.py refuses any other).
+  // The checks across fields name integer model fields (scripts/config_rules_header.py refuses any
+  // other).
   auto value = [&](const std::string& name) -> int64_t {
     if (name == "nLayer") return c.n_layer;
     if (name == "nHead") return c.n_head;
@@ -46,13 +48,20 @@ std::string config_problem(const Config& c) {
   }
   problem = field_problem(rules::kTraining.batch, c.batch);
   if (!problem.empty()) return problem;
+  if (c.lora.on() || c.lora.targets) {
+    problem = lora_problem(c.lora);
+    if (!problem.empty()) return problem;
+  }
   // Within the rules' bounds the exact int64 sizes could still overflow: estimate the arena in
-  // double (parameters x 4 blocks + activations, generously) and refuse anything beyond 2^46 bytes.
+  // double (parameters x 4 blocks + activations, generously; adapters x 4 blocks and their saved
+  // products) and refuse anything beyond 2^46 bytes.
   const double C = static_cast<double>(c.d_model), BT = static_cast<double>(c.batch) * c.ctx;
   const double params =
       static_cast<double>(c.vocab_size + c.ctx) * C + c.n_layer * (12 * C * C + 13 * C);
-  const double bytes =
-      16 * params + 4 * BT * (c.n_layer * (20 * C + c.n_head + 8) + 16 * C + c.vocab_size + 8);
+  const double r = static_cast<double>(c.lora.rank);
+  const double bytes = 16 * params +
+                       4 * BT * (c.n_layer * (20 * C + c.n_head + 8) + 16 * C + c.vocab_size + 8) +
+                       16 * c.n_layer * r * 20 * C + 4 * BT * r * (6 * c.n_layer + 1) + 16 * C * r;
   if (bytes > 70368744177664.0) {
     char buf[96];
     std::snprintf(buf, sizeof buf, "config needs an arena of about %.3g TB: beyond any machine",
@@ -60,6 +69,66 @@ std::string config_problem(const Config& c) {
     return buf;
   }
   return "";
+}
+
+const char* const kLoraTargetNames[kLoraTargets] = {"q_proj", "k_proj", "v_proj",
+                                                    "o_proj", "fc_in",  "fc_out"};
+
+std::string lora_problem(const LoraConfig& l) {
+  const auto& r = rules::kLora;
+  std::string problem = first_problem(
+      {{r.rank, field_problem(r.rank, l.rank)}, {r.alpha, field_problem(r.alpha, l.alpha)}});
+  if (!problem.empty()) return "LoRA " + problem;
+  if (l.targets < 1 || l.targets >= (1 << kLoraTargets))
+    return "LoRA targets must be a non-empty set of q_proj, k_proj, v_proj, o_proj, fc_in, fc_out "
+           "(a bit mask in [1, 63], bit i for the i-th), got " +
+           std::to_string(l.targets);
+  return "";
+}
+
+namespace {
+
+// (in, out) of target t's Linear.
+void target_dims(int t, int64_t C, int64_t* in, int64_t* out) {
+  *in = t == kLoraFcOut ? 4 * C : C;
+  *out = t == kLoraFcIn ? 4 * C : C;
+}
+
+}  // namespace
+
+std::vector<TensorInfo> build_lora_manifest(const Config& c) {
+  std::vector<TensorInfo> out;
+  if (!c.lora.on()) return out;
+  const int64_t r = c.lora.rank;
+  int64_t offset = 0;
+  for (int64_t i = 0; i < c.n_layer; i++)
+    for (int t = 0; t < kLoraTargets; t++) {
+      if (!c.lora.has(t)) continue;
+      int64_t in, o;
+      target_dims(t, c.d_model, &in, &o);
+      const std::string name = "blocks." + std::to_string(i) +
+                               (t >= kLoraFcIn ? ".mlp." : ".attn.") + kLoraTargetNames[t] +
+                               ".lora_";
+      // A (r, in): float32(z * (1 / sqrt(in))); B (out, r): zeros. Both 2-D: decay applies.
+      out.push_back(TensorInfo{name + "A", offset, r * in, true, true,
+                               1.0 / std::sqrt(static_cast<double>(in)), 0.0f});
+      offset += r * in;
+      out.push_back(TensorInfo{name + "B", offset, o * r, true, false, 0.0, 0.0f});
+      offset += o * r;
+    }
+  return out;
+}
+
+int64_t count_lora_params(const Config& c) {
+  if (!c.lora.on()) return 0;
+  int64_t per_layer = 0;
+  for (int t = 0; t < kLoraTargets; t++) {
+    if (!c.lora.has(t)) continue;
+    int64_t in, o;
+    target_dims(t, c.d_model, &in, &o);
+    per_layer += c.lora.rank * (in + o);
+  }
+  return c.n_layer * per_layer;
 }
 
 std::vector<TensorInfo> build_manifest(const Config& c) {
@@ -150,34 +219,50 @@ void Model::carve(Layout& a) {
   const Config& c = cfg_;
   const int64_t B = c.batch, T = c.ctx, C = c.d_model, H = c.n_head, V = c.vocab_size;
   const int64_t BT = B * T;
-  // step | weights | m | v, contiguous: the .tinygpt state in place.
-  state_ = a.take<uint8_t>(kStepOffset + 4 + 12 * P_);
+  const bool lora = c.lora.on();
+  // step | weights | m | v, contiguous: the .tinygpt state in place. A LoRA model keeps the frozen
+  // base's step | weights alone: no base moments, and (below) no base gradients.
+  state_ = a.take<uint8_t>(kStepOffset + 4 + (lora ? 4 : 12) * P_);
   weights_ = state_ ? reinterpret_cast<float*>(state_ + kStepOffset + 4) : nullptr;
-  m_ = weights_ ? weights_ + P_ : nullptr;
-  v_ = weights_ ? weights_ + 2 * P_ : nullptr;
-  grads_ = a.take<float>(P_);
+  m_ = weights_ && !lora ? weights_ + P_ : nullptr;
+  v_ = weights_ && !lora ? weights_ + 2 * P_ : nullptr;
+  grads_ = lora ? nullptr : a.take<float>(P_);
   tokens_ = a.take<int32_t>(BT);
   targets_ = a.take<int32_t>(BT);
-  encoded_ = a.take<float>(BT * C);
+  encoded_ = lora ? nullptr : a.take<float>(BT * C);  // LoRA: below, in a backward-only buffer
+  // A Linear's input is saved for its weight gradient. A frozen Linear has none: in LoRA mode the
+  // input of a Linear nothing adapts is one buffer that all layers share (the forward reads it at
+  // once; the backward never). fc_in's input (LayerNorm 2's output) is shared even when adapted:
+  // the backward recomputes a layer's from its saved input, mean and rstd (one LayerNorm, cheap
+  // beside the Linears) rather than keep (L-1)·B·T·C floats, which keeps a LoRA model on every
+  // target within base weights + activations + adapters and their moments.
+  const bool share_ln1 = lora && !(c.lora.targets & (1 << kLoraQ | 1 << kLoraK | 1 << kLoraV));
+  const bool share_att = lora && !c.lora.has(kLoraO);
+  const bool share_ln2 = lora;
+  const bool share_g = lora && !c.lora.has(kLoraFcOut);
+  float* shared_ln1 = share_ln1 ? a.take<float>(BT * C) : nullptr;  // q, k, v input
+  float* shared_att = share_att ? a.take<float>(BT * C) : nullptr;  // o_proj input
+  float* shared_ln2 = share_ln2 ? a.take<float>(BT * C) : nullptr;  // fc_in input
+  float* shared_g = share_g ? a.take<float>(BT * 4 * C) : nullptr;  // fc_out input
   acts_.assign(static_cast<size_t>(c.n_layer), LayerActs{});
   for (LayerActs& L : acts_) {
-    L.ln1 = a.take<float>(BT * C);
+    L.ln1 = share_ln1 ? shared_ln1 : a.take<float>(BT * C);
     L.ln1_mean = a.take<float>(BT);
     L.ln1_rstd = a.take<float>(BT);
     L.q = a.take<float>(BT * C);
     L.k = a.take<float>(BT * C);
     L.v = a.take<float>(BT * C);
-    L.att = a.take<float>(BT * C);
+    L.att = share_att ? shared_att : a.take<float>(BT * C);
     L.att_lse = a.take<float>(B * H * T);
     L.res2 = a.take<float>(BT * C);
-    L.ln2 = a.take<float>(BT * C);
+    L.ln2 = share_ln2 ? shared_ln2 : a.take<float>(BT * C);
     L.ln2_mean = a.take<float>(BT);
     L.ln2_rstd = a.take<float>(BT);
     L.h = a.take<float>(BT * 4 * C);
-    L.g = a.take<float>(BT * 4 * C);
+    L.g = share_g ? shared_g : a.take<float>(BT * 4 * C);
     L.res3 = a.take<float>(BT * C);
   }
-  lnf_ = a.take<float>(BT * C);
+  lnf_ = lora ? nullptr : a.take<float>(BT * C);
   lnf_mean_ = a.take<float>(BT);
   lnf_rstd_ = a.take<float>(BT);
   logits_ = a.take<float>(BT * V);
@@ -185,13 +270,36 @@ void Model::carve(Layout& a) {
   row_loss_ = a.take<double>(BT);
   dres_ = a.take<float>(BT * C);
   dln_ = a.take<float>(BT * C);
+  if (lora) {
+    // The embeddings' output and ln_f's are read by the forward alone in LoRA mode (they feed only
+    // the frozen layer 0 LayerNorm's and the tied head's weight gradients): they live in two
+    // buffers that only the backward uses.
+    encoded_ = dln_;
+    lnf_ = dres_;
+  }
   datt_ = a.take<float>(BT * C);
   dq_ = a.take<float>(BT * C);
   dk_ = a.take<float>(BT * C);
   dv_ = a.take<float>(BT * C);
   dh_ = a.take<float>(BT * 4 * C);
   att_scratch_ = a.take<float>(attention_scratch_size(B, T, C, H));
-  norm_partials_ = a.take<double>(norm_partials_count(P_));
+  norm_partials_ = a.take<double>(norm_partials_count(lora ? Q_ : P_));
+  if (lora) {
+    // i32 step | adapters | m | v, contiguous like the .tinygpt state: the adapter state in place.
+    const int64_t r = c.lora.rank;
+    lora_state_ = a.take<uint8_t>(kStepOffset + 4 + 12 * Q_);
+    lora_weights_ = lora_state_ ? reinterpret_cast<float*>(lora_state_ + kStepOffset + 4) : nullptr;
+    lora_m_ = lora_weights_ ? lora_weights_ + Q_ : nullptr;
+    lora_v_ = lora_weights_ ? lora_weights_ + 2 * Q_ : nullptr;
+    lora_grads_ = a.take<float>(Q_);
+    lora_layers_.assign(static_cast<size_t>(c.n_layer), LayerLora{});
+    for (LayerLora& L : lora_layers_)
+      for (int t = 0; t < kLoraTargets; t++)
+        if (c.lora.has(t)) L.t[t].us = a.take<float>(BT * r);
+    lora_du_ = a.take<float>(BT * r);
+    lora_rm_ = a.take<float>(BT * r);
+    lora_scratch_ = a.take<float>(4 * C * r);
+  }
   gen_.window = a.take<int32_t>(T);
   gen_.order = a.take<int32_t>(V);
   gen_.scaled = a.take<double>(V);
@@ -206,6 +314,8 @@ int64_t Model::arena_bytes_for(const Config& c) {
 Model::Model(const Config& c, int n_threads) : cfg_(c) {
   manifest_ = build_manifest(c);
   P_ = count_params(c);
+  lora_manifest_ = build_lora_manifest(c);
+  Q_ = count_lora_params(c);
   Layout measure;
   carve(measure);
   arena_bytes_ = measure.used;
@@ -221,7 +331,28 @@ Model::Model(const Config& c, int n_threads) : cfg_(c) {
   real.base = arena_;
   carve(real);
   w_ = views_of(weights_, manifest_, c.n_layer);
-  gw_ = views_of(grads_, manifest_, c.n_layer);
+  if (grads_) gw_ = views_of(grads_, manifest_, c.n_layer);
+  if (c.lora.on()) {
+    // The slots, in adapter-manifest order: per layer, per target, A then B.
+    size_t i = 0;
+    for (int64_t l = 0; l < c.n_layer; l++) {
+      const LayerParams& p = w_.layers[static_cast<size_t>(l)];
+      float* const base[kLoraTargets] = {p.qw, p.kw, p.vw, p.ow, p.fcw, p.fcow};
+      for (int t = 0; t < kLoraTargets; t++) {
+        if (!c.lora.has(t)) continue;
+        LoraSlot& s = lora_layers_[static_cast<size_t>(l)].t[t];
+        const TensorInfo &ta = lora_manifest_[i], &tb = lora_manifest_[i + 1];
+        s.A = lora_weights_ + ta.offset;
+        s.B = lora_weights_ + tb.offset;
+        s.dA = lora_grads_ + ta.offset;
+        s.dB = lora_grads_ + tb.offset;
+        s.W = base[t];
+        s.in = ta.numel / c.lora.rank;
+        s.out = tb.numel / c.lora.rank;
+        i += 2;
+      }
+    }
+  }
 }
 
 Model::~Model() {
@@ -251,10 +382,50 @@ void Model::init_from_seed(uint64_t seed) {
       for (int64_t i = 0; i < t.numel; i++) dst[i] = t.init_fill;
     }
   }
-  std::memset(m_, 0, static_cast<size_t>(P_) * 4);
-  std::memset(v_, 0, static_cast<size_t>(P_) * 4);
+  if (m_) std::memset(m_, 0, static_cast<size_t>(P_) * 4);
+  if (v_) std::memset(v_, 0, static_cast<size_t>(P_) * 4);
   set_step(0);
   adam_steps = 0;
+  lora_merged = false;  // the weights are the init's: no adapter is merged into them
+}
+
+int32_t Model::lora_step() const {
+  int32_t s;
+  std::memcpy(&s, lora_state_ + kStepOffset, 4);
+  return s;
+}
+
+void Model::set_lora_step(int32_t s) { std::memcpy(lora_state_ + kStepOffset, &s, 4); }
+
+void Model::lora_init(uint64_t seed) {
+  const uint64_t s0 = seed ^ kLoraStreamKey;
+  uint64_t drawn = 0;  // one running count over the A tensors
+  for (const TensorInfo& t : lora_manifest_) {
+    float* dst = lora_weights_ + t.offset;
+    if (t.init_normal) {
+      const uint64_t first = drawn;
+      pool_->parallel_for(t.numel, 1 << 14, [&](int64_t i0, int64_t i1) {
+        normal_float32(dst + i0, s0, first + static_cast<uint64_t>(i0), i1 - i0, t.init_std);
+      });
+      drawn += static_cast<uint64_t>(t.numel);
+    } else {
+      std::memset(dst, 0, static_cast<size_t>(t.numel) * 4);
+    }
+  }
+  std::memset(lora_m_, 0, static_cast<size_t>(Q_) * 4);
+  std::memset(lora_v_, 0, static_cast<size_t>(Q_) * 4);
+  set_lora_step(0);
+  lora_adam_steps = 0;
+}
+
+void Model::lora_merge(bool merge) {
+  const float s = cfg_.lora.scale();
+  for (const LayerLora& L : lora_layers_)
+    for (const LoraSlot& slot : L.t)
+      if (slot.A)
+        tg::lora_merge(slot.W, slot.A, slot.B, lora_scratch_, slot.out, slot.in, cfg_.lora.rank,
+                       merge ? s : -s, *pool_);
+  lora_merged = merge;
 }
 
 void Model::forward(const int32_t* x, int64_t B, int64_t T, int64_t past) {
@@ -263,22 +434,38 @@ void Model::forward(const int32_t* x, int64_t B, int64_t T, int64_t past) {
   if (x != tokens_) std::memcpy(tokens_, x, static_cast<size_t>(BT) * 4);
   embedding_forward(encoded_, tokens_, w_.wte, w_.wpe, B, T, C, pool, past);  // (B,T,C)
   const float* residual = encoded_;
+  // LoRA: y += s · (x A^T) B^T after each adapted Linear (lora.h), unless merged into W or
+  // disabled.
+  const bool adapters = lora_active();
+  const float scale = adapters ? cfg_.lora.scale() : 0.0f;
+  auto adapt = [&](const LoraSlot& s, float* y, const float* x) {
+    if (adapters && s.A)
+      lora_forward(y, s.us, lora_rm_, x, s.A, s.B, BT, s.in, s.out, cfg_.lora.rank, scale, pool);
+  };
+  static const LayerLora kNoAdapters{};
   for (int64_t l = 0; l < cfg_.n_layer; l++) {
     const LayerParams& p = w_.layers[l];
     LayerActs& a = acts_[l];
+    const LayerLora& ad = adapters ? lora_layers_[l] : kNoAdapters;
     layernorm_forward(a.ln1, a.ln1_mean, a.ln1_rstd, residual, p.ln1w, p.ln1b, BT, C,
                       cfg_.layer_norm_eps, pool);
-    matmul_forward(a.q, a.ln1, p.qw, p.qb, BT, C, C, pool);             // (B,T,C)
+    matmul_forward(a.q, a.ln1, p.qw, p.qb, BT, C, C, pool);  // (B,T,C)
+    adapt(ad.t[kLoraQ], a.q, a.ln1);
     matmul_forward(a.k + past * C, a.ln1, p.kw, p.kb, BT, C, C, pool);  // after the cached keys
+    adapt(ad.t[kLoraK], a.k + past * C, a.ln1);
     matmul_forward(a.v + past * C, a.ln1, p.vw, p.vb, BT, C, C, pool);
+    adapt(ad.t[kLoraV], a.v + past * C, a.ln1);
     attention_forward(a.att, a.att_lse, att_scratch_, a.q, a.k, a.v, B, T, C, H, pool, past);
     matmul_forward(a.res2, a.att, p.ow, p.ob, BT, C, C, pool);  // o_proj output, then + residual
+    adapt(ad.t[kLoraO], a.res2, a.att);
     residual_forward(a.res2, residual, a.res2, BT * C, pool);
     layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, BT, C,
                       cfg_.layer_norm_eps, pool);
     matmul_forward(a.h, a.ln2, p.fcw, p.fcb, BT, C, 4 * C, pool);  // (B,T,4C)
+    adapt(ad.t[kLoraFcIn], a.h, a.ln2);
     gelu_forward(a.g, a.h, BT * 4 * C, pool);
     matmul_forward(a.res3, a.g, p.fcow, p.fcob, BT, 4 * C, C, pool);  // (B,T,C)
+    adapt(ad.t[kLoraFcOut], a.res3, a.g);
     residual_forward(a.res3, a.res2, a.res3, BT * C, pool);
     residual = a.res3;
   }
@@ -296,6 +483,10 @@ double Model::forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_
 
 double Model::forward_backward(const int32_t* x, const int32_t* y, int64_t B, int64_t T) {
   const double loss = forward_loss(x, y, B, T);
+  if (lora()) {
+    backward_lora(B, T);
+    return loss;
+  }
   const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab_size, BT = B * T;
   ThreadPool& pool = *pool_;
   std::memset(grads_, 0, static_cast<size_t>(P_) * 4);
@@ -337,8 +528,94 @@ double Model::forward_backward(const int32_t* x, const int32_t* y, int64_t B, in
   return loss;
 }
 
+// The backward of a LoRA model (adapters active): the base is frozen, so no weight gradient is
+// formed, only d(activation) on the way down to the adapted Linears and, at each, the adapters'
+// gradients (lora_backward). Below the lowest adapter nothing needs a gradient: the lowest layer
+// skips what only feeds its input (its LayerNorm 1 and q/k/v d input; without attention adapters,
+// the whole attention), and the embeddings get none.
+void Model::backward_lora(int64_t B, int64_t T) {
+  const int64_t C = cfg_.d_model, H = cfg_.n_head, V = cfg_.vocab_size, BT = B * T;
+  const int64_t r = cfg_.lora.rank;
+  const float s = cfg_.lora.scale();
+  ThreadPool& pool = *pool_;
+  std::memset(lora_grads_, 0, static_cast<size_t>(Q_) * 4);
+  float* dlogits = logits_;  // (B,T,V), in place
+  cross_entropy_backward(dlogits, logits_, row_lse_, targets_, BT, V, pool);
+  matmul_backward_input(dln_, dlogits, w_.wte, BT, C, V, pool);
+  const float* last = cfg_.n_layer > 0 ? acts_.back().res3 : encoded_;
+  std::memset(dres_, 0, static_cast<size_t>(BT * C) * 4);
+  layernorm_backward<float>(dres_, nullptr, nullptr, dln_, last, w_.lnfw, lnf_mean_, lnf_rstd_, BT,
+                            C, pool);
+  // A LoRA Linear: the adapters' gradients, and d x += its part when dx is not null.
+  auto adapted = [&](const LoraSlot& a, float* dx, const float* dy, const float* x) {
+    if (a.A)
+      lora_backward(dx, a.dA, a.dB, lora_du_, lora_rm_, lora_scratch_, dy, x, a.us, a.A, a.B, BT,
+                    a.in, a.out, r, s, pool);
+  };
+  for (int64_t l = cfg_.n_layer - 1; l >= 0; l--) {
+    const LayerParams& p = w_.layers[l];
+    const LayerActs& a = acts_[l];
+    const LayerLora& ad = lora_layers_[l];
+    const float* residual = l > 0 ? acts_[l - 1].res3 : encoded_;
+    const bool lowest = l == 0;
+    const bool qkv = ad.t[kLoraQ].A || ad.t[kLoraK].A || ad.t[kLoraV].A;
+    // res3 = res2 + fc_out(gelu(fc_in(ln2(res2)))), dres_ = d res3. d res2 needs the MLP's part
+    // unless nothing below res2 (the attention's adapters, the lower layers) wants a gradient.
+    const bool mlp_through = !lowest || qkv || ad.t[kLoraO].A;
+    const bool need_dh = mlp_through || ad.t[kLoraFcIn].A;
+    if (need_dh) {
+      matmul_backward_input(dh_, dres_, p.fcow, BT, 4 * C, C, pool);  // d gelu out
+    }
+    adapted(ad.t[kLoraFcOut], need_dh ? dh_ : nullptr, dres_, a.g);
+    if (need_dh) gelu_backward(dh_, a.h, dh_, BT * 4 * C, pool);  // d h
+    if (mlp_through) {
+      matmul_backward_input(dln_, dh_, p.fcw, BT, C, 4 * C, pool);
+    }
+    // fc_in's input again (carve shares it); the top layer's is still there from the forward
+    if (ad.t[kLoraFcIn].A && l < cfg_.n_layer - 1)
+      layernorm_forward(a.ln2, a.ln2_mean, a.ln2_rstd, a.res2, p.ln2w, p.ln2b, BT, C,
+                        cfg_.layer_norm_eps, pool);
+    adapted(ad.t[kLoraFcIn], mlp_through ? dln_ : nullptr, dh_, a.ln2);
+    if (!mlp_through) break;  // the lowest layer, adapted in its MLP only
+    layernorm_backward<float>(dres_, nullptr, nullptr, dln_, a.res2, p.ln2w, a.ln2_mean, a.ln2_rstd,
+                              BT, C, pool);
+    // res2 = residual + o_proj(attention(q, k, v)): dres_ now is d res2.
+    const bool need_datt = !lowest || qkv;
+    if (need_datt) {
+      matmul_backward_input(datt_, dres_, p.ow, BT, C, C, pool);
+    }
+    adapted(ad.t[kLoraO], need_datt ? datt_ : nullptr, dres_, a.att);
+    if (!need_datt) break;
+    attention_backward(dq_, dk_, dv_, att_scratch_, datt_, a.q, a.k, a.v, a.att_lse, B, T, C, H,
+                       pool);
+    float* dln1 = lowest ? nullptr : dln_;  // the lowest layer's input needs no gradient
+    if (dln1) {
+      matmul_backward_input(dln_, dq_, p.qw, BT, C, C, pool);
+      matmul_backward(dln_, nullptr, nullptr, dk_, a.ln1, p.kw, BT, C, C, pool);
+      matmul_backward(dln_, nullptr, nullptr, dv_, a.ln1, p.vw, BT, C, C, pool);
+    }
+    adapted(ad.t[kLoraQ], dln1, dq_, a.ln1);
+    adapted(ad.t[kLoraK], dln1, dk_, a.ln1);
+    adapted(ad.t[kLoraV], dln1, dv_, a.ln1);
+    if (dln1)
+      layernorm_backward<float>(dres_, nullptr, nullptr, dln_, residual, p.ln1w, a.ln1_mean,
+                                a.ln1_rstd, BT, C, pool);
+  }
+}
+
 double Model::apply_update(const AdamWSettings& s) {
   ThreadPool& pool = *pool_;
+  if (lora()) {  // the adapters alone: their norm, clip and AdamW; the base has no moments
+    const double norm = grad_global_norm(lora_grads_, Q_, norm_partials_, pool);
+    if (!std::isfinite(norm)) return norm;
+    clip_gradients(lora_grads_, Q_, norm, s.grad_clip, pool);
+    lora_adam_steps++;
+    for (const TensorInfo& t : lora_manifest_)
+      adamw_update(lora_weights_ + t.offset, lora_grads_ + t.offset, lora_m_ + t.offset,
+                   lora_v_ + t.offset, t.numel, t.decay, s, lora_adam_steps, pool);
+    set_lora_step(lora_step() + 1);
+    return norm;
+  }
   const double norm = grad_global_norm(grads_, P_, norm_partials_, pool);
   if (!std::isfinite(norm))
     return norm;  // the caller reports it; weights and moments stay as they were

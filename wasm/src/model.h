@@ -11,18 +11,39 @@
 
 namespace tg {
 
-// A model's config: presets.json's model fields, named in snake_case (vocabSize: vocab_size), and
-// the training batch the arena is sized for.
+// The adapted projections of LoRA, in the canonical order of python_ref/lora.py's TARGETS (the
+// adapter manifest's order within a block); bit i of LoraConfig::targets is target i.
+enum LoraTarget { kLoraQ, kLoraK, kLoraV, kLoraO, kLoraFcIn, kLoraFcOut, kLoraTargets };
+extern const char* const kLoraTargetNames[kLoraTargets];    // "q_proj", ..., "fc_out"
+constexpr uint64_t kLoraStreamKey = 0x4C6F526141646170ull;  // ASCII "LoRAAdap"
+
+// LoRA mode (docs/format.md "LoRA adapter file"): rank 0 is a plain model. A LoRA model's arena
+// holds the frozen base's weights but no base gradients or moments; the adapters have both.
+struct LoraConfig {
+  int64_t rank = 0;
+  double alpha = 0;
+  int32_t targets = 0;  // bit mask over LoraTarget
+  bool on() const { return rank > 0; }
+  bool has(int t) const { return (targets >> t) & 1; }
+  float scale() const { return static_cast<float>(alpha / static_cast<double>(rank)); }
+};
+
+// A model's config: presets.json's model fields, named in snake_case (vocabSize: vocab_size), the
+// training batch the arena is sized for, and LoRA's, if any.
 struct Config {
   int64_t n_layer = 0, n_head = 0, d_model = 0, ctx = 0, vocab_size = 0;
   int64_t batch = 0;  // the most rows a training step runs; the arena is sized for it
   double layer_norm_eps = 0, init_std = 0;
+  LoraConfig lora;
 };
 
 // Empty string if the config can work, else the reason: the first field presets.json's rules refuse
 // (model fields, the checks across them, then batch: the order of every level), or an arena beyond
 // any machine.
 std::string config_problem(const Config& c);
+// Empty if the LoRA settings can work (presets.json's rules.lora, then the targets), else the
+// reason.
+std::string lora_problem(const LoraConfig& l);
 
 struct TensorInfo {
   std::string name;
@@ -36,6 +57,11 @@ struct TensorInfo {
 
 // docs/format.md's order. The init stream walks it too.
 std::vector<TensorInfo> build_manifest(const Config& c);
+// The adapter manifest (docs/format.md "LoRA adapter file"): per block, per target in canonical
+// order, A (r, in) then B (out, r); A's init_std is 1 / sqrt(in), B starts at 0. Empty without
+// LoRA.
+std::vector<TensorInfo> build_lora_manifest(const Config& c);
+int64_t count_lora_params(const Config& c);
 
 // One layer's tensors inside a P-float block (weights or grads). Linear weights are [out, in].
 struct LayerParams {
@@ -62,6 +88,20 @@ struct LayerActs {
   float* h;                    // (B,T,4C) fc_in output
   float* g;                    // (B,T,4C) gelu(h)
   float* res3;                 // (B,T,C) block output
+};
+
+// One adapted Linear of one layer: its adapters and their gradients (inside the arena's adapter
+// blocks), its saved us = s · x A^T (B,T,r), and the frozen weight it adapts. A null A: not
+// adapted.
+struct LoraSlot {
+  float *A = nullptr, *B = nullptr;    // (r,in), (out,r)
+  float *dA = nullptr, *dB = nullptr;  // same shapes
+  float* us = nullptr;                 // (B,T,r)
+  float* W = nullptr;                  // (out,in), the base weight (merge and unmerge write it)
+  int64_t in = 0, out = 0;
+};
+struct LayerLora {
+  LoraSlot t[kLoraTargets];
 };
 
 // Generation's buffers (one sequence). Its KV cache needs none: it is the k, v activations of
@@ -94,6 +134,29 @@ class Model {
   // Weights from the init stream of seed (docs/determinism.md); zero moments and step.
   void init_from_seed(uint64_t seed);
 
+  // LoRA (config().lora.on()): the adapters live in their own state block, laid out like the
+  // .tinygpt state: i32 step | adapters (Q) | AdamW m (Q) | v (Q), with Q = lora_param_count().
+  // A LoRA model has no base gradients or moments: grads(), moment_m(), moment_v() are null, and a
+  // training step updates the adapters alone (forward_backward gives their gradients).
+  bool lora() const { return cfg_.lora.on(); }
+  const std::vector<TensorInfo>& lora_manifest() const { return lora_manifest_; }
+  int64_t lora_param_count() const { return Q_; }
+  // A from the init stream seed ^ kLoraStreamKey (1 / sqrt(in) each), B = 0, moments and step 0.
+  void lora_init(uint64_t seed);
+  float* lora_weights() { return lora_weights_; }
+  const float* lora_grads() const { return lora_grads_; }
+  uint8_t* lora_state_bytes() { return lora_state_ + kStepOffset; }
+  const uint8_t* lora_state_bytes() const { return lora_state_ + kStepOffset; }
+  int32_t lora_step() const;
+  void set_lora_step(int32_t s);
+  int64_t lora_adam_steps = 0;
+  // Whether forwards add the adapters (enabled and not merged; merged, W carries them).
+  bool lora_enabled = true;
+  bool lora_merged = false;
+  bool lora_active() const { return lora() && lora_enabled && !lora_merged; }
+  // W += s · B A in every adapted Linear (merge) or W -= s · B A (unmerge); flips lora_merged.
+  void lora_merge(bool merge);
+
   // Forward over tokens x (B,T) at positions past..past+T-1 (past + T <= ctx, B <= batch): logits
   // (B,T,V) in logits(). The one forward of training, evaluation and generation. past > 0 (B = 1
   // only) attends to the KV cache: the keys and values of positions 0..past-1 that the previous
@@ -102,9 +165,11 @@ class Model {
   void forward(const int32_t* x, int64_t B, int64_t T, int64_t past = 0);
   // Forward + mean cross-entropy against y (B,T).
   double forward_loss(const int32_t* x, const int32_t* y, int64_t B, int64_t T);
-  // forward_loss, then every parameter gradient into grads() (overwritten, unclipped).
+  // forward_loss, then every parameter gradient into grads() (overwritten, unclipped); in LoRA
+  // mode (adapters active) the adapters' gradients into lora_grads() instead.
   double forward_backward(const int32_t* x, const int32_t* y, int64_t B, int64_t T);
-  // Clip + AdamW with the grads now in grads(); returns the pre-clip global norm.
+  // Clip + AdamW with the grads now in grads() (LoRA: lora_grads(), the adapters updated); returns
+  // the pre-clip global norm.
   double apply_update(const AdamWSettings& s);
 
   float* weights() { return weights_; }
@@ -118,8 +183,9 @@ class Model {
   // copy.
   int32_t* tokens() { return tokens_; }
   int32_t* targets() { return targets_; }
-  // The .tinygpt state, contiguous in the arena: i32 step | weights | m | v (4 + 12P bytes).
-  // Little-endian hosts only (x86, ARM, WebAssembly), like the format itself.
+  // The .tinygpt state, contiguous in the arena: i32 step | weights | m | v (4 + 12P bytes; a LoRA
+  // model: i32 step | weights, 4 + 4P). Little-endian hosts only (x86, ARM, WebAssembly), like the
+  // format itself.
   static constexpr int64_t kStepOffset = 60;  // so the weights start 64-byte aligned
   uint8_t* state_bytes() { return state_ + kStepOffset; }
   const uint8_t* state_bytes() const { return state_ + kStepOffset; }
@@ -134,6 +200,7 @@ class Model {
  private:
   struct Layout;
   void carve(Layout& a);
+  void backward_lora(int64_t B, int64_t T);
 
   Config cfg_;
   std::vector<TensorInfo> manifest_;
@@ -157,6 +224,15 @@ class Model {
   float* att_scratch_ = nullptr;  // attention_scratch_size(B, T, C, H)
   double* norm_partials_ = nullptr;
   GenBuffers gen_;
+
+  std::vector<TensorInfo> lora_manifest_;
+  int64_t Q_ = 0;
+  uint8_t* lora_state_ = nullptr;
+  float *lora_weights_ = nullptr, *lora_grads_ = nullptr, *lora_m_ = nullptr, *lora_v_ = nullptr;
+  std::vector<LayerLora> lora_layers_;
+  float* lora_du_ = nullptr;       // (B,T,r) scratch of the backward
+  float* lora_rm_ = nullptr;       // (r,B·T) scratch of lora.h's products
+  float* lora_scratch_ = nullptr;  // (r,4C) scratch of lora.h's products; merge's s · B
 };
 
 }  // namespace tg

@@ -94,4 +94,26 @@ void Run::import_state(const uint8_t* buf, int64_t n) {
   gen.active = false;
 }
 
+void Run::lora_init(uint64_t seed) {
+  model.lora_init(seed);
+  lora_ready = true;
+  gen.active = false;
+}
+
+void Run::import_lora_state(const uint8_t* buf, int64_t n) {
+  tg::import_lora_state(model, buf, n);
+  lora_ready = true;
+  gen.active = false;
+}
+
+void Run::lora_merge(bool merge) {
+  model.lora_merge(merge);
+  gen.active = false;
+}
+
+void Run::lora_set_enabled(bool enabled) {
+  model.lora_enabled = enabled;
+  gen.active = false;
+}
+
 }  // namespace tg

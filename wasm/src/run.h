@@ -61,6 +61,13 @@ struct Run {
   // A validated .tinygpt state (state_problem found nothing) into the model.
   void import_state(const uint8_t* buf, int64_t n);
 
+  // LoRA mode. Each ends a generation session (the forward they change is generation's).
+  bool lora_ready = false;  // adapters set by lora_init or import_lora_state: training may start
+  void lora_init(uint64_t seed);
+  void import_lora_state(const uint8_t* buf, int64_t n);  // validated (lora_state_problem)
+  void lora_merge(bool merge);
+  void lora_set_enabled(bool enabled);
+
  private:
   StepResult update(double loss);  // clip + AdamW after a forward_backward
 };

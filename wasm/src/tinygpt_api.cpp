@@ -81,6 +81,48 @@ int32_t check_handle(const tg_model* m, const char* where) {
   return TG_OK;
 }
 
+// A handle of a LoRA model (tg_create_lora), else the code of why not.
+int32_t check_lora(const tg_model* m, const char* where) {
+  if (int32_t e = check_handle(m, where)) return e;
+  if (!m->run.model.lora())
+    return fail(TG_ERR_ARG,
+                std::string(where) + ": this model has no LoRA adapters (tg_create_lora)");
+  return TG_OK;
+}
+
+// A LoRA model trains only with its adapters set, enabled and not merged into the weights.
+int32_t check_lora_trainable(const tg_model* m, const char* where) {
+  if (!m->run.model.lora()) return TG_OK;
+  if (m->run.model.lora_merged)
+    return fail(
+        TG_ERR_ARG,
+        std::string(where) + ": the adapters are merged into the weights: tg_lora_unmerge first");
+  if (!m->run.model.lora_enabled)
+    return fail(TG_ERR_ARG, std::string(where) +
+                                ": the adapters are disabled: tg_lora_set_enabled(m, 1) first");
+  if (!m->run.lora_ready)
+    return fail(
+        TG_ERR_ARG,
+        std::string(where) + ": no adapters yet: call tg_lora_init or tg_lora_import_state first");
+  return TG_OK;
+}
+
+// Empty if the LoRA settings (not null) can work, else why not; *out holds them.
+std::string read_lora(const tg_lora_config* lora, tg::LoraConfig* out) {
+  out->rank = lora->rank;
+  out->alpha = lora->alpha;
+  out->targets = lora->targets;
+  return tg::lora_problem(*out);
+}
+
+// The config of a LoRA model: the LoRA settings first, then the model's (config_problem).
+std::string read_lora_config(const tg_config* config, const tg_lora_config* lora, int32_t batch,
+                             tg::Config* out) {
+  std::string problem = read_lora(lora, &out->lora);
+  if (!problem.empty()) return problem;
+  return read_config(config, batch, out);
+}
+
 int32_t check_tokens(const tg_model* m, const int32_t* t, int64_t n, const char* what) {
   if (t == nullptr) return fail(TG_ERR_ARG, std::string(what) + " is null");
   const int64_t V = m->run.model.config().vocab_size;
@@ -120,6 +162,42 @@ double step_result(const tg::StepResult& r) {
   return r.loss;
 }
 
+// tg_create and tg_create_lora: read(&config) fills the config and says what is wrong with it.
+template <class Read>
+tg_model* create(const char* where, Read&& read, int32_t n_threads) {
+  try {
+    tg::Config c;
+    const std::string problem = read(&c);
+    if (!problem.empty()) {
+      fail(TG_ERR_CONFIG, problem);
+      return nullptr;
+    }
+    if (n_threads < 1 || n_threads > 1024) {
+      fail(TG_ERR_CONFIG, "n_threads must be in 1..1024, got " + std::to_string(n_threads));
+      return nullptr;
+    }
+    auto h = std::make_unique<tg_model>(c, n_threads);
+    if (!h->run.model.ok()) {
+      fail(TG_ERR_ALLOC,
+           "could not allocate the model's arena of " + std::to_string(h->run.model.arena_bytes()) +
+               " bytes" + (sizeof(size_t) < 8 ? " (a 32-bit build addresses at most 4 GiB)" : ""));
+      return nullptr;
+    }
+    return h.release();
+  } catch (...) {
+    internal_failure(where);
+    return nullptr;
+  }
+}
+
+int32_t check_no_base_moments(const tg_model* m, int32_t with_moments, const char* where) {
+  if (with_moments && m->run.model.lora())
+    return fail(TG_ERR_ARG, std::string(where) +
+                                ": a LoRA model keeps no AdamW moments of its frozen base: "
+                                "with_moments must be 0 (tg_lora_export_state has the adapters')");
+  return TG_OK;
+}
+
 }  // namespace
 
 extern "C" {
@@ -142,29 +220,31 @@ tg_model* tg_create(const tg_config* config, int32_t batch, int32_t n_threads) {
     fail(TG_ERR_ARG, "tg_create: config is null");
     return nullptr;
   }
-  try {
+  return create(
+      "tg_create", [&](tg::Config* c) { return read_config(config, batch, c); }, n_threads);
+}
+
+int64_t tg_lora_arena_bytes_for(const tg_config* config, const tg_lora_config* lora,
+                                int32_t batch) {
+  if (config == nullptr || lora == nullptr)
+    return fail(TG_ERR_ARG, "tg_lora_arena_bytes_for: config or lora is null");
+  return guarded<int64_t>("tg_lora_arena_bytes_for", [&]() -> int64_t {
     tg::Config c;
-    std::string problem = read_config(config, batch, &c);
-    if (!problem.empty()) {
-      fail(TG_ERR_CONFIG, problem);
-      return nullptr;
-    }
-    if (n_threads < 1 || n_threads > 1024) {
-      fail(TG_ERR_CONFIG, "n_threads must be in 1..1024, got " + std::to_string(n_threads));
-      return nullptr;
-    }
-    auto h = std::make_unique<tg_model>(c, n_threads);
-    if (!h->run.model.ok()) {
-      fail(TG_ERR_ALLOC,
-           "could not allocate the model's arena of " + std::to_string(h->run.model.arena_bytes()) +
-               " bytes" + (sizeof(size_t) < 8 ? " (a 32-bit build addresses at most 4 GiB)" : ""));
-      return nullptr;
-    }
-    return h.release();
-  } catch (...) {
-    internal_failure("tg_create");
+    std::string problem = read_lora_config(config, lora, batch, &c);
+    if (!problem.empty()) return fail(TG_ERR_CONFIG, problem);
+    return tg::Model::arena_bytes_for(c);
+  });
+}
+
+tg_model* tg_create_lora(const tg_config* config, const tg_lora_config* lora, int32_t batch,
+                         int32_t n_threads) {
+  if (config == nullptr || lora == nullptr) {
+    fail(TG_ERR_ARG, "tg_create_lora: config or lora is null");
     return nullptr;
   }
+  return create(
+      "tg_create_lora", [&](tg::Config* c) { return read_lora_config(config, lora, batch, c); },
+      n_threads);
 }
 
 void tg_destroy(tg_model* m) { delete m; }
@@ -281,6 +361,7 @@ int32_t tg_next_batch(tg_model* m, int32_t* x, int32_t* y) {
 
 double tg_train_step(tg_model* m) {
   if (int32_t e = check_handle(m, "tg_train_step")) return e;
+  if (int32_t e = check_lora_trainable(m, "tg_train_step")) return e;
   if (!m->run.has_hyper) return fail(TG_ERR_HYPER, "no hyper-parameters: call tg_set_hyper first");
   if (!m->run.has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
   return guarded<double>("tg_train_step",
@@ -290,6 +371,7 @@ double tg_train_step(tg_model* m) {
 double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows,
                            int32_t t) {
   if (int32_t e = check_handle(m, "tg_train_step_batch")) return e;
+  if (int32_t e = check_lora_trainable(m, "tg_train_step_batch")) return e;
   if (!m->run.has_hyper) return fail(TG_ERR_HYPER, "no hyper-parameters: call tg_set_hyper first");
   if (int32_t e = check_batch(m, x, y, rows, t, true)) return e;
   return guarded<double>("tg_train_step_batch", [&]() -> double {
@@ -300,6 +382,7 @@ double tg_train_step_batch(tg_model* m, const int32_t* x, const int32_t* y, int3
 double tg_forward_backward(tg_model* m, const int32_t* x, const int32_t* y, int32_t rows,
                            int32_t t) {
   if (int32_t e = check_handle(m, "tg_forward_backward")) return e;
+  if (int32_t e = check_lora_trainable(m, "tg_forward_backward")) return e;
   if (int32_t e = check_batch(m, x, y, rows, t, true)) return e;
   return guarded<double>("tg_forward_backward",
                          [&]() -> double { return m->run.forward_backward(x, y, rows, t); });
@@ -327,7 +410,7 @@ double tg_last_grad_norm(const tg_model* m) {
 
 int64_t tg_step(const tg_model* m) {
   if (int32_t e = check_handle(m, "tg_step")) return e;
-  return m->run.model.step();
+  return m->run.model.lora() ? m->run.model.lora_step() : m->run.model.step();
 }
 
 float* tg_weights(tg_model* m) {
@@ -335,7 +418,13 @@ float* tg_weights(tg_model* m) {
 }
 
 const float* tg_grads(const tg_model* m) {
-  return check_handle(m, "tg_grads") ? nullptr : m->run.model.grads();
+  if (check_handle(m, "tg_grads")) return nullptr;
+  if (m->run.model.lora()) {
+    fail(TG_ERR_ARG,
+         "tg_grads: a LoRA model keeps no base gradients (tg_lora_grads: the adapters')");
+    return nullptr;
+  }
+  return m->run.model.grads();
 }
 
 int32_t tg_gen_begin(tg_model* m, const int32_t* prompt, int32_t n_prompt, double temperature,
@@ -409,11 +498,13 @@ int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_
 
 int64_t tg_state_bytes(const tg_model* m, int32_t with_moments) {
   if (int32_t e = check_handle(m, "tg_state_bytes")) return e;
+  if (int32_t e = check_no_base_moments(m, with_moments, "tg_state_bytes")) return e;
   return tg::state_size(m->run.model.param_count(), with_moments != 0);
 }
 
 int64_t tg_export_state(const tg_model* m, uint8_t* buf, int64_t cap, int32_t with_moments) {
   if (int32_t e = check_handle(m, "tg_export_state")) return e;
+  if (int32_t e = check_no_base_moments(m, with_moments, "tg_export_state")) return e;
   const int64_t need = tg::state_size(m->run.model.param_count(), with_moments != 0);
   if (buf == nullptr || cap < need)
     return fail(TG_ERR_ARG, "export buffer of " + std::to_string(cap) +
@@ -434,6 +525,133 @@ int32_t tg_import_state(tg_model* m, const uint8_t* buf, int64_t n) {
 
 const uint8_t* tg_state_ptr(const tg_model* m) {
   return check_handle(m, "tg_state_ptr") ? nullptr : m->run.model.state_bytes();
+}
+
+int32_t tg_lora_init(tg_model* m, uint64_t seed) {
+  if (int32_t e = check_lora(m, "tg_lora_init")) return e;
+  std::string problem = field_problem(tg::rules::kTraining.seed, seed);
+  if (!problem.empty()) return fail(TG_ERR_ARG, problem);
+  if (m->run.model.lora_merged)
+    return fail(TG_ERR_ARG,
+                "tg_lora_init: the adapters are merged into the weights: tg_lora_unmerge first");
+  return guarded<int32_t>("tg_lora_init", [&]() -> int32_t {
+    m->run.lora_init(seed);
+    return TG_OK;
+  });
+}
+
+int64_t tg_lora_param_count(const tg_model* m) {
+  if (int32_t e = check_handle(m, "tg_lora_param_count")) return e;
+  return m->run.model.lora_param_count();
+}
+
+int32_t tg_lora_tensor_count(const tg_model* m) {
+  if (int32_t e = check_handle(m, "tg_lora_tensor_count")) return e;
+  return static_cast<int32_t>(m->run.model.lora_manifest().size());
+}
+
+const char* tg_lora_tensor_name(const tg_model* m, int32_t i) {
+  if (check_handle(m, "tg_lora_tensor_name")) return nullptr;
+  if (i < 0 || i >= static_cast<int32_t>(m->run.model.lora_manifest().size())) {
+    fail(TG_ERR_ARG, "adapter tensor index " + std::to_string(i) + " out of range");
+    return nullptr;
+  }
+  return m->run.model.lora_manifest()[i].name.c_str();
+}
+
+int64_t tg_lora_tensor_offset(const tg_model* m, int32_t i) {
+  if (!tg_lora_tensor_name(m, i)) return g_code;
+  return m->run.model.lora_manifest()[i].offset;
+}
+
+int64_t tg_lora_tensor_numel(const tg_model* m, int32_t i) {
+  if (!tg_lora_tensor_name(m, i)) return g_code;
+  return m->run.model.lora_manifest()[i].numel;
+}
+
+float* tg_lora_weights(tg_model* m) {
+  return check_lora(m, "tg_lora_weights") ? nullptr : m->run.model.lora_weights();
+}
+
+const float* tg_lora_grads(const tg_model* m) {
+  return check_lora(m, "tg_lora_grads") ? nullptr : m->run.model.lora_grads();
+}
+
+int64_t tg_lora_state_bytes(const tg_model* m, int32_t with_moments) {
+  if (int32_t e = check_lora(m, "tg_lora_state_bytes")) return e;
+  return tg::state_size(m->run.model.lora_param_count(), with_moments != 0);
+}
+
+int64_t tg_lora_export_state(const tg_model* m, uint8_t* buf, int64_t cap, int32_t with_moments) {
+  if (int32_t e = check_lora(m, "tg_lora_export_state")) return e;
+  const int64_t need = tg::state_size(m->run.model.lora_param_count(), with_moments != 0);
+  if (buf == nullptr || cap < need)
+    return fail(TG_ERR_ARG, "export buffer of " + std::to_string(cap) +
+                                " bytes is too small: the adapter state needs " +
+                                std::to_string(need));
+  tg::export_lora_state(m->run.model, buf, with_moments != 0);
+  return need;
+}
+
+int32_t tg_lora_import_state(tg_model* m, const uint8_t* buf, int64_t n) {
+  if (int32_t e = check_lora(m, "tg_lora_import_state")) return e;
+  if (m->run.model.lora_merged)
+    return fail(
+        TG_ERR_ARG,
+        "tg_lora_import_state: the adapters are merged into the weights: tg_lora_unmerge first");
+  return guarded<int32_t>("tg_lora_import_state", [&]() -> int32_t {
+    std::string problem = tg::lora_state_problem(m->run.model, buf, n);
+    if (!problem.empty()) return fail(TG_ERR_STATE, problem);
+    m->run.import_lora_state(buf, n);
+    return TG_OK;
+  });
+}
+
+const uint8_t* tg_lora_state_ptr(const tg_model* m) {
+  return check_lora(m, "tg_lora_state_ptr") ? nullptr : m->run.model.lora_state_bytes();
+}
+
+int32_t tg_lora_merge(tg_model* m) {
+  if (int32_t e = check_lora(m, "tg_lora_merge")) return e;
+  if (m->run.model.lora_merged)
+    return fail(TG_ERR_ARG, "tg_lora_merge: the adapters are already merged");
+  if (!m->run.model.lora_enabled)
+    return fail(TG_ERR_ARG,
+                "tg_lora_merge: the adapters are disabled: tg_lora_set_enabled(m, 1) first");
+  return guarded<int32_t>("tg_lora_merge", [&]() -> int32_t {
+    m->run.lora_merge(true);
+    return TG_OK;
+  });
+}
+
+int32_t tg_lora_unmerge(tg_model* m) {
+  if (int32_t e = check_lora(m, "tg_lora_unmerge")) return e;
+  if (!m->run.model.lora_merged)
+    return fail(TG_ERR_ARG, "tg_lora_unmerge: the adapters are not merged");
+  return guarded<int32_t>("tg_lora_unmerge", [&]() -> int32_t {
+    m->run.lora_merge(false);
+    return TG_OK;
+  });
+}
+
+int32_t tg_lora_merged(const tg_model* m) {
+  if (int32_t e = check_lora(m, "tg_lora_merged")) return e;
+  return m->run.model.lora_merged ? 1 : 0;
+}
+
+int32_t tg_lora_set_enabled(tg_model* m, int32_t enabled) {
+  if (int32_t e = check_lora(m, "tg_lora_set_enabled")) return e;
+  if (m->run.model.lora_merged)
+    return fail(
+        TG_ERR_ARG,
+        "tg_lora_set_enabled: the adapters are merged into the weights: tg_lora_unmerge first");
+  m->run.lora_set_enabled(enabled != 0);
+  return TG_OK;
+}
+
+int32_t tg_lora_enabled(const tg_model* m) {
+  if (int32_t e = check_lora(m, "tg_lora_enabled")) return e;
+  return m->run.model.lora_enabled ? 1 : 0;
 }
 
 }  // extern "C"

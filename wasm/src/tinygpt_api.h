@@ -34,6 +34,21 @@
  *     and JS write for it.
  *   - The state layout is exactly the .tinygpt state (docs/format.md): i32 step | f32 weights x P |
  *     [f32 m x P | f32 v x P], little-endian, manifest order.
+ *
+ * LoRA fine-tuning (the section "LoRA" at the end)
+ *   - tg_create_lora makes a model whose arena holds the frozen base's weights (no base gradients,
+ *     no base AdamW moments) and, beside them, low-rank adapters on the chosen projections of every
+ *     block, with their gradients and moments: y = W x + b + (alpha / rank) B (A x). On such a
+ *     model the training entry points (tg_train_step, tg_train_step_batch, tg_forward_backward)
+ *     train the adapters alone, and every forward (tg_forward_loss, tg_eval, generation,
+ *     tg_attention) adds them unless they are disabled or merged into the weights.
+ *   - tg_set_hyper's AdamW and clip settings apply to the adapters (weight decay to every adapter
+ *     tensor; presets.json's "lora" section has the fine-tune's defaults: lr, weightDecay 0, rank,
+ *     alpha, targets). Exact resume: the adapter state with moments (tg_lora_export_state) and the
+ *     data stream's (seed, batches_drawn); the base comes from its own file.
+ *   - The adapter state is laid out like the .tinygpt state over the adapter manifest
+ *     (docs/format.md, "LoRA adapter file"): i32 step | f32 adapters x Q | [f32 m x Q | f32 v x Q].
+ *     An adapter file's data is that state without the step, which its header holds.
  */
 #ifndef TINYGPT_API_H
 #define TINYGPT_API_H
@@ -147,12 +162,13 @@ double tg_forward_loss(tg_model* m, const int32_t* x, const int32_t* y, int32_t 
 /* Mean cross-entropy over K = min(eval_windows, nVal - ctx) windows of the val split. */
 double tg_eval(tg_model* m, int32_t eval_windows);
 
-/* Global gradient norm of the last training step, before clipping. */
+/* Global gradient norm of the last training step, before clipping (LoRA: of the adapters'). */
 double tg_last_grad_norm(const tg_model* m);
-/* AdamW steps taken (the state's step). */
+/* AdamW steps taken (the state's step; a LoRA model: the adapter state's step). */
 int64_t tg_step(const tg_model* m);
 
-/* P floats each, manifest order, in the arena. */
+/* P floats each, manifest order, in the arena. A LoRA model has no base gradients: tg_grads
+ * returns NULL (TG_ERR_ARG; tg_lora_grads has the adapters'). */
 float* tg_weights(tg_model* m);
 const float* tg_grads(const tg_model* m);
 
@@ -192,19 +208,102 @@ int32_t tg_attention(tg_model* m, const int32_t* tokens, int32_t t, float* out);
 /* ---- state (.tinygpt state layout) --------------------------------------------------------------
  */
 
-/* 4 + 4P bytes without moments, 4 + 12P with. */
+/* 4 + 4P bytes without moments, 4 + 12P with (a LoRA model has no base moments: with_moments
+ * is TG_ERR_ARG there). */
 int64_t tg_state_bytes(const tg_model* m, int32_t with_moments);
 
-/* Writes the state into buf (capacity cap bytes); returns the bytes written or a negative code. */
+/* Writes the state into buf (capacity cap bytes); returns the bytes written or a negative code.
+ * A LoRA model's weights are the base's, or with the adapters merged in after tg_lora_merge: the
+ * merged model's state, for a plain .tinygpt. */
 int64_t tg_export_state(const tg_model* m, uint8_t* buf, int64_t cap, int32_t with_moments);
 
 /* Reads a state of exactly 4 + 4P (weights only: moments reset, AdamW bias correction restarts)
- * or 4 + 12P bytes (exact resume). Validated in full before the model changes. */
+ * or 4 + 12P bytes (exact resume). Validated in full before the model changes. A LoRA model takes
+ * either length and keeps the step and weights alone (its base is frozen): the adapters stay as
+ * they are, and are no longer merged. */
 int32_t tg_import_state(tg_model* m, const uint8_t* buf, int64_t n);
 
 /* The arena holds the state contiguously (step | weights | m | v): a read-only view of
- * tg_state_bytes(m, 1) bytes, for exporting a huge model without a second copy. */
+ * tg_state_bytes(m, 1) bytes (a LoRA model: tg_state_bytes(m, 0)), for exporting a huge model
+ * without a second copy. */
 const uint8_t* tg_state_ptr(const tg_model* m);
+
+/* ---- LoRA --------------------------------------------------------------------------------------
+ */
+
+/* The adapted projections of every block, as a bit mask (docs/format.md's canonical order). */
+#define TG_LORA_Q_PROJ 1
+#define TG_LORA_K_PROJ 2
+#define TG_LORA_V_PROJ 4
+#define TG_LORA_O_PROJ 8
+#define TG_LORA_FC_IN 16
+#define TG_LORA_FC_OUT 32
+
+/* LoRA settings: rank r and alpha by presets.json's rules ("lora": r in [1, 4096], alpha > 0);
+ * targets a non-empty mask of TG_LORA_* (bit i: the i-th of q_proj, k_proj, v_proj, o_proj,
+ * fc_in, fc_out). Each adapted Linear gets A (r, in) and B (out, r); scale = alpha / r. */
+typedef struct tg_lora_config {
+  int32_t rank;
+  int32_t targets;
+  double alpha;
+} tg_lora_config;
+
+/* Bytes of the arena of a LoRA model (tg_arena_bytes_for's counterpart), or a negative code:
+ * the base's weights, activations, and the adapters with their gradients and moments; no base
+ * gradients or moments. */
+int64_t tg_lora_arena_bytes_for(const tg_config* config, const tg_lora_config* lora, int32_t batch);
+
+/* A LoRA model: the base's weights zero (tg_import_state or tg_init sets them), the adapters zero
+ * until tg_lora_init or tg_lora_import_state; adapters enabled, not merged. NULL on failure. */
+tg_model* tg_create_lora(const tg_config* config, const tg_lora_config* lora, int32_t batch,
+                         int32_t n_threads);
+
+/* Adapters from the portable init stream (docs/format.md): A = float32(z_j / sqrt(in)) on the
+ * stream seed XOR 0x4C6F526141646170, B = 0 (so the model computes exactly its base until it
+ * trains); adapter moments and step 0. Refused while merged. The data stream is not touched. */
+int32_t tg_lora_init(tg_model* m, uint64_t seed);
+
+/* Q, the adapters' element count; 0 for a model without LoRA. */
+int64_t tg_lora_param_count(const tg_model* m);
+
+/* The adapter manifest (docs/format.md order: per block, per target, A then B): tensor i's name
+ * ("blocks.0.attn.q_proj.lora_A"), element offset within a Q-float block, element count. */
+int32_t tg_lora_tensor_count(const tg_model* m);
+const char* tg_lora_tensor_name(const tg_model* m, int32_t i);
+int64_t tg_lora_tensor_offset(const tg_model* m, int32_t i);
+int64_t tg_lora_tensor_numel(const tg_model* m, int32_t i);
+
+/* Q floats each, adapter-manifest order, in the arena (NULL and TG_ERR_ARG without LoRA). The
+ * gradients are those of the last training call, unclipped until its update clipped them. */
+float* tg_lora_weights(tg_model* m);
+const float* tg_lora_grads(const tg_model* m);
+
+/* The adapter state: 4 + 4Q bytes without moments, 4 + 12Q with. */
+int64_t tg_lora_state_bytes(const tg_model* m, int32_t with_moments);
+/* Writes it into buf (capacity cap); returns the bytes written or a negative code. */
+int64_t tg_lora_export_state(const tg_model* m, uint8_t* buf, int64_t cap, int32_t with_moments);
+/* Reads an adapter state of exactly 4 + 4Q bytes (moments reset: training restarts AdamW's bias
+ * correction) or 4 + 12Q (exact resume: with tg_set_data_state, the same steps as an uninterrupted
+ * run, bit for bit). Validated in full first (length, step >= 0, finite values, v >= 0); refused
+ * while merged. */
+int32_t tg_lora_import_state(tg_model* m, const uint8_t* buf, int64_t n);
+/* A read-only view of the adapter state in the arena: tg_lora_state_bytes(m, 1) bytes. */
+const uint8_t* tg_lora_state_ptr(const tg_model* m);
+
+/* W += (alpha / r) B A in every adapted Linear (merge) and W -= the same product (unmerge): merged,
+ * the forwards run the plain model and tg_export_state gives the merged model's weights; unmerged,
+ * W is the base again up to float32 rounding. Training is refused while merged. Each ends a
+ * generation session. */
+int32_t tg_lora_merge(tg_model* m);
+int32_t tg_lora_unmerge(tg_model* m);
+/* 1 if merged, 0 if not, or a negative code. */
+int32_t tg_lora_merged(const tg_model* m);
+
+/* Whether forwards add the adapters: 0 samples (evaluates, looks inside) the base alone, 1 with
+ * the adapters (the default). Refused while merged; training needs them enabled. Ends a
+ * generation session. */
+int32_t tg_lora_set_enabled(tg_model* m, int32_t enabled);
+int32_t tg_lora_enabled(const tg_model* m);
 
 #ifdef __cplusplus
 }

@@ -15,8 +15,8 @@ extern "C" const char* __asan_default_options() { return "allocator_may_return_n
 
 namespace {
 
-// presets.json's model defaults (the header scripts/config_rules_header.py generates), not numbers of our
-// own.
+// presets.json's model defaults (the header scripts/config_rules_header.py generates), not numbers
+// of our own.
 constexpr int32_t V = tg::rules::kVocabSize;
 constexpr double EPS = tg::rules::kLayerNormEps, STD = tg::rules::kInitStd;
 
@@ -159,8 +159,89 @@ int main() {
   expect("null handle: import", tg_import_state(nullptr, state.data(), full), TG_ERR_ARG);
   expect("tensor_name index -1", tg_tensor_name(m, -1) == nullptr ? tg_last_error_code() : 0,
          TG_ERR_ARG);
+  // LoRA entry points on a plain model: refused, naming tg_create_lora.
+  expect("plain model: lora_init", tg_lora_init(m, 1), TG_ERR_ARG);
+  expect("plain model: lora_param_count is 0", tg_lora_param_count(m), 0);
+  expect("plain model: lora_merge", tg_lora_merge(m), TG_ERR_ARG);
+  expect("plain model: lora_state_bytes", tg_lora_state_bytes(m, 1), TG_ERR_ARG);
   tg_destroy(m);
   tg_destroy(nullptr);
+
+  // ---- LoRA
+  const tg_config small{1, 2, 8, 8, V, EPS, STD};
+  const tg_lora_config qv{2, TG_LORA_Q_PROJ | TG_LORA_V_PROJ, 4.0};
+  auto create_lora = [&](tg_lora_config l) { return tg_create_lora(&small, &l, 2, 1); };
+  expect_null("create_lora: rank 0", create_lora({0, 1, 4.0}), TG_ERR_CONFIG);
+  expect_null("create_lora: rank 4097", create_lora({4097, 1, 4.0}), TG_ERR_CONFIG);
+  expect_null("create_lora: alpha 0", create_lora({2, 1, 0.0}), TG_ERR_CONFIG);
+  expect_null("create_lora: alpha NaN", create_lora({2, 1, nan}), TG_ERR_CONFIG);
+  expect_null("create_lora: no targets", create_lora({2, 0, 4.0}), TG_ERR_CONFIG);
+  expect_null("create_lora: target bit 6", create_lora({2, 64, 4.0}), TG_ERR_CONFIG);
+  expect_null("create_lora: lora = NULL", tg_create_lora(&small, nullptr, 2, 1), TG_ERR_ARG);
+  const tg_config bad_heads{1, 3, 8, 8, V, EPS, STD};
+  expect_null("create_lora: nHead 3 does not divide dModel 8",
+              tg_create_lora(&bad_heads, &qv, 2, 1), TG_ERR_CONFIG);
+  expect("lora_arena_bytes_for: lora = NULL", tg_lora_arena_bytes_for(&small, nullptr, 2),
+         TG_ERR_ARG);
+  const tg_lora_config huge_rank{4096, 63, 1.0};
+  expect("lora_arena_bytes_for: rank 4096, every target, dims at bounds (overflow)",
+         tg_lora_arena_bytes_for(&at_bounds, &huge_rank, 1 << 20), TG_ERR_CONFIG);
+  m = create_lora(qv);
+  if (!m) {
+    std::printf("FAIL: could not create the small LoRA model: %s\n", tg_last_error());
+    return 1;
+  }
+  expect("lora: grads of the frozen base", tg_grads(m) == nullptr ? tg_last_error_code() : 0,
+         TG_ERR_ARG);
+  expect("lora: state_bytes with base moments", tg_state_bytes(m, 1), TG_ERR_ARG);
+  expect("lora: export with base moments", tg_export_state(m, state.data(), full, 1), TG_ERR_ARG);
+  expect("lora: import a full state (keeps the weights)", tg_import_state(m, state.data(), full),
+         TG_OK);
+  expect("lora: set_hyper", tg_set_hyper(m, 1e-3, 0.9, 0.95, 1e-8, 0.0, 1.0), TG_OK);
+  expect("lora: set_corpus", tg_set_corpus(m, bytes, 42, 0.3), TG_OK);
+  expect("lora: train_step before lora_init", static_cast<long long>(tg_train_step(m)), TG_ERR_ARG);
+  expect("lora: lora_init seed 2^53", tg_lora_init(m, 1ull << 53), TG_ERR_ARG);
+  expect("lora: lora_init", tg_lora_init(m, 3), TG_OK);
+  const double lora_loss = tg_train_step(m);
+  expect("lora: train_step (loss >= 0)", lora_loss >= 0 ? 0 : static_cast<long long>(lora_loss),
+         TG_OK);
+  expect("lora: step counts the adapters' steps", tg_step(m), 1);
+  expect("lora: unmerge while not merged", tg_lora_unmerge(m), TG_ERR_ARG);
+  expect("lora: merge", tg_lora_merge(m), TG_OK);
+  expect("lora: merged", tg_lora_merged(m), 1);
+  expect("lora: merge twice", tg_lora_merge(m), TG_ERR_ARG);
+  expect("lora: train_step while merged", static_cast<long long>(tg_train_step(m)), TG_ERR_ARG);
+  expect("lora: disable while merged", tg_lora_set_enabled(m, 0), TG_ERR_ARG);
+  expect("lora: lora_init while merged", tg_lora_init(m, 3), TG_ERR_ARG);
+  expect("lora: unmerge", tg_lora_unmerge(m), TG_OK);
+  expect("lora: disable", tg_lora_set_enabled(m, 0), TG_OK);
+  expect("lora: forward_backward while disabled",
+         static_cast<long long>(tg_forward_backward(m, x.data(), x.data(), 2, 8)), TG_ERR_ARG);
+  expect("lora: generate without the adapters", tg_generate(m, prompt, 2, 4, 0.0, 0, 0, 1, out), 4);
+  expect("lora: merge while disabled", tg_lora_merge(m), TG_ERR_ARG);
+  expect("lora: enable", tg_lora_set_enabled(m, 1), TG_OK);
+  const int64_t lfull = tg_lora_state_bytes(m, 1), lsmall = tg_lora_state_bytes(m, 0);
+  std::vector<uint8_t> lstate(static_cast<size_t>(lfull));
+  expect("lora: export adapters one byte short",
+         tg_lora_export_state(m, lstate.data(), lfull - 1, 1), TG_ERR_ARG);
+  expect("lora: export adapters", tg_lora_export_state(m, lstate.data(), lfull, 1), lfull);
+  expect("lora: import adapters, truncated", tg_lora_import_state(m, lstate.data(), lfull - 1),
+         TG_ERR_STATE);
+  expect("lora: import adapters, null", tg_lora_import_state(m, nullptr, lfull), TG_ERR_STATE);
+  bad.assign(lstate.begin(), lstate.end());
+  const float minus_one = -1.0f;
+  std::memcpy(bad.data() + lfull - 4, &minus_one, 4);
+  expect("lora: import adapters, negative v", tg_lora_import_state(m, bad.data(), lfull),
+         TG_ERR_STATE);
+  bad.assign(lstate.begin(), lstate.end());
+  std::memcpy(bad.data() + 4, &fnan, 4);
+  expect("lora: import adapters, NaN", tg_lora_import_state(m, bad.data(), lfull), TG_ERR_STATE);
+  expect("lora: import adapters", tg_lora_import_state(m, lstate.data(), lfull), TG_OK);
+  expect("lora: import adapters without moments", tg_lora_import_state(m, lstate.data(), lsmall),
+         TG_OK);
+  expect("lora: tensor_name index 4 of 4",
+         tg_lora_tensor_name(m, 4) == nullptr ? tg_last_error_code() : 0, TG_ERR_ARG);
+  tg_destroy(m);
 
   std::printf("%s: %d failure(s)\n", g_failures ? "FAIL" : "PASS", g_failures);
   return g_failures ? 1 : 0;

@@ -1,6 +1,7 @@
-// Nothing allocates inside a training step, an eval, a generation or a state import/export: the
-// model's one arena is sized at creation (issue 4's Memory64 build must never grow memory while
-// pool threads run). Counts every operator new and malloc in the process, pool threads included.
+// Nothing allocates inside a training step, an eval, a generation or a state import/export, of a
+// plain model or of a LoRA one (with merge and unmerge): the model's one arena is sized at creation
+// (issue 4's Memory64 build must never grow memory while pool threads run). Counts every operator
+// new and malloc in the process, pool threads included.
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -118,6 +119,50 @@ int main() {
   tg_export_state(m, state.data(), static_cast<int64_t>(state.size()), 1);
   tg_import_state(m, state.data(), static_cast<int64_t>(state.size()));
   check("export + import state", before);
+  tg_destroy(m);
+
+  // A LoRA model (tg_create_lora): its steps, forwards, merge and adapter state alike.
+  const tg_lora_config lora{4, TG_LORA_Q_PROJ | TG_LORA_V_PROJ | TG_LORA_FC_OUT, 8.0};
+  m = tg_create_lora(&config, &lora, 4, 2);
+  if (!m) {
+    std::printf("FAIL: create_lora: %s\n", tg_last_error());
+    return 1;
+  }
+  tg_init(m, 1);
+  tg_lora_init(m, 1);
+  tg_set_hyper(m, 1e-3, 0.9, 0.95, 1e-8, 0.0, 1.0);
+  tg_set_corpus(m, reinterpret_cast<const uint8_t*>(text.data()), static_cast<int64_t>(text.size()),
+                0.1);
+  std::vector<uint8_t> adapters(static_cast<size_t>(tg_lora_state_bytes(m, 1)));
+  std::vector<uint8_t> base(static_cast<size_t>(tg_state_bytes(m, 0)));
+  tg_train_step(m);  // warm-up
+  tg_generate(m, prompt.data(), 2, 4, 0.8, 10, 1, 1, out.data());
+  before = g_allocations.load();
+  for (int i = 0; i < 3; i++) tg_train_step(m);
+  tg_train_step_batch(m, x.data(), y.data(), 4, 16);
+  tg_forward_backward(m, x.data(), y.data(), 3, 10);
+  tg_forward_loss(m, x.data(), y.data(), 2, 16);
+  check("LoRA: train steps, forward_backward, loss", before);
+  before = g_allocations.load();
+  tg_eval(m, 64);
+  tg_generate(m, prompt.data(), 2, 40, 0.8, 10, 1, 1, out.data());
+  tg_lora_set_enabled(m, 0);
+  tg_generate(m, prompt.data(), 2, 40, 0.8, 10, 1, 1, out.data());
+  tg_lora_set_enabled(m, 1);
+  tg_attention(m, x.data(), 16, attention.data());
+  check("LoRA: eval, generate with and without", before);
+  before = g_allocations.load();
+  tg_lora_merge(m);
+  tg_generate(m, prompt.data(), 2, 40, 0.0, 0, 0, 1, out.data());
+  tg_export_state(m, base.data(), static_cast<int64_t>(base.size()), 0);
+  tg_lora_unmerge(m);
+  check("LoRA: merge, export merged, unmerge", before);
+  before = g_allocations.load();
+  tg_lora_export_state(m, adapters.data(), static_cast<int64_t>(adapters.size()), 1);
+  tg_lora_import_state(m, adapters.data(), static_cast<int64_t>(adapters.size()));
+  tg_import_state(m, base.data(), static_cast<int64_t>(base.size()));
+  tg_lora_init(m, 2);
+  check("LoRA: adapter state export + import", before);
   tg_destroy(m);
   std::printf("%s: %d failure(s)\n", failures ? "FAIL" : "PASS", failures);
   return failures ? 1 : 0;

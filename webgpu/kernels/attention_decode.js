@@ -2,7 +2,7 @@
 // forward of attention.js on the same uniforms and bindings, so Ops.attentionForward takes it for
 // T = 1. attention.js's layouts give each query row SPLIT (4) invocations and stream the keys
 // through workgroup memory a tile at a time, a barrier each: for one row, 4 invocations of a
-// workgroup work and the keys pass in ctx/TILE serial rounds (massive: 22 µs a layer on an H200).
+// workgroup work and the keys pass in ctx/TILE serial rounds (docs/lab/2026-11-28-decoding-on-the-gpu.md).
 // Here the whole workgroup shares the one row: every invocation scores its own keys straight from
 // the cache, the softmax statistics meet in one fixed tree, and the values are summed by (key group,
 // vec4 of the head) lanes. What a dispatch this small costs is its chain of waits on memory, so the

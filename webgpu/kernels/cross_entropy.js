@@ -7,8 +7,8 @@ import { kernel, LINEAR_ID } from "./kernel.js";
 
 // One row per CE_LANES cooperating invocations (CE_ROWS_PER_GROUP rows per workgroup of 256):
 // adjacent lanes read adjacent logits, and the row's max and Σexp meet in workgroup memory, where
-// every lane of the row combines the CE_LANES partials in the same fixed order.
-// H200, 1536 rows of 256: 54 µs with one invocation per row, 6.6 µs so.
+// every lane of the row combines the CE_LANES partials in the same fixed order: on a GPU it is about
+// 8× faster than one invocation per row (docs/lab/2026-11-26-wgsl-step-subgroups.md).
 const CE_LANES = 32;
 const CE_ROWS_PER_GROUP = 256 / CE_LANES;
 

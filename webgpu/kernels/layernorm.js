@@ -7,8 +7,8 @@
 // barrier). Forward saves (mean, rstd) per row; backward recomputes x̂ from them. C++'s
 // layernorm_backward is two kernels here: layernorm_backward_input (dx, row-parallel) and
 // layernorm_backward_params (dw, db, column-parallel).
-// H200: 32 lanes suit C ≤ 192; past that 64 lanes are faster (C 384: 9.7 -> 9.0 µs forward,
-// C 1280: 22 -> 15 µs), below it they are no faster.
+// 32 lanes suit C ≤ 192; past that 64 lanes are faster, below it no faster (measured on an H200:
+// docs/lab/2026-11-26-wgsl-step-subgroups.md).
 import { kernel, LINEAR_ID, range } from "./kernel.js";
 import { sumSlabs, SPLIT_REGIONS, SUM_REGION_FIELDS, splitRegionFields, splitRegionChain } from "./matmul.js";
 import { shuffleSum } from "../subgroups.js";
@@ -180,7 +180,7 @@ export function layernormRowKernels(lanes, G = 1) {
   return rowKernels.get(key);
 }
 
-// the lanes a row of C takes (see the H200 figures at the top)
+// the lanes a row of C takes (see the rule at the top)
 const lanesFor = (C) => (C > 192 ? 64 : 32);
 
 /** The row kernels for rows of C (subgroup width G), and their workgroup count for `rows` rows (see grid1d). */
@@ -193,9 +193,9 @@ export function layernormKernels(C, G = 1) {
 // sums all rows for them, its 256 invocations as PARAM_COLS columns × (256 / PARAM_COLS) row lanes
 // (many short serial loops; the rows were just read, so mostly hit L2); the row lanes' sums then
 // meet in workgroup memory and are added in lane order (with subgroups, each run of G lanes first
-// adds its G / PARAM_COLS sums of a column by shuffles, and only the runs' sums meet). H200, 1536
-// rows of 192: 2 columns 7.8 µs, 1 column 8.9, 4 columns 9.3, 8 columns 13.2 (the former two-pass
-// partial + final: 24).
+// adds its G / PARAM_COLS sums of a column by shuffles, and only the runs' sums meet). 2 columns a
+// workgroup timed fastest of 1, 2, 4 and 8, and far faster than the former two-pass partial + final
+// (docs/lab/2026-11-25-wgsl-step-vs-pytorch.md).
 const PARAM_COLS = 2;
 const PARAM_ROW_LANES = 256 / PARAM_COLS;
 
