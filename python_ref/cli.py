@@ -23,7 +23,7 @@ from .sample import Utf8Writer, generate
 from .tinygpt_file import TinyGPTFileError
 from .distributed import DEFAULT_TIMEOUT_S, DistributedError, init_from_env, launch_local, under_torchrun
 from .safe_files import OutputError, check_output, remove_stale_partials, same_file
-from .train import LR_SCHEDULES, TrainingError, check_out_path, new_run, resolve_device, resume_run
+from .train import LR_SCHEDULES, PRECISIONS, TrainingError, check_out_path, new_run, resolve_device, resume_run
 from .finetune import new_finetune, parse_targets, resume_finetune, save_merged
 from .lora import TARGETS, attach_adapter, load_adapter, lora_defaults, read_adapter
 
@@ -47,9 +47,14 @@ def check_train_args(args) -> None:
         raise ConfigError(f"--dist-timeout must be a positive number of seconds, got {args.dist_timeout}")
     if args.save_every and args.out is None:
         raise ConfigError("--save-every needs --out, the file to save to")
-    if args.bf16 and args.nproc is None and not under_torchrun() and resolve_device(args.device).type != "cuda":
-        raise ConfigError(f"--bf16 is CUDA autocast only and this run is on {resolve_device(args.device).type}; "
-                          "leave it out")
+    if args.bf16:  # the older spelling of --precision bf16
+        if args.precision not in (None, "bf16"):
+            raise ConfigError(f"--bf16 and --precision {args.precision} disagree; give one")
+        args.precision = "bf16"
+    if args.precision not in (None, "fp32") and args.nproc is None and not under_torchrun() \
+            and resolve_device(args.device).type not in ("cuda", "cpu"):
+        raise ConfigError(f"--precision {args.precision} is autocast on CUDA or the CPU; this run is on "
+                          f"{resolve_device(args.device).type}")
     if args.out is not None:
         check_output("--out", args.out, {"--corpus": args.corpus}, force=args.force,
                       replaces=None if args.resume and same_file(args.out, args.resume) else other_checkpoint)
@@ -83,7 +88,7 @@ def cmd_train(args) -> int:
 def _train(args, dist) -> int:
     overrides = dict(lr=args.lr, batch=args.batch, steps=args.steps, seed=args.seed, evalEvery=args.eval_every)
     options = dict(gradAccum=args.grad_accum, lrSchedule=args.lr_schedule, warmupSteps=args.warmup_steps,
-                   bf16=args.bf16 or None, compile=args.compile or None,
+                   precision=args.precision, compile=args.compile or None,
                    fsdp=args.fsdp or None)
     corpus = Corpus.from_file(args.corpus)
     if args.resume:
@@ -114,12 +119,13 @@ def _train(args, dist) -> int:
     if run.tokens_per_s is not None:
         achieved = run.tokens_per_s * flops_per_token(run.model.config)
         summary += f", {run.tokens_per_s:,.0f} tokens/s, {achieved / 1e12:.2f} TFLOP/s"
-        peak = peak_flops(dist.device, run.options.bf16)
+        half = run.options.precision != "fp32"
+        peak = peak_flops(dist.device, half)
         if peak:  # tokens/s counts every rank: the peak is every GPU's
             gpus = f"{dist.world_size} x " if dist.world_size > 1 else ""
             summary += f" (MFU {achieved / (peak * dist.world_size):.1%} of " \
                        f"{gpus}{torch.cuda.get_device_name(dist.device)}'s " \
-                       f"{peak / 1e12:.0f} TFLOP/s {'bf16' if run.options.bf16 else 'fp32'})"
+                       f"{peak / 1e12:.0f} TFLOP/s {run.options.precision if half else 'fp32'})"
     say(summary + (f"; saved {args.out}" if args.out else ""))
     return 0
 
@@ -280,7 +286,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--grad-accum", type=int, help="micro-batches per step (the batch stays --batch; default 1)")
     t.add_argument("--lr-schedule", choices=LR_SCHEDULES, help="lr multiplier per step (default none: constant)")
     t.add_argument("--warmup-steps", type=int, help="linear lr warmup over the first W steps (default 0)")
-    t.add_argument("--bf16", action="store_true", help="bf16 autocast of the forward pass (CUDA only)")
+    t.add_argument("--precision", choices=PRECISIONS, help="fp32 (the default, what the browser engines match), or "
+                   "autocast of the forward pass in bf16 or fp16 (fp16 with a dynamic loss scale); CUDA or CPU")
+    t.add_argument("--bf16", action="store_true", help=argparse.SUPPRESS)  # the older spelling of --precision bf16
     t.add_argument("--compile", action="store_true", help="torch.compile the model")
     t.add_argument("--fsdp", action="store_true",
                    help="shard weights and AdamW moments over the ranks (FSDP2), for models one device cannot hold")

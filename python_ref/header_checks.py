@@ -22,8 +22,9 @@ from .config import ConfigError, check_fields, presets_file, show
 MAX_HEADER_DEPTH = 32
 SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 RUN_OPTIONS = {"worldSize": ("integer", 1), "rankBatch": ("integer", 1), "gradAccum": ("integer", 1),
-               "warmupSteps": ("integer", 0)}
+               "warmupSteps": ("integer", 0), "cleanSteps": ("integer", 0)}
 LR_SCHEDULES = ("none", "cosine")
+PRECISIONS = ("fp32", "bf16", "fp16")
 FLAGS = ("bf16", "compile", "fsdp")
 
 
@@ -92,6 +93,12 @@ def check_training(training) -> None:
     for name, (_, low) in RUN_OPTIONS.items():
         if name in training and not (_is_int(training[name]) and training[name] >= low):
             raise HeaderError(f"header key 'training': {name} must be an integer >= {low}, got {show(training[name])}")
+    if "precision" in training and training["precision"] not in PRECISIONS:
+        raise HeaderError(f"header key 'training': precision must be one of {', '.join(PRECISIONS)}, "
+                          f"got {show(training['precision'])}")
+    if "lossScale" in training and not (_is_number(training["lossScale"]) and training["lossScale"] > 0):
+        raise HeaderError(f"header key 'training': lossScale must be a finite number > 0, "
+                          f"got {show(training['lossScale'])}")
     if "lrSchedule" in training and training["lrSchedule"] not in LR_SCHEDULES:
         raise HeaderError(f"header key 'training': lrSchedule must be one of {', '.join(LR_SCHEDULES)}, "
                           f"got {show(training['lrSchedule'])}")

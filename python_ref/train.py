@@ -75,6 +75,7 @@ def make_optimizer(model: TinyGPT, train_cfg: TrainConfig) -> torch.optim.AdamW:
 
 
 LR_SCHEDULES = ("none", "cosine")
+PRECISIONS = ("fp32", "bf16", "fp16")
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,13 @@ class RunOptions:
     gradAccum: int = 1
     lrSchedule: str = "none"
     warmupSteps: int = 0
-    bf16: bool = False
+    precision: str = "fp32"
     compile: bool = False
     fsdp: bool = False
 
     def __post_init__(self):
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"unknown --precision {self.precision!r}; choose {', '.join(PRECISIONS)}")
         if not (isinstance(self.gradAccum, int) and self.gradAccum >= 1):
             raise ConfigError(f"--grad-accum must be a positive integer, got {self.gradAccum!r}")
         if self.lrSchedule not in LR_SCHEDULES:
@@ -101,8 +104,9 @@ class RunOptions:
 
     @classmethod
     def given(cls, recorded: dict | None = None, **values) -> "RunOptions":
-        """Options from the command line (None: not given), over a resumed checkpoint's recorded schedule."""
-        base = {k: v for k, v in (recorded or {}).items() if k in ("lrSchedule", "warmupSteps")}
+        """Options from the command line (None: not given), over a resumed checkpoint's recorded schedule and
+        precision (a resumed fp16 run goes on in fp16, its loss scale where it stood)."""
+        base = {k: v for k, v in (recorded or {}).items() if k in ("lrSchedule", "warmupSteps", "precision")}
         return cls(**{**base, **{k: v for k, v in values.items() if v is not None}})
 
     def recorded(self) -> dict:
@@ -119,17 +123,39 @@ class RunOptions:
             return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
         return 1.0
 
+    @property
+    def bf16(self) -> bool:
+        return self.precision == "bf16"
+
     def autocast(self, device: torch.device):
-        """bf16 autocast of the forward pass on CUDA; the fp32 path stays the parity oracle."""
-        if not self.bf16:
+        """The forward pass in bf16 or fp16 (torch.autocast: matmuls in half precision, reductions such as
+        LayerNorm, softmax and cross-entropy in fp32); fp32 stays the parity oracle of the fp32 engines."""
+        if self.precision == "fp32":
             return contextlib.nullcontext()
-        if device.type != "cuda":
-            raise ConfigError(f"--bf16 is CUDA autocast only and this run is on {device.type}; leave it out")
-        return torch.autocast("cuda", dtype=torch.bfloat16)
+        if device.type not in ("cuda", "cpu"):
+            raise ConfigError(f"--precision {self.precision} is autocast on CUDA or the CPU; this run is on "
+                              f"{device.type}")
+        return torch.autocast(device.type, dtype=torch.bfloat16 if self.bf16 else torch.float16)
+
+    def loss_scaler(self, device: torch.device, recorded: dict | None = None):
+        """fp16's dynamic loss scale (presets.json "mixedPrecision"): the loss is multiplied by the scale before
+        the backward; a step whose gradients overflow is skipped and the scale halved, and after growthInterval
+        clean steps it doubles. None for fp32 and bf16, whose range needs none. `recorded`: a checkpoint's
+        {lossScale, cleanSteps}, so a resumed run scales as the uninterrupted one would."""
+        if self.precision != "fp16":
+            return None
+        mp = presets_file()["mixedPrecision"]
+        scaler = torch.amp.GradScaler(device.type, init_scale=float(mp["initialLossScale"]),
+                                      growth_interval=int(mp["growthInterval"]))
+        if recorded and "lossScale" in recorded:
+            scaler.load_state_dict({"scale": float(recorded["lossScale"]), "growth_factor": 2.0,
+                                    "backoff_factor": 0.5, "growth_interval": int(mp["growthInterval"]),
+                                    "_growth_tracker": int(recorded.get("cleanSteps", 0))})
+        return scaler
 
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               grad_clip: float, micro_batches: int = 1, autocast=contextlib.nullcontext) -> float:
+               grad_clip: float, micro_batches: int = 1, autocast=contextlib.nullcontext, scaler=None) -> float:
     """One step: forward and backward, global-norm clip, AdamW. x, y: (B,T). Returns the loss before the update.
 
     With micro_batches K the rows are split into K equal contiguous slices, each loss scaled by 1/K, so
@@ -142,10 +168,17 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
         with _gradient_sync(model, i == micro_batches - 1):
             with autocast():
                 _, loss = model(xm, ym)
-            (loss / micro_batches).backward()
+            part = loss / micro_batches
+            (scaler.scale(part) if scaler else part).backward()
         total += loss.item()
+    if scaler:  # fp16: unscale before clipping; a step with inf/NaN gradients is skipped and the scale halved
+        scaler.unscale_(optimizer)
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
-    optimizer.step()
+    if scaler:
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        optimizer.step()
     return total / micro_batches
 
 
@@ -175,6 +208,7 @@ class TrainingRun:
     dist: Distributed = field(default_factory=Distributed)
     options: RunOptions = field(default_factory=RunOptions)
     tokens_per_s: float | None = None  # training throughput of the last run(), all ranks together
+    scaler: object = None  # fp16's loss scaler (RunOptions.loss_scaler), kept across run() calls
     saved_step: int | None = None  # the step of the last checkpoint this run wrote
     # every corpus before this run's stretch: [{name, bytes, sha256, fromStep, toStep}] (the header's `corpora`)
     corpora: list = field(default_factory=list)
@@ -200,6 +234,9 @@ class TrainingRun:
     def training_header(self) -> dict:
         """The recipe, plus run metadata (world size, rows per rank) and the options that were used."""
         run = {"worldSize": self.dist.world_size, "rankBatch": self.train_cfg.batch // self.dist.world_size}
+        if self.scaler is not None:  # fp16: where the loss scale stands, for an exact resume
+            run.update(lossScale=float(self.scaler.get_scale()),
+                       cleanSteps=int(self.scaler.state_dict()["_growth_tracker"]))
         return {**self.train_cfg.to_json(), **run, **self.options.recorded()}
 
     def save(self, path: str | Path) -> None:
@@ -254,7 +291,9 @@ class TrainingRun:
         check_out_path(out)
         rows = self.dist.rank_rows(self.train_cfg.batch, self.options.gradAccum)
         autocast = functools.partial(self.options.autocast, self.device)
-        autocast()  # refuses --bf16 off CUDA before any step
+        autocast()  # refuses a half precision the device cannot autocast, before any step
+        if self.scaler is None:
+            self.scaler = self.options.loss_scaler(self.device)
         model = torch.compile(self.model) if self.options.compile else self.model
         step_model = model if is_sharded(self.model) else self.dist.wrap(model)
         progress = progress and self.dist.is_main
@@ -270,7 +309,7 @@ class TrainingRun:
                 for group in self.optimizer.param_groups:
                     group["lr"] = self.train_cfg.lr * self.options.lr_multiplier(self.step, self.train_cfg.steps)
                 loss = train_step(step_model, self.optimizer, x, y, self.train_cfg.gradClip, self.options.gradAccum,
-                                  autocast)
+                                  autocast, self.scaler)
                 loss, stopping = self.dist.agree(loss, stop.requested)
                 if not math.isfinite(loss):
                     raise TrainingError(f"the loss became {loss} at step {self.step + 1}; "
@@ -396,9 +435,11 @@ def resume_run(path: str | Path, corpus: Corpus | None = None, device: str = "au
     optimizer = make_optimizer(model, train_cfg)
     (restore_sharded_optimizer if is_sharded(model) else tinygpt_file.restore_optimizer)(model, optimizer, state)
     batches = BatchStream(train, model.config.ctx, train_cfg.batch, train_cfg.seed, data_state["batchesDrawn"])
-    return TrainingRun(meta.get("preset"), train_cfg, corpus, model, optimizer, batches, val, state.step,
-                       _history(meta, "lossHistory"), _history(meta, "valHistory"),
-                       dist=dist, options=run_options, corpora=corpora_of(meta, state.step), corpus_from=state.step)
+    run = TrainingRun(meta.get("preset"), train_cfg, corpus, model, optimizer, batches, val, state.step,
+                      _history(meta, "lossHistory"), _history(meta, "valHistory"),
+                      dist=dist, options=run_options, corpora=corpora_of(meta, state.step), corpus_from=state.step)
+    run.scaler = run_options.loss_scaler(dist.device, meta.get("training"))
+    return run
 
 
 def corpora_of(meta: dict, step: int) -> list[dict]:

@@ -27,7 +27,7 @@ WEBGPU = ROOT / "webgpu"
 # the attention view): served at /webgpu/ and copied into dist/webgpu/. The rest of webgpu/
 # (node_modules, tools, bench, package files) is for Node and tests, never for the page.
 WEBGPU_RUNTIME = ("trainer.js", "decoder.js", "buffers.js", "prng.js", "manifest.js", "config_rules.js", "ops.js",
-                  "plan.js", "software_adapter.js", "subgroups.js", "inspect.js", "kernels")
+                  "plan.js", "software_adapter.js", "subgroups.js", "inspect.js", "lora.js", "kernels")
 
 
 def webgpu_runtime_files(webgpu: Path = WEBGPU) -> list[str]:

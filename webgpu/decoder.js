@@ -124,13 +124,15 @@ export class Decoder {
    *   decodeNextWindow: in one workgroup, each step computes its token's row of the next window, so
    *   that a restart copies rows instead of rebuilding them (default true, where decodeTokensKeepsNext
    *   says they fit; false for a benchmark's column)
+   *   params: the weights it reads, laid out as the trainer's (default the trainer's own; a LoRA
+   *   trainer's sampling copy, lora.js samplingWeights)
    */
-  constructor(trainer, { decodeInOneWorkgroup = undefined, decodeAhead = true, decodeNextWindow = true } = {}) {
+  constructor(trainer, { decodeInOneWorkgroup = undefined, decodeAhead = true, decodeNextWindow = true, params = trainer.params } = {}) {
     this.trainer = trainer;
     this.device = trainer.device;
     this.cfg = trainer.cfg;
     this.ops = trainer.ops;
-    this.params = trainer.params;
+    this.params = params;
     this.offsets = trainer.offsets;
     this.projStride = trainer.projStride;
     this.decodeInOneWorkgroup = decodeInOneWorkgroup;
@@ -173,7 +175,7 @@ export class Decoder {
     const pre = createActivations(make, this.cfg, "prefill", 1, ctx, ctx, { qkv: (l) => sameQkv(this.gen.layers[l]) });
     this.prefill = pre;
     this.prefillPlan = new Plan(this.device, this.ops.pipelines, "prefill");
-    this.trainer.recordForward(this.prefillPlan, pre, { B: 1, T: ctx, past: 0, logitRows: ctx });
+    this.trainer.recordForward(this.prefillPlan, pre, { B: 1, T: ctx, past: 0, logitRows: ctx, params: this.params });
     this.prefillPlan.freeze();
     this.prefillTokens = new Uint32Array(ctx);
     this.genLogits = this.buffer("logits readback", 4 * this.cfg.vocabSize, U().MAP_READ | U().COPY_DST);
@@ -199,7 +201,7 @@ export class Decoder {
   /** A decoded token's forward at position `past` into `plan`: the decode chain where it serves, else the forward of one row. */
   _recordDecode(plan, past) {
     if (this.chainParts) this._recordDecodeChain(plan, past);
-    else this.trainer.recordForward(plan, this.gen, { B: 1, T: 1, past, logitRows: 1 });
+    else this.trainer.recordForward(plan, this.gen, { B: 1, T: 1, past, logitRows: 1, params: this.params });
   }
 
   /** Whether the decode chain (Ops.decodeChainServes) serves this model's decoded tokens (A: the generation's activations). */

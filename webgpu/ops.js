@@ -583,18 +583,19 @@ export class SplitSums {
 /** AdamW's uniforms for step t (1-based), n parameters, `parts` norm partials and `rows` row losses. */
 export function adamwValues(n, tr, t, rows, parts) {
   return {
-    n, parts, clip: tr.gradClip, rows,
-    decay_factor: 1 - tr.lr * tr.weightDecay, beta1: tr.beta1, beta2: tr.beta2,
+    n, parts, clip: tr.gradClip, rows, beta1: tr.beta1, beta2: tr.beta2,
     one_minus_beta1: 1 - tr.beta1, one_minus_beta2: 1 - tr.beta2, eps: tr.eps, ...adamwStepValues(tr, t),
   };
 }
 
 /**
  * The uniforms of AdamW that change with step t, into `into` (a step reuses one object): the bias
- * corrections, in binary64 as PyTorch computes them.
+ * corrections, in binary64 as PyTorch computes them, and the two that hold the learning rate `lr`
+ * (tr.lr unless a schedule gives this step another: lr_schedule.js).
  */
-export function adamwStepValues(tr, t, into = {}) {
-  into.step_size = tr.lr / (1 - tr.beta1 ** t);
+export function adamwStepValues(tr, t, into = {}, lr = tr.lr) {
+  into.decay_factor = 1 - lr * tr.weightDecay;
+  into.step_size = lr / (1 - tr.beta1 ** t);
   into.bc2_sqrt = Math.sqrt(1 - tr.beta2 ** t);
   return into;
 }

@@ -13,8 +13,9 @@ import { isSoftwareAdapter } from "./software_adapter.js";
 import { bufferBytes, createActivations, listActivations, mapForReading, qkvViews, slotFloats } from "./buffers.js";
 import { decoderUniformBytes, listDecoderBuffers } from "./decoder.js";
 import { checkConfig } from "./config_rules.js";
+import { LoRA, listLoRABuffers, loraUniformBytes } from "./lora.js";
 
-const LOSS_RING = 8;
+export const LOSS_RING = 8;
 const U = () => GPUBufferUsage;
 
 /** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows, `batches` of them in one dispatch. */
@@ -37,7 +38,7 @@ const GROUPED_SPLIT_SUMS_FLOATS = 10 * 2 ** 20;
 // one's pairs are slower than their products apart (a pair takes 256-invocation tiles only, and two
 // products' registers). Past it, a Linear pairs only where both its products' own tiles pair as they
 // are (fc_in and fc_out from xl on, 64×64w), which still pays (see docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §16).
-const PAIRED_MAX_OUTPUTS = 500_000;
+export const PAIRED_MAX_OUTPUTS = 500_000;
 
 // Past PAIRED_MAX_OUTPUTS, a pair whose weight gradient must take its own tile's twin (the same tile
 // with K sliced into another number of groups, for the input gradient's invocation count) loses
@@ -125,7 +126,7 @@ function deferredLayout({ nLayer: L, dModel: C }, rows) {
  * prologue), and the input gradients of fc_in and of q/k/v where a Linear's backward products are
  * not all paired; sized for the biggest of them at `rows` rows (generation's prefill has fewer).
  */
-function summedSlabFloats({ dModel: C }, rows) {
+export function summedSlabFloats({ dModel: C }, rows) {
   const forward = rows * C > LAYERNORM_PROLOGUE_MAX_ACTIVATIONS, backward = rows * 4 * C > PAIRED_MAX_OUTPUTS;
   const slabs = (on, K) => {
     const { splits } = chooseSummedSplits("forward", rows, C, K);
@@ -228,10 +229,10 @@ function formatBytes(n) {
 
 /**
  * Null when a Trainer for `config` (and a Decoder on it) fits a device (or adapter) with these limits, else a sentence
- * naming the limit it exceeds. Limits the object lacks are not checked.
+ * naming the limit it exceeds. Limits the object lacks are not checked. options: Trainer.requirements' ({lora}: a LoRA trainer's).
  */
-export function checkLimits(config, limits) {
-  const need = Trainer.requirements(config);
+export function checkLimits(config, limits, options = {}) {
+  const need = Trainer.requirements(config, options);
   const sizes = [[need.largestBinding, need.largestBindingLabel, "maxStorageBufferBindingSize"], [need.largestBuffer, need.largestBufferLabel, "maxBufferSize"]];
   for (const [bytes, label, name] of sizes) {
     if (limits[name] !== undefined && bytes > limits[name]) {
@@ -252,14 +253,22 @@ export class Trainer {
   /**
    * What a Trainer for `config` and a Decoder on it need of a device, before creating one: totalBytes
    * (every buffer, plan uniforms bounded), largestBuffer and largestBinding in bytes with their buffers' labels,
-   * and the list of buffers. deferWeightGrads: as the constructor's option.
+   * and the list of buffers. deferWeightGrads, lora: as the constructor's options (lora: a LoRA trainer's
+   * buffers, lora.js listLoRABuffers: the base's weights, no gradients or moments of its own).
    */
-  static requirements(config, { deferWeightGrads = undefined } = {}) {
+  static requirements(config, { deferWeightGrads = undefined, lora = null } = {}) {
     checkModel(config);
-    const buffers = trainerBuffers(config, deferWeightGrads);
+    let buffers;
+    if (lora) {
+      buffers = [];
+      listLoRABuffers(config, lora, (label, bytes, storage = true) => buffers.push({ label, bytes: bufferBytes(bytes), storage }));
+    } else {
+      buffers = trainerBuffers(config, deferWeightGrads);
+    }
     const largest = (list) => list.reduce((a, b) => (b.bytes > a.bytes ? b : a));
     const buffer = largest(buffers), binding = largest(buffers.filter((b) => b.storage));
-    const totalBytes = buffers.reduce((sum, b) => sum + b.bytes, 0) + uniformBytesBound(config.model.nLayer, config.model.ctx);
+    const { nLayer: L, ctx } = config.model;
+    const totalBytes = buffers.reduce((sum, b) => sum + b.bytes, 0) + (lora ? loraUniformBytes(L, ctx) : uniformBytesBound(L, ctx));
     return {
       totalBytes, largestBuffer: buffer.bytes, largestBufferLabel: buffer.label,
       largestBinding: binding.bytes, largestBindingLabel: binding.label, buffers,
@@ -276,9 +285,12 @@ export class Trainer {
    *   probeSubgroups() found on the device (subgroups.js), 1 (none) where it has not run
    *   deferWeightGrads: the Linears' weight gradients at the end of the backward, batched over the
    *   blocks; by default where that pays (defersWeightGradients)
+   *   lora: {rank, alpha, targets, seed}: LoRA fine-tuning (lora.js): `state` (or the init of `seed`) is
+   *   the frozen base, which gets no gradients, moments or decay mask; this.lora holds the adapters
+   *   (from their init stream: this.lora.importState for others), and step() trains them alone
    */
   constructor(device, config, { corpus = null, seed = config.training.seed, state = null, matmulTiles = undefined, subgroupWidth = undefined,
-    deferWeightGrads = undefined } = {}) {
+    deferWeightGrads = undefined, lora = null } = {}) {
     checkModel(config);
     this.device = device;
     this.cfg = config.model;
@@ -293,6 +305,7 @@ export class Trainer {
     this.P = last.offset + last.numel;
     this.stepCount = 0;
     this.batchesDrawn = 0;
+    this.lr = null; // the next steps' learning rate where a schedule sets one (null: config.training.lr)
     this.deferred = deferWeightGrads ?? defersWeightGradients(this.cfg, this.tr.batch * this.cfg.ctx);
     matmulTiles ??= isSoftwareAdapter(device.adapterInfo) ? "software" : "gpu";
     if (matmulTiles !== "gpu" && matmulTiles !== "software") throw new Error(`matmulTiles: "gpu" or "software", not ${matmulTiles}`);
@@ -302,19 +315,23 @@ export class Trainer {
 
     const P = this.P, store = U().STORAGE | U().COPY_SRC | U().COPY_DST;
     this.params = this.buffer("params", 4 * P, store);
-    this.grads = this.buffer("grads", 4 * P, store);
-    this.m = this.buffer("adam m", 4 * P, store);
-    this.v = this.buffer("adam v", 4 * P, store);
-    this.decay = this.buffer("decay mask", 4 * Math.ceil(P / 32), store);
-    const mask = new Uint32Array(Math.ceil(P / 32));
-    for (const e of this.entries) {
-      if (e.shape.length < 2) continue;
-      for (let i = e.offset; i < e.offset + e.numel; i++) mask[i >>> 5] |= 1 << (i & 31);
+    this.lora = lora ? new LoRA(this, lora, config.rules) : null; // its adapters instead of the base's optimizer
+    if (!this.lora) {
+      this.grads = this.buffer("grads", 4 * P, store);
+      this.m = this.buffer("adam m", 4 * P, store);
+      this.v = this.buffer("adam v", 4 * P, store);
+      this.decay = this.buffer("decay mask", 4 * Math.ceil(P / 32), store);
+      const mask = new Uint32Array(Math.ceil(P / 32));
+      for (const e of this.entries) {
+        if (e.shape.length < 2) continue;
+        for (let i = e.offset; i < e.offset + e.numel; i++) mask[i >>> 5] |= 1 << (i & 31);
+      }
+      device.queue.writeBuffer(this.decay, 0, mask);
     }
-    device.queue.writeBuffer(this.decay, 0, mask);
     if (state) this.importState(state);
     else this.loadWeights(initialWeights(this.cfg, seed, this.initStd));
-    this._buildTraining();
+    if (this.lora) this.lora.build();
+    else this._buildTraining();
   }
 
   /** Dispatches (each a dependent GPU launch) of one training step and of one eval batch. */
@@ -337,6 +354,7 @@ export class Trainer {
   loadWeights(weights) {
     if (weights.length !== this.P) throw new Error(`expected ${this.P} weights, got ${weights.length}`);
     this.device.queue.writeBuffer(this.params, 0, weights);
+    if (this.lora) return; // the frozen base has no moments
     const zeros = new Float32Array(this.P);
     this.device.queue.writeBuffer(this.m, 0, zeros);
     this.device.queue.writeBuffer(this.v, 0, zeros);
@@ -350,11 +368,14 @@ export class Trainer {
   /**
    * Forward pass of `rows` = B·T positions of activation set A at absolute positions past.. (past > 0
    * only with a KV cache: a Decoder's), the logits of the last logitRows rows. Training, evaluation, a
-   * Decoder's prefill and RecomputeDecoder record it.
+   * Decoder's prefill and RecomputeDecoder record it. params: the weights' buffer (a Decoder's may be
+   * another, lora.js samplingWeights); lora: a LoRA (lora.js) whose adapters the forward adds (from
+   * position 0 only), or null.
    */
-  recordForward(plan, A, { B, T, past, logitRows }) {
+  recordForward(plan, A, { B, T, past, logitRows, params = this.params, lora = null }) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
-    const o = this.offsets, P = this.params, rows = B * T;
+    const o = this.offsets, P = params, rows = B * T;
+    if (lora && past !== 0) throw new Error("recordForward: the adapters are added from position 0 only");
     const embedding = { T, past, tokens: A.tokens, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"] };
     // the A operand of the products that read LayerNorm `name` of x: x itself, normalised by their
     // prologue (which also stores the output and statistics for the backward), or that output, from
@@ -372,17 +393,21 @@ export class Trainer {
       unsummed = null;
       return { A: out };
     };
-    const fcOutSplit = prologue ? { splits: 1 } : chooseSummedSplits("forward", rows, C, 4 * C, ops.workgroupLimit);
+    // (an adapter on fc_out adds to its result before the LayerNorm reads it: no slabs left for it)
+    const fcOutSplit = prologue || lora?.adapts("fc_out") ? { splits: 1 } : chooseSummedSplits("forward", rows, C, 4 * C, ops.workgroupLimit);
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
       const ln1 = normalised(n + "ln1", A.res[l], a.ln1, a.ln1s);
       // q, k and v of row r at row past + r of their views (the KV cache's position, when decoding)
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, cOff: past * C, bias: P,
         biasOff: o[n + "attn.q_proj.bias"], batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
+      lora?.recordForward(plan, A, l, "qkv");
       ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
       ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
+      lora?.recordForward(plan, A, l, "o_proj");
       const ln2 = normalised(n + "ln2", a.res2, a.ln2, a.ln2s);
       ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, ...ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });
+      lora?.recordForward(plan, A, l, "fc_in");
       const fcOut = { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 };
       if (fcOutSplit.splits > 1) {
         unsummed = new SplitSums();
@@ -390,6 +415,7 @@ export class Trainer {
       } else {
         ops.matmul(plan, "forward", fcOut);
       }
+      lora?.recordForward(plan, A, l, "fc_out");
     }
     // logits = ln_f(x) · wteᵀ (tied head), for the last logitRows rows only when generating
     const first = rows - logitRows, lnf = normalised("ln_f", A.res[L], A.lnf, A.lnfs);
@@ -635,12 +661,13 @@ export class Trainer {
    * next step, and rejects if the device is lost before the loss is read back.
    */
   async step(batch = null) {
+    this.lora?.checkTrainable();
     const slot = this.ring[this.ringNext];
     if (slot.pending) await slot.pending; // at most LOSS_RING steps in flight
     const { x, y } = batch ?? this.nextBatch();
     this._uploadBatch(x, y);
     this.stepCount += 1;
-    this.trainPlan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues));
+    this.trainPlan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues, this.lr ?? this.tr.lr));
     const enc = this.device.createCommandEncoder({ label: "train step" });
     const pass = enc.beginComputePass();
     this.trainPlan.encode(pass);
@@ -740,8 +767,12 @@ export class Trainer {
   /** Current weights as one Float32Array in manifest order. */
   async weights() { return this._read(this.params, 4 * this.P); }
 
-  /** The .tinygpt state bytes (docs/format.md): i32 step | weights | AdamW m | AdamW v, little-endian. */
+  /**
+   * The .tinygpt state bytes (docs/format.md): i32 step | weights | AdamW m | AdamW v, little-endian.
+   * A LoRA trainer's: 4 + 4P bytes, the base's step and weights (merged while merged: lora.js).
+   */
   async exportState() {
+    if (this.lora) return this.lora.exportBaseState();
     for (const slot of this.ring) if (slot.pending) await slot.pending;
     const P = this.P, out = new Uint8Array(4 + 12 * P);
     new DataView(out.buffer).setInt32(0, this.stepCount, true);
@@ -752,7 +783,10 @@ export class Trainer {
     return out;
   }
 
-  /** Loads state bytes of exactly 4 + 4P (weights only: fresh moments) or 4 + 12P bytes. */
+  /**
+   * Loads state bytes of exactly 4 + 4P (weights only: fresh moments) or 4 + 12P bytes. A LoRA
+   * trainer takes either and keeps the base's step and weights alone (its adapters stay, unmerged).
+   */
   importState(bytes) {
     const u8 = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
     const P = this.P;
@@ -767,6 +801,10 @@ export class Trainer {
       if (!Number.isFinite(floats[i])) throw new Error(`state holds a non-finite value at float ${i}`);
     }
     this.loadWeights(floats.subarray(0, P));
+    if (this.lora) {
+      this.lora.baseImported(step);
+      return;
+    }
     if (u8.length === 4 + 12 * P) {
       this.device.queue.writeBuffer(this.m, 0, floats.subarray(P, 2 * P));
       this.device.queue.writeBuffer(this.v, 0, floats.subarray(2 * P, 3 * P));
@@ -776,6 +814,7 @@ export class Trainer {
 
   /** Frees the GPU objects. Destroy a Decoder on this trainer first (Decoder.destroy). */
   destroy() {
+    this.lora?.destroy();
     for (const p of [this.trainPlan, this.evalPlan]) if (p) p.destroy();
     for (const b of this.buffers) b.destroy();
     this.buffers = [];

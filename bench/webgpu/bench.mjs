@@ -1,7 +1,11 @@
 // Real-GPU benchmark of the WGSL trainer under Node (npm `webgpu`, Dawn on Vulkan):
 //   node bench/webgpu/bench.mjs [--presets small,medium,...] [--steps N] [--warmup N] [--blocks N] [--sizes 1024,2048,4096]
 //                               [--clocks-ms 300] [--page-loop STEPS] [--profile 1] [--out FILE] [--adapter-only 1]
+//                               [--lora default|RANK,ALPHA,TARGET+TARGET...]
 // --page-loop: also STEPS steps a round in the page's own training loop (time_trainer.js timePageLoop).
+// --lora: after each preset's full step, a LoRA fine-tune's step of the same model (webgpu/lora.js) timed the same
+// way in the same process, and its time over the full step's ("lora" in the JSON; issue 60 asks ≤ 0.7x at large).
+// "default": presets.json's "lora" (rank, alpha, targets; its lr and weightDecay for the fine-tune's AdamW).
 // Writes one JSON object (to FILE, else stdout — where Dawn's shader-compiler warnings also land): adapter, per-preset ms/step and tokens/s (one submit per step, the loss
 // read back through the ring without stalling, waited for without busy-waiting: replay.mjs runSteps), and matmul GFLOP/s (checked against float64 sums).
 // Never run this on a software adapter and call it a speed: --adapter-only 1 prints only the adapter (so a caller,
@@ -36,7 +40,17 @@ if (args["adapter-only"]) {
   device.destroy();
   process.exit(0);
 }
-const out = { adapter, subgroups, presets: [], matmul: [] };
+const out = { adapter, subgroups, presets: [], matmul: [], ...(args.lora ? { lora: [] } : {}) };
+// --lora: the fine-tune's settings and its config (presets.json's "lora" lr and weightDecay over the preset's training)
+const lora = args.lora ? loraSettings(args.lora) : null;
+function loraSettings(spec) {
+  const d = presets.lora;
+  if (spec === "default") return { rank: d.rank, alpha: d.alpha, targets: d.targets };
+  const [rank, alpha, targets] = spec.split(",");
+  if (!targets) throw new Error(`--lora ${spec}: "default" or RANK,ALPHA,TARGET+TARGET...`);
+  return { rank: Number(rank), alpha: Number(alpha), targets: targets.split("+") };
+}
+const loraConfig = (config) => ({ ...config, training: { ...config.training, lr: presets.lora.lr, weightDecay: presets.lora.weightDecay } });
 console.error(`subgroups: ${subgroups.reason}`);
 const ops = new Ops(device);
 
@@ -47,6 +61,15 @@ for (const name of presetNames) {
   console.error(describeEntry(entry));
   if (args.profile) entry.profile = await profile(trainer, name);
   trainer.destroy();
+  if (lora) {
+    const { entry: e } = await timeTrainer(device, ops, name, loraConfig(configFromPresets(presets, name)), corpus,
+      { steps, warmup, blocks, clocksMs, trainerOptions: { lora } });
+    Object.assign(e, { lora, fullMsPerStep: entry.msPerStep, overFull: e.msPerStep / entry.msPerStep,
+      medianBlockOverFull: e.medianBlockMs / entry.medianBlockMs });
+    out.lora.push(e);
+    console.error(`  LoRA r=${lora.rank} alpha=${lora.alpha} on ${lora.targets.join(",")}: ${describeEntry(e)}; ` +
+      `${e.overFull.toFixed(3)}x the full step (median blocks ${e.medianBlockOverFull.toFixed(3)}x)`);
+  }
 }
 
 /**
@@ -106,10 +129,10 @@ async function profile(trainer, name) {
 // each matmul form (kernels/matmul.js MATMUL_FORMS), square n: GFLOP/s from back-to-back dispatches in one submit.
 // The clocks are raised right before each timing: filling the operands, the float64 spot checks and, on a
 // fresh machine, compiling each form's pipeline idle the GPU, and the first bench of a device call read
-// 7-12 TFLOP/s for 4096³ forms that read 32-35 a minute later (docs/performance.md §13, §14). The figure
+// 7-12 TFLOP/s for 4096³ forms that read 32-35 a minute later (docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §13, §14). The figure
 // is the median of MATMUL_ROUNDS such submits: timed once, one form of three read 45% of cuBLAS in some
 // calls where the same kernel read 74-79% in others, a ~35 ms timing being as long as a stall of the
-// Node binding's wait (docs/performance.md §29, §32).
+// Node binding's wait (docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §29, §32).
 const MATMUL_ROUNDS = 5;
 for (const n of sizes) {
   const S = GPUBufferUsage.STORAGE | GPUBufferUsage.COPY_DST | GPUBufferUsage.COPY_SRC;

@@ -4,6 +4,8 @@
 //   node bench/webgpu/dispatch_counts.mjs [preset,...|all] [storage buffers per shader stage, default 8]
 //                                         [bytes of workgroup memory, default 16384]
 //                                         [deferred weight gradients: on, off; default the trainer's rule]
+//                                         [LoRA: default or RANK,ALPHA,TARGET+TARGET; none by default]
+// With LoRA, each preset's counts are a fine-tune's (webgpu/lora.js): step, eval (with the adapters), decode.
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { recordingDevice, plansOnlyTrainer } from "./recording_device.js";
@@ -21,10 +23,13 @@ const limits = {
   ...(process.argv[4] ? { maxComputeWorkgroupStorageSize: Number(process.argv[4]) } : {}),
 };
 const deferWeightGrads = { on: true, off: false }[process.argv[5]];
+const loraSpec = process.argv[6];
+const lora = !loraSpec ? null : loraSpec === "default" ? { rank: presets.lora.rank, alpha: presets.lora.alpha, targets: presets.lora.targets }
+  : { rank: Number(loraSpec.split(",")[0]), alpha: Number(loraSpec.split(",")[1]), targets: loraSpec.split(",")[2].split("+") };
 const counts = {};
 for (const name of names) {
-  const trainer = plansOnlyTrainer(recordingDevice({ limits }).device, configFromPresets(presets, name), { deferWeightGrads });
-  const decoder = new Decoder(trainer);
+  const trainer = plansOnlyTrainer(recordingDevice({ limits }).device, configFromPresets(presets, name), { deferWeightGrads, lora });
+  const decoder = new Decoder(trainer, lora ? { params: trainer.lora.samplingWeights() } : {});
   counts[name] = { ...trainer.dispatches, ...decoder.dispatches };
   await decoder.destroy();
   trainer.destroy();

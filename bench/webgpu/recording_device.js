@@ -14,11 +14,11 @@ globalThis.GPUMapMode ??= { READ: 1, WRITE: 2 };
  * made: the plans depend on the config alone, and the largest preset's weights would take GiBs of
  * host memory. Its state is a truthy stand-in that importState ignores.
  */
-export function plansOnlyTrainer(device, config, { subgroupWidth, deferWeightGrads } = {}) {
+export function plansOnlyTrainer(device, config, { subgroupWidth, deferWeightGrads, lora = null } = {}) {
   class PlansOnly extends Trainer {
     importState() {}
   }
-  return new PlansOnly(device, config, { state: new Uint8Array(0), subgroupWidth, deferWeightGrads });
+  return new PlansOnly(device, config, { state: new Uint8Array(0), subgroupWidth, deferWeightGrads, lora });
 }
 
 /**

@@ -125,7 +125,8 @@ def test_stop_on_webgpu_mid_run_settles_the_queued_steps(server_url, page, tmp_p
     print(f"\n{text}\nthe file: step {saved.step}, {len(history)} losses, the last {history[-1]}")
     assert saved.step == step and [s for s, _ in history] == list(range(1, step + 1))
     assert [loss for _, loss in history] == shown[1:step + 1] and all(x is None for x in shown[step + 1:])
-    table = page.locator("#checkpoints").inner_text()  # the save at Stop: its step and its last loss
-    assert f"\t{step} of 100000\t{history[-1][1]:.4f}\t" in table, table
+    # the save at Stop: its step and its last loss, in the row of this run (a table row or, narrow, a card)
+    cells = page.locator(f"#checkpoints tbody tr[data-id='{saved.header['run']['id']}'] td").all_inner_texts()
+    assert cells[3:5] == [f"{step} of 100000", f"{history[-1][1]:.4f}"], cells  # select, model, corpus, step, loss
     screenshot(page, "backends_webgpu_stopped")
     assert page.errors == []

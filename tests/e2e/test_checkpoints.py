@@ -41,21 +41,23 @@ def test_refresh_at_random_moments_then_resume_is_exact(server_url, page):
     assert len(reference) == STEPS + 1
     worst = 0.0
     for i in range(REFRESHES):
+        previous = page.evaluate("window.playground.loaded?.id ?? null")  # the new run is another one
         fill_training(page, "tiny", STEPS, seed=SEED, save_every=1)
         press_train(page, "new")
-        run_id = page.evaluate("new Promise((ok) => { const t = setInterval(() => { "
+        run_id = page.evaluate("(previous) => new Promise((ok) => { const t = setInterval(() => { "
                                "const l = window.playground.loaded; "
-                               "if (l && l.source === 'new' && window.playground.lastSaved?.id === l.id) { "
-                               "clearInterval(t); ok(l.id); } }, 5); })")
+                               "if (l && l.id !== previous && l.source === 'new' && "
+                               "window.playground.lastSaved?.id === l.id) { "
+                               "clearInterval(t); ok(l.id); } }, 5); })", previous)
         page.wait_for_timeout(rng.uniform(0, 2500))
         page.reload()
         open_playground(page, server_url)
         wait_for_rows(page)
         row = page.locator(f"#checkpoints tbody tr[data-id='{run_id}']")
-        saved_step = int(row.locator("td").nth(1).inner_text().split()[0])
+        saved_step = int(row.locator("td").nth(3).inner_text().split()[0])  # select, model, corpus, step
         row.locator("button[name=resume]").click()
         page.wait_for_function(f"window.playground.loaded?.id === '{run_id}'")
-        resumed_at = page.evaluate("window.playground.loaded.step")
+        resumed_at = page.evaluate("window.playground.loaded.openedAtStep")  # .step moves on with the run
         assert resumed_at == saved_step
         page.wait_for_function(f"window.playground.losses.length > {min(resumed_at + 20, STEPS)}")
         got = losses(page)
@@ -90,26 +92,29 @@ def test_bad_uploads_are_refused_and_the_saved_model_still_resumes(server_url, p
     wrong_version = bytearray(raw)
     wrong_version[4] = 3
     cases = {
-        "truncated": (raw[: 12 + n + 1000], "truncated"),
+        "truncated": (raw[: 12 + n + 1000], "cut short"),
         "state-crc": (bytes(flipped), "state CRC32 mismatch"),
         "header-crc": (bytes(header_flipped), "header"),
-        "version": (bytes(wrong_version), "unknown .tinygpt version 3"),
-        "not-a-model": (b"\x89PNG\r\n\x1a\n" + bytes(200), "not a .tinygpt file"),
-        "empty": (b"", "truncated"),
+        "version": (bytes(wrong_version), "version 3, which this page cannot read"),
+        "not-a-model": (b"\x89PNG\r\n\x1a\n" + bytes(200), "not a TinyGPT model file"),
+        "empty": (b"", "cut short"),
     }
+    run_status = page.locator("#status").inner_text()
     for name, (data, phrase) in cases.items():
         path = tmp_path / f"{name}.tinygpt"
         path.write_bytes(data)
         page.set_input_files("#upload", str(path))
-        page.wait_for_function("document.getElementById('status').classList.contains('error')")
-        message = page.locator("#status").inner_text()
+        # said beside the upload control, in plain words; the Train status line still speaks of the run
+        page.wait_for_function("document.getElementById('upload-error').textContent !== ''")
+        message = page.locator("#upload-error").inner_text()
         print(f"{name}: {message}")
-        assert message.startswith("That file was not loaded") and phrase in message, message
+        assert message.startswith(f"{name}.tinygpt was not loaded: ") and phrase in message, message
+        assert "b'" not in message and page.locator("#status").inner_text() == run_status
         assert page.evaluate("window.playground.loaded.id") == loaded_id  # the model in memory is untouched
-        page.evaluate("document.getElementById('status').classList.remove('error')")
+        page.evaluate("document.getElementById('upload-error').textContent = ''")
     rows_before = page.locator("#checkpoints tbody tr").count()
-    page.locator(f"#checkpoints tbody tr[data-id='{loaded_id}'] button[name=resume]").click()
-    page.wait_for_function("/^(Loaded|Finished)/.test(document.getElementById('status').textContent)")
+    page.locator(f"#checkpoints tbody tr[data-id='{loaded_id}'] button[name=open]").click()  # a finished model: Open
+    page.wait_for_function("/^Loaded tiny at step 30 /.test(document.getElementById('status').textContent)")
     assert page.evaluate("window.playground.loaded.step") == 30
     assert page.locator("#checkpoints tbody tr").count() == rows_before
     screenshot(page, "checkpoints_bad_uploads")

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from e2e.page_actions import open_playground, press_train, screenshot, status, train
+from e2e.page_actions import open_playground, screenshot, status, train
 from python_ref.data import Corpus, CorpusError
 from support.hf_rows_stand_in import stories_bytes
 
@@ -39,7 +39,7 @@ def test_pasted_text_trains_and_its_split_is_shown(server_url, page):
     assert identity == {"name": "pasted text", "bytes": n, "sha256": hashlib.sha256(text.encode()).hexdigest()}
     assert status(page).startswith("Finished: step 20/20")
     page.wait_for_function("window.playground.saved.length > 0")
-    assert page.evaluate("window.playground.saved[0].corpus") == "pasted text"
+    assert page.evaluate("window.playground.saved[0].corpus.name") == "pasted text"  # the row keeps the identity
     assert page.errors == []
 
 
@@ -196,12 +196,11 @@ def test_corpora_that_cannot_train_are_refused_and_nothing_is_lost(server_url, p
                          (short.decode(), 'The corpus "pasted text" has 300 bytes: too short for a context of 32'),
                          ("a" * 5000, "is one byte repeated (5,000 × 0x61 'a'): there is nothing to learn from it")]:
         page.fill("#corpus-text", text)
-        page.click("#start")
-        page.click("#new-model")
+        page.click("#start")  # refused before the continue-or-new question is asked
         page.wait_for_function("document.getElementById('train-errors').textContent !== ''")
         message = page.locator("#train-errors").inner_text()
         print(f"\n{message}")
-        assert phrase in message
+        assert phrase in message and not page.evaluate("document.getElementById('continue-dialog').open")
         assert page.evaluate("window.playground.loaded.id") == loaded and status(page).startswith("Finished")
         page.evaluate("document.getElementById('train-errors').textContent = ''")
     # the page's sizes are python_ref's: the same numbers in both refusals of a too-short corpus
@@ -223,9 +222,10 @@ def test_corpora_that_cannot_train_are_refused_and_nothing_is_lost(server_url, p
     refused_in = time.monotonic() - t0
     print(f"{corpus_info(page)} ({refused_in * 1000:.0f} ms)")
     assert "up to 256.0 MB" in corpus_info(page) and refused_in < 5
-    press_train(page, "new")
+    page.click("#start")
     page.wait_for_function("document.getElementById('train-errors').textContent !== ''")
     assert page.locator("#train-errors").inner_text().startswith("huge.txt is 2.00 GB")
+    assert not page.evaluate("document.getElementById('continue-dialog').open")
     assert page.evaluate("window.playground.loaded.id") == loaded
     assert page.evaluate("window.playground.saved.length") == saved
     screenshot(page, "corpus_refused")

@@ -134,6 +134,7 @@ def test_a_model_trained_on_another_corpus_says_so(server_url, page, tmp_path):
     page.wait_for_function("window.playground.loaded?.source === 'upload'")
     text = page.locator("#notice").inner_text()
     print("\n" + text)
-    assert "trained on fox.txt (18000 bytes" in text and "continues on tinyshakespeare.txt" in text
+    assert "trained on fox.txt (18000 bytes" in text and "measured on tinyshakespeare.txt" in text
+    assert "Train will ask which corpus it continues on" in text
     screenshot(page, "files_other_corpus")
     assert page.errors == []

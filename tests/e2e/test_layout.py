@@ -8,7 +8,7 @@ from e2e.page_actions import open_playground, screenshot, train, watched
 
 OVERFLOWING = """() => [...document.querySelectorAll('body *')].filter((e) => {
   const r = e.getBoundingClientRect();
-  return r.width > 0 && r.right > document.documentElement.clientWidth + 0.5 && !e.closest('.table-scroll');
+  return r.width > 0 && r.right > document.documentElement.clientWidth + 0.5;
 }).map((e) => e.id || e.tagName)"""
 
 

@@ -338,7 +338,9 @@ def test_lr_schedule_and_refusals():
     assert RunOptions().lr_multiplier(7, 10) == 1.0 and RunOptions().recorded() == {}
     # A resumed run keeps its recorded schedule unless told otherwise.
     assert RunOptions.given({"lrSchedule": "cosine", "warmupSteps": 3, "batch": 16}, gradAccum=None).warmupSteps == 3
-    with pytest.raises(ConfigError, match="CUDA autocast only"):
-        RunOptions(bf16=True).autocast(torch.device("cpu"))
+    with pytest.raises(ConfigError, match="autocast on CUDA or the CPU"):
+        RunOptions(precision="bf16").autocast(torch.device("mps"))
+    with pytest.raises(ConfigError, match="unknown --precision"):
+        RunOptions(precision="fp8")
     with pytest.raises(ConfigError, match="unknown --lr-schedule"):
         RunOptions(lrSchedule="linear")

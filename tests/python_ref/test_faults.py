@@ -103,7 +103,7 @@ def test_no_silent_destruction(tmp_path, checkpoint):
 
 @pytest.mark.parametrize("argv,fragment", [
     (["--save-every", "-1"], "--save-every must be >= 0"),
-    (["--bf16", "--device", "cpu"], "--bf16 is CUDA autocast only"),
+    (["--bf16", "--precision", "fp16"], "--bf16 and --precision fp16 disagree"),
     (["--dist-timeout", "0"], "--dist-timeout must be a positive number"),
     (["--dist-timeout", "-5"], "--dist-timeout must be a positive number"),
     (["--save-every", "5"], "--save-every needs --out"),

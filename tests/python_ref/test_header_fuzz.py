@@ -33,7 +33,7 @@ def full_header() -> tuple[dict, bytes]:
     header, state = split_file(valid_file())
     corpus = Corpus.from_file(DEFAULT_CORPUS).identity()
     training = {**train_config("tiny").to_json(), "seed": 1, "worldSize": 1, "rankBatch": 16, "lrSchedule": "cosine",
-                "warmupSteps": 2}
+                "warmupSteps": 2, "precision": "fp32"}
     header.update(preset=None, training=training, dataState={"seed": 1, "batchesDrawn": 3}, corpus=corpus,
                   corpora=[dict(corpus, fromStep=0, toStep=3)], lossHistory=[[1, 5.5], [3, 5.25]],
                   valHistory=[[3, 5.3]], finalLoss=5.25, bestVal=5.3, sample="hi",

@@ -256,10 +256,12 @@ def test_the_generated_header_is_the_rules_of_presets_json():
 
 
 def test_page_fields_stay_inside_the_levels_rules():
-    """A page field narrows the rule of the field it feeds (steps, temperature, maxNewTokens), never widens it."""
+    """A page field narrows the rule of the field it feeds (steps, temperature, maxNewTokens, and the training form's
+    lr, batch and weightDecay), never widens it."""
     r = rules()
     feeds = {"steps": ("training", "steps"), "temperature": ("sampling", "temperature"),
-             "maxNewTokens": ("sampling", "maxNewTokens")}
+             "maxNewTokens": ("sampling", "maxNewTokens"), "lr": ("training", "lr"), "batch": ("training", "batch"),
+             "weightDecay": ("training", "weightDecay")}
     for name, rule in r["page"].items():
         if name not in feeds:
             continue

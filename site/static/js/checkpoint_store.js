@@ -5,12 +5,40 @@
 //   3. only then are the run's older files removed.
 // A file cut short by a crash fails step 2 or the listing's length check and is never offered; the
 // previous file of that run is still there. Runs only in a dedicated Worker (sync access handles).
-import { readHeader, readTinyGPT, TinyGPTFileError } from "./tinygpt_file.js";
+//
+// A deleted run leaves a tombstone, `<runId>.deleted`: a save of that run that comes late (from this tab
+// or another, which may still hold the model in memory) is refused, so a deleted row is never re-created.
+// A rename rewrites the run's newest file under `<file>.renaming` and moves it into place (a crash in
+// between is repaired by the next listing). Which tab may write a run is decided by Web Locks in the
+// worker (model_locks.js), not here.
+import { readHeader, readTinyGPT, writeTinyGPT, crc32, TinyGPTFileError } from "./tinygpt_file.js";
 import { SECURE_CONTEXT_NEEDED } from "./wasm_loader.js";
 
 const DIR = "checkpoints";
 const NAME = /^([0-9a-z]+)-(\d{10})\.tinygpt$/;
+const RENAMING = /^([0-9a-z]+-\d{10}\.tinygpt)\.renaming$/;
 const MiB = 1024 * 1024;
+const WRITE_CHUNK = 8 * MiB;  // a save reports its progress after each chunk
+const tombstone = (runId) => `${runId}.deleted`;
+
+/** A save or rename of a run that was deleted (in this tab or another). */
+export class DeletedModelError extends Error {
+  constructor(runId) {
+    super("this model was deleted from Saved models (in this tab or another), so it is not saved again: " +
+      "download it to keep it");
+    this.name = "DeletedModelError";
+    this.runId = runId;
+  }
+}
+
+const hex8 = (x) => x.toString(16).padStart(8, "0");
+/** The state bytes of a whole .tinygpt file (after its 12-byte prefix and header). */
+const stateOf = (bytes) => bytes.subarray(12 + new DataView(bytes.buffer, bytes.byteOffset, 12).getUint32(8, true));
+const sameBytes = (a, b) => {
+  if (a.length !== b.length) return false;
+  for (let i = 0; i < a.length; i++) if (a[i] !== b[i]) return false;
+  return true;
+};
 
 export const fileName = (runId, step) => `${runId}-${String(step).padStart(10, "0")}.tinygpt`;
 
@@ -50,6 +78,29 @@ class CheckpointStore {
     return files;
   }
 
+  async _exists(name) {
+    try {
+      await this.dir.getFileHandle(name);
+      return true;
+    } catch (e) {
+      if (e.name === "NotFoundError" || e.name === "TypeMismatchError") return false;
+      throw e;
+    }
+  }
+
+  /** Whether `runId` was deleted: its saves are refused from then on. */
+  isDeleted(runId) { return this._exists(tombstone(runId)); }
+
+  /** A rename cut short by a crash: its new file moved into place if the old one is gone, else dropped. */
+  async _repairRenames() {
+    for await (const [name, handle] of this.dir.entries()) {
+      const m = RENAMING.exec(name);
+      if (!m || handle.kind !== "file") continue;
+      if (await this._exists(m[1])) await this.dir.removeEntry(name).catch(() => {});
+      else await handle.move(m[1]).catch(() => {});
+    }
+  }
+
   /** The header of a checkpoint file if its header and length are sound, else null. */
   async _peek(file) {
     try {
@@ -66,6 +117,7 @@ class CheckpointStore {
 
   /** The newest sound checkpoint of every run, newest first: [{id, file, header, size}]. */
   async list() {
+    await this._repairRenames();
     const byRun = new Map();
     for (const f of await this._files()) byRun.set(f.runId, [...(byRun.get(f.runId) ?? []), f]);
     const items = [];
@@ -90,11 +142,18 @@ class CheckpointStore {
   }
 
   /** The newest checkpoint of a run that verifies in full: {bytes, parsed} (parsed = readTinyGPT's). */
-  async read(runId) {
+  async read(runId, tries = 3) {
     const files = (await this._files()).filter((f) => f.runId === runId).sort((a, b) => b.step - a.step);
     let problem = null;
     for (const f of files) {
-      const { bytes } = await readBytes(f.handle);
+      let bytes;
+      try {
+        ({ bytes } = await readBytes(f.handle));
+      } catch (e) {
+        // another tab's save removed this file meanwhile (its newer one is there now): list again
+        if (e.name === "NotFoundError" && tries > 1) return this.read(runId, tries - 1);
+        throw e;
+      }
       try {
         return { bytes, parsed: readTinyGPT(bytes) };
       } catch (e) {
@@ -105,8 +164,12 @@ class CheckpointStore {
     throw new Error(problem ? `no readable checkpoint of this run (${problem})` : "this checkpoint no longer exists");
   }
 
-  /** Writes, verifies and makes current a checkpoint of `runId` at `step`; the run's older files go last. */
-  async save(runId, step, bytes) {
+  /**
+   * Writes, verifies and makes current a checkpoint of `runId` at `step`; the run's older files go last.
+   * onProgress({phase: "writing" | "verifying", done, total}) follows it (bytes written so far).
+   */
+  async save(runId, step, bytes, onProgress = () => {}) {
+    if (await this.isDeleted(runId)) throw new DeletedModelError(runId);
     const estimate = await navigator.storage.estimate?.();
     if (estimate && estimate.quota - estimate.usage < bytes.length) {
       throw new Error(`the checkpoint needs ${(bytes.length / MiB).toFixed(1)} MiB but this site's storage has ` +
@@ -120,11 +183,15 @@ class CheckpointStore {
       try {
         access.truncate(0);
         let at = 0;
-        while (at < bytes.length) at += access.write(bytes.subarray(at), { at });
+        while (at < bytes.length) {
+          at += access.write(bytes.subarray(at, Math.min(at + WRITE_CHUNK, bytes.length)), { at });
+          onProgress({ phase: "writing", done: at, total: bytes.length });
+        }
         access.flush();
       } finally {
         access.close();
       }
+      onProgress({ phase: "verifying", done: bytes.length, total: bytes.length });
       const { bytes: back } = await readBytes(handle);
       readTinyGPT(back);  // throws if what landed on disk is not what a reader accepts
     } catch (e) {
@@ -137,7 +204,53 @@ class CheckpointStore {
     }
   }
 
+  /** Deletes every file of a run, after leaving its tombstone (so no late save re-creates it). */
   async remove(runId) {
+    await this.dir.getFileHandle(tombstone(runId), { create: true });
     for (const f of await this._files()) if (f.runId === runId) await this.dir.removeEntry(f.name);
+  }
+
+  /**
+   * The run whose newest checkpoint holds exactly `state` (step, weights and moments, byte for byte), or
+   * null: saved rows are keyed by their content, so the same file uploaded twice, or the demo loaded
+   * twice, is one row. The header's stateCrc32 (and the step) pick the candidates; the bytes decide.
+   */
+  async findIdentical(state, step) {
+    const crc = hex8(crc32(state));
+    for (const item of await this.list()) {
+      if (item.header.stateCrc32 !== crc || Number(item.file.match(/-(\d+)\.tinygpt$/)[1]) !== step) continue;
+      const bytes = await this.dir.getFileHandle(item.file).then(readBytes).then((r) => r.bytes).catch(() => null);
+      if (bytes && sameBytes(stateOf(bytes), state)) return item.id;  // null: replaced meanwhile, so not this content
+    }
+    return null;
+  }
+
+  /** Gives the run's newest checkpoint a new `name` (its header's), rewriting the file; returns the new header. */
+  async rename(runId, name) {
+    if (await this.isDeleted(runId)) throw new DeletedModelError(runId);
+    const files = (await this._files()).filter((f) => f.runId === runId).sort((a, b) => b.step - a.step);
+    if (!files.length) throw new Error("this model is no longer saved");
+    const file = files[0];
+    const { bytes } = await readBytes(file.handle);
+    const parsed = readTinyGPT(bytes);
+    const header = { ...parsed.header, name };
+    delete header.headerCrc32;
+    delete header.stateCrc32;
+    const renamed = writeTinyGPT({ config: parsed.config, header, state: parsed.state });
+    const temp = `${file.name}.renaming`;
+    const handle = await this.dir.getFileHandle(temp, { create: true });
+    const access = await handle.createSyncAccessHandle();
+    try {
+      access.truncate(0);
+      let at = 0;
+      while (at < renamed.length) at += access.write(renamed.subarray(at), { at });
+      access.flush();
+    } finally {
+      access.close();
+    }
+    const landed = readTinyGPT((await readBytes(handle)).bytes);  // readable before the old file goes
+    await this.dir.removeEntry(file.name);
+    await handle.move(file.name);
+    return landed.header;
   }
 }

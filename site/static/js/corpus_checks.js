@@ -21,10 +21,22 @@ export function fileSizeProblem(name, bytes) {
     "(the whole corpus is kept in memory). Pick a smaller file or cut this one.";
 }
 
+/** " or the preset tiny (context 32)": the presets of `shorter` whose windows fit both splits, or "". */
+function smallerPresets(train, val, ctx, shorter) {
+  const fit = shorter.filter((p) => p.ctx < ctx && train > p.ctx && val > p.ctx).sort((a, b) => b.ctx - a.ctx);
+  if (!fit.length) return "";
+  const names = fit.map((p) => `${p.preset} (context ${p.ctx})`);
+  return ` or ${fit.length === 1 ? "the preset" : "one of the presets"} ${names.join(", ")}, which it can train`;
+}
+
 const byteName = (b) => `0x${b.toString(16).padStart(2, "0")}${b >= 0x20 && b < 0x7f ? ` '${String.fromCharCode(b)}'` : ""}`;
 
-/** A sentence saying why `bytes` cannot train a model of context `ctx`, or null when it can. */
-export function corpusProblem(bytes, name, { ctx, valFraction }) {
+/**
+ * A sentence saying why `bytes` cannot train a model of context `ctx`, or null when it can. `shorter`:
+ * the presets of a shorter context ([{preset, ctx}]); a corpus too short for `ctx` names those it can
+ * train, and suggests no smaller preset where there is none that would do.
+ */
+export function corpusProblem(bytes, name, { ctx, valFraction, shorter = [] }) {
   const n = bytes.length;
   const tooBig = fileSizeProblem(name, n);
   if (tooBig) return tooBig;
@@ -34,8 +46,8 @@ export function corpusProblem(bytes, name, { ctx, valFraction }) {
   if (train < need || val < need) {
     return `The corpus "${name}" has ${n.toLocaleString("en")} bytes: too short for a context of ${ctx} ` +
       `(the train split has ${train.toLocaleString("en")} and the validation split ${val.toLocaleString("en")} bytes; ` +
-      `each needs at least ${need}). Use a longer text (at least ${Math.ceil(need / valFraction).toLocaleString("en")} bytes) ` +
-      "or a smaller preset.";
+      `each needs at least ${need}). Use a longer text (at least ${Math.ceil(need / valFraction).toLocaleString("en")} bytes)` +
+      smallerPresets(train, val, ctx, shorter) + ".";
   }
   if (bytes.every((b) => b === bytes[0])) {
     return `The corpus "${name}" is one byte repeated (${n.toLocaleString("en")} × ${byteName(bytes[0])}): ` +

@@ -94,6 +94,24 @@ export class CorpusPicker {
     return { bytes, identity: { name, bytes: bytes.length, sha256: this.hashes.get(bytes) } };
   }
 
+  /**
+   * {bytes, identity} of a corpus this tab holds whose SHA-256 is `sha256` (the shipped one, the pasted
+   * text, the chosen file, fetched rows) and that can train `model`, or null: a model's own corpus, found
+   * without changing the choice.
+   */
+  async find(sha256, model = this.modelOf()) {
+    const held = [{ bytes: await this.shippedBytes().catch(() => null), name: SHIPPED_NAME }];
+    if ($("corpus-text").value) held.push({ bytes: new TextEncoder().encode($("corpus-text").value), name: "pasted text" });
+    if (this.file?.bytes) held.push(this.file);
+    if (this.hf) held.push(this.hf);
+    for (const { bytes, name } of held) {
+      if (!bytes || corpusProblem(bytes, name, model)) continue;
+      if (!this.hashes.has(bytes)) this.hashes.set(bytes, await sha256Hex(bytes));
+      if (this.hashes.get(bytes) === sha256) return { bytes, identity: { name, bytes: bytes.length, sha256 } };
+    }
+    return null;
+  }
+
   /** Rewrites the line under the picker: the corpus, its split for the chosen preset, or what is wrong. */
   async refresh() {
     const info = $("corpus-info");

@@ -8,8 +8,9 @@ import { checkFields, ConfigError, pyRepr } from "../../../webgpu/config_rules.j
 // Deeper nesting than this anywhere in a header is refused (no key of the format nests past 4).
 export const MAX_HEADER_DEPTH = 32;
 const SHA256_HEX = /^[0-9a-f]{64}$/;
-const RUN_OPTIONS = { worldSize: 1, rankBatch: 1, gradAccum: 1, warmupSteps: 0 };
+const RUN_OPTIONS = { worldSize: 1, rankBatch: 1, gradAccum: 1, warmupSteps: 0, cleanSteps: 0 };
 const LR_SCHEDULES = ["none", "cosine"];
+const PRECISIONS = ["fp32", "bf16", "fp16"];
 const FLAGS = ["bf16", "compile", "fsdp"];
 
 export class HeaderError extends Error {}
@@ -62,6 +63,12 @@ function checkTraining(training, rules) {
     if (Object.hasOwn(training, name) && !(isInt(training[name]) && training[name] >= low)) {
       throw new HeaderError(`header key 'training': ${name} must be an integer >= ${low}, got ${pyRepr(training[name])}`);
     }
+  }
+  if (Object.hasOwn(training, "precision") && !PRECISIONS.includes(training.precision)) {
+    throw new HeaderError(`header key 'training': precision must be one of ${PRECISIONS.join(", ")}, got ${pyRepr(training.precision)}`);
+  }
+  if (Object.hasOwn(training, "lossScale") && !(isNumber(training.lossScale) && training.lossScale > 0)) {
+    throw new HeaderError(`header key 'training': lossScale must be a finite number > 0, got ${pyRepr(training.lossScale)}`);
   }
   if (Object.hasOwn(training, "lrSchedule") && !LR_SCHEDULES.includes(training.lrSchedule)) {
     throw new HeaderError(`header key 'training': lrSchedule must be one of ${LR_SCHEDULES.join(", ")}, got ${pyRepr(training.lrSchedule)}`);

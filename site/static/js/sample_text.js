@@ -62,7 +62,11 @@ export function renderBytes(bytes, final = false) {
   return { pieces, rest: bytes.slice(i) };
 }
 
-/** Appends sampled bytes to an element as text and styled escapes. */
+/**
+ * Appends sampled bytes to an element as text and styled escapes. The element has a bounded height and
+ * scrolls (app.css): while the reader is at its end, the end stays in view as bytes arrive; a reader who
+ * scrolled up to read is left where they are.
+ */
 export class SampleView {
   constructor(element) {
     this.element = element;
@@ -90,6 +94,8 @@ export class SampleView {
       span.textContent = p.escape;
       fragment.append(span);
     }
-    this.element.append(fragment);
+    const e = this.element, atEnd = e.scrollHeight - e.scrollTop - e.clientHeight < 24;
+    e.append(fragment);
+    if (atEnd) e.scrollTop = e.scrollHeight;
   }
 }

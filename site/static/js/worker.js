@@ -4,12 +4,19 @@
 // streams samples as raw bytes (the page renders them: sample_text.js). The messages are in backend_protocol.md.
 // Training runs here in bursts and yields to the message queue between them, so Stop and Sample
 // are heard within a burst; generation yields between tokens, so its Stop is heard within one.
-import { openStore } from "./checkpoint_store.js";
-import { readTinyGPT, writeTinyGPT, writeCompactF16, paramCount } from "./tinygpt_file.js";
+// The worker owns "the model in this tab": one record (model_record.js) that every `loaded` and `model`
+// message carries, which the page draws every view from. Other tabs are met through model_locks.js: the
+// tab that trains a saved model holds its Web Lock, and every change to the saved models is broadcast.
+import { openStore, DeletedModelError } from "./checkpoint_store.js";
+import { readTinyGPT, writeTinyGPT, writeCompactF16, paramCount, TinyGPTFileError } from "./tinygpt_file.js";
 import { configFromPresets, configFromHeader } from "./model_config.js";
 import { yieldToMessages } from "./yield_to_messages.js";
 import { loadPresets } from "./presets.js";
 import { StepStream, burst, BURST_MS } from "./step_stream.js";
+import { corporaOf, extendCorpora, hyperOf, optimiserNote } from "./model_record.js";
+import { learningRateAt } from "./lr_schedule.js";
+import { lockedIds, modelsChannel, tabFeatures, tryLock } from "./model_locks.js";
+import { plainFileError } from "./file_errors.js";
 
 const PROBE_STEPS = 3;
 
@@ -19,7 +26,13 @@ const engineModules = {
 };
 
 let storeOpened = null;   // Promise of {store, reason}
-let current = null;       // {engine, backend, runId, preset, config, corpus, targetSteps, lossHistory, valHistory, lastSaved, source}
+// The model in memory: {engine, backend, runId (its saved row), name, preset, config, corpus (the engine's:
+// what it trains and evaluates on now), trainedCorpus (what it last trained on, the header's `corpus`),
+// corpora and segmentFrom (every corpus before the current stretch, and where that stretch began),
+// targetSteps, lossHistory, valHistory, lastSaved, source, openedAtStep, optimizerState, deleted, readOnly,
+// lock (the writer's lock while a run holds it), training}
+let current = null;
+const channel = modelsChannel();
 let stopRequested = false;
 let stopHeard = () => {};  // wakes a training loop that waits for the model while a sample holds it
 let fatal = null;         // the engine's death sentence (device lost): training stops at the next step
@@ -36,6 +49,15 @@ const exclusive = (fn) => {
 const post = (m, transfer = []) => postMessage(m, transfer);
 const phase = (name, text) => post({ type: "phase", phase: name, text });
 const store = () => (storeOpened ??= openStore());
+const MB = 1024 * 1024;
+const mb = (n) => `${(n / MB).toFixed(1)} MB`;
+
+/** A .tinygpt the page sent that cannot be read: the message is in plain words for the upload control. */
+class FileRefused extends Error {}
+
+/** Why a model cannot be written here: another tab holds its writer's lock. */
+const busyElsewhere = (name) => `"${name}" is training in another tab of this browser, which alone may write it: ` +
+  "it cannot be resumed, continued, renamed or deleted here until it stops there (you can open it here to sample)";
 
 /** The corpus of a message: {bytes: Uint8Array, identity: {name, bytes, sha256}}. */
 function corpusOf(msg) {
@@ -46,21 +68,44 @@ function corpusOf(msg) {
 
 const newRunId = () => Date.now().toString(36) + Math.random().toString(36).slice(2, 8);
 
-function summary(item) {
+function summary(item, locked) {
   const h = item.header;
   const lastLoss = h.lossHistory?.length ? h.lossHistory[h.lossHistory.length - 1][1] : null;
+  const step = Number(item.file.match(/-(\d+)\.tinygpt$/)[1]);
+  const vals = Array.isArray(h.valHistory) ? h.valHistory : [];
+  const best = vals.reduce((b, e) => (b === null || e[1] < b[1] ? e : b), null);
+  const here = current?.lock && current.runId === item.id;
   return {
     id: item.id, name: h.name ?? h.preset ?? "model", preset: h.preset ?? null,
-    step: Number(item.file.match(/-(\d+)\.tinygpt$/)[1]), targetSteps: h.training?.steps ?? null,
-    loss: h.finalLoss ?? lastLoss, valLoss: h.bestVal ?? null, savedAt: h.savedAt ?? null, bytes: item.size,
-    backend: h.run?.backend ?? null, corpus: h.corpus?.name ?? null,
+    shape: { nLayer: h.config.nLayer, nHead: h.config.nHead, dModel: h.config.dModel, ctx: h.config.ctx },
+    step, targetSteps: h.training?.steps ?? null,
+    loss: h.finalLoss ?? lastLoss, valLoss: h.bestVal ?? null, valStep: best ? best[0] : null, savedAt: h.savedAt ?? null,
+    bytes: item.size, backend: h.run?.backend ?? null, corpus: h.corpus ?? null, corpora: corporaOf(h, step),
+    busy: locked.has(item.id) ? (here ? "here" : "elsewhere") : null,
   };
 }
 
 async function listCheckpoints() {
   const { store: s } = await store();
-  post({ type: "checkpoints", items: s ? (await s.list()).map(summary) : [] });
+  const locked = await lockedIds();
+  post({ type: "checkpoints", items: s ? (await s.list()).map((it) => summary(it, locked)) : [] });
 }
+
+/** The saved models changed (here or in another tab): this tab's model learns whether its row went or was renamed. */
+async function savedModelsChanged(news = {}) {
+  const c = current;
+  const { store: s } = await store();
+  if (c && s && !c.deleted && c.lastSaved !== null && await s.isDeleted(c.runId)) {
+    c.deleted = true;
+    postRecord();
+  }
+  if (c && news.what === "renamed" && news.id === c.runId) {
+    c.name = news.name;
+    postRecord();
+  }
+  await listCheckpoints();
+}
+channel.onChange((news) => { savedModelsChanged(news).catch(() => {}); });
 
 /** Sends a sample in progress its cancellation and waits until it has let go of the model. */
 async function cancelSample() {
@@ -84,11 +129,30 @@ async function makeEngine(backend, config, { corpus, seed, state = null, dataSta
     } });
 }
 
+/** Every corpus the model in memory trained on, the stretch in progress included. */
+const corporaNow = (c = current) => extendCorpora(c.corpora, c.corpus, c.segmentFrom, c.engine.step);
+
+/** The record of the model in memory (model_record.js), as the page draws it. */
+function record() {
+  const c = current;
+  const { nLayer, nHead, dModel, ctx } = c.config.model;
+  return {
+    id: c.runId, name: c.name, preset: c.preset, shape: { nLayer, nHead, dModel, ctx }, paramCount: c.engine.paramCount,
+    backend: c.backend, description: c.engine.description, step: c.engine.step, openedAtStep: c.openedAtStep,
+    targetSteps: c.targetSteps, source: c.source, corpus: c.trainedCorpus, engineCorpus: c.corpus, corpora: corporaNow(),
+    hyper: hyperOf(c.config.training), optimizerState: c.optimizerState, savedStep: c.lastSaved, deleted: c.deleted,
+    readOnly: c.readOnly, training: c.training, tokensPerStep: c.config.training.batch * c.config.model.ctx,
+  };
+}
+
+/** The record again, after something the page shows changed (a save, a delete, a rename, a run's start or end). */
+function postRecord() {
+  if (current) post({ type: "model", record: record() });
+}
+
 function announce(notice = null) {
   const c = current;
-  post({ type: "loaded", backend: c.backend, description: c.engine.description, paramCount: c.engine.paramCount,
-    preset: c.preset, step: c.engine.step, targetSteps: c.targetSteps, source: c.source, id: c.runId, notice,
-    tokensPerStep: c.config.training.batch * c.config.model.ctx,
+  post({ type: "loaded", ...record(), description: c.engine.description, notice,
     lossHistory: c.lossHistory, valHistory: c.valHistory });
 }
 
@@ -99,40 +163,132 @@ async function checkpointBytes() {
   const state = await c.engine.exportState();
   const last = c.lossHistory[c.lossHistory.length - 1];
   const vals = c.valHistory.map(([, v]) => v);
+  const training = { ...c.config.training, steps: c.targetSteps };
+  const corpora = corporaNow();
   const header = {
-    name: c.name, preset: c.preset, training: { ...c.config.training, steps: c.targetSteps },
-    dataState: c.engine.dataState(), corpus: c.corpus, lossHistory: c.lossHistory, valHistory: c.valHistory,
+    name: c.name, preset: c.preset, training,
+    dataState: c.engine.dataState(), corpus: corpora.length ? corpusIdentity(corpora[corpora.length - 1]) : c.trainedCorpus ?? c.corpus,
+    corpora, lossHistory: c.lossHistory, valHistory: c.valHistory,
     finalLoss: last ? last[1] : null, bestVal: vals.length ? Math.min(...vals) : null,
     run: { id: c.runId, backend: c.backend, engine: c.engine.description },
   };
   return writeTinyGPT({ config: c.config.model, header, state });
 }
 
-/** Saves the model in memory to OPFS (if there is one and it changed since the last save). */
+const corpusIdentity = ({ name, bytes, sha256 }) => ({ name, bytes, sha256 });
+
+/**
+ * Saves the model in memory to OPFS (if there is one, it changed since the last save and its row was not
+ * deleted). Outside a run it takes the row's writer's lock itself; the phase says how far the save is.
+ */
 async function checkpoint() {
   const c = current;
   const { store: s } = await store();
-  if (!s || c.lastSaved === c.engine.step) return;
-  phase("saving", `Saving a checkpoint at step ${c.engine.step}…`);
+  if (!s || c.lastSaved === c.engine.step || c.deleted) return;
+  const step = c.engine.step;
+  const saying = c.stopping ? "Stopping: " : "";
+  phase("saving", `${saying}saving a checkpoint at step ${step}…`);
   const bytes = await checkpointBytes();
+  const progress = ({ phase: what, done, total }) => phase("saving", what === "writing"
+    ? `${saying}saving step ${step}: ${mb(done)} of ${mb(total)} written…`
+    : `${saying}saving step ${step}: checking the ${mb(total)} written…`);
+  const lock = c.lock ? null : await tryLock(c.runId);
   try {
-    await s.save(c.runId, c.engine.step, bytes);
-    c.lastSaved = c.engine.step;
-    post({ type: "saved", id: c.runId, step: c.engine.step, bytes: bytes.length });
+    if (!c.lock && !lock) throw new Error(`not saved: ${busyElsewhere(c.name)}`);
+    await s.save(c.runId, step, bytes, progress);
+    c.lastSaved = step;
+    post({ type: "saved", id: c.runId, step, bytes: bytes.length, at: Date.now() });
+    postRecord();
+    channel.post("saved");
   } catch (e) {
+    if (e instanceof DeletedModelError) {
+      c.deleted = true;
+      postRecord();
+    }
     post({ type: "notice", message: String(e.message) });
+  } finally {
+    lock?.release();
   }
+}
+
+/**
+ * The run's writer's lock on the model in memory, taken before its first step (refused with a sentence
+ * when another tab holds it). A saved row that another tab trained on since this tab loaded it is not
+ * written over: this run is saved as a new model.
+ */
+async function takeWriterLock() {
+  const c = current;
+  if (c.lock) return;
+  const { store: s } = await store();
+  if (s && c.lastSaved !== null && !c.deleted) {
+    const row = (await s.list()).find((it) => it.id === c.runId);
+    const rowStep = row ? Number(row.file.match(/-(\d+)\.tinygpt$/)[1]) : null;
+    if (rowStep !== null && rowStep !== c.lastSaved) {
+      const locked = await lockedIds();
+      if (locked.has(c.runId)) throw new Error(busyElsewhere(c.name));
+      c.runId = newRunId();
+      c.lastSaved = null;
+      post({ type: "notice", message: `Another tab trained the saved "${c.name}" on to step ${rowStep} since it was ` +
+        `loaded here at step ${c.engine.step}: this run is saved as a new model, and that one is left as it is.` });
+    }
+  }
+  const lock = await tryLock(c.runId);
+  if (!lock) throw new Error(busyElsewhere(c.name));
+  c.lock = lock;
+  c.readOnly = false;
+}
+
+function releaseWriterLock(c) {
+  c.lock?.release();
+  c.lock = null;
 }
 
 async function trainLoop(checkpointSeconds) {
   const c = current;
-  const evalEvery = c.config.training.evalEvery;
   stopRequested = false;
+  await takeWriterLock();
+  c.corpora = corporaNow();
+  c.segmentFrom = c.engine.step;
+  c.trainedCorpus = c.corpus;
+  c.training = true;
+  c.stopping = false;
+  postRecord();
+  channel.post("training");
+  if (c.deleted) {
+    post({ type: "notice", message: "This model was deleted from Saved models (in this tab or another), so this run is " +
+      "not saved: download it to keep it." });
+  }
+  try {
+    await trainSteps(c, checkpointSeconds);
+  } finally {
+    c.training = false;
+    c.stopping = false;
+    releaseWriterLock(c);
+    channel.post("trained");
+  }
+  if (c !== current) return;
+  postRecord();
+  phase("idle", "");
+  post({ type: "done", step: c.engine.step, targetSteps: c.targetSteps, stopped: c.engine.step < c.targetSteps });
+  await listCheckpoints();
+}
+
+async function trainSteps(c, checkpointSeconds) {
+  const evalEvery = c.config.training.evalEvery;
   phase("training", "Training…");
   let lastSave = performance.now();
   let last = performance.now();
+  // each step's learning rate from the schedule (lr_schedule.js), handed to the engine before the step
+  const training = c.config.training;
+  const stepper = {
+    get step() { return c.engine.step; },
+    trainStep: () => {
+      c.engine.setLearningRate(learningRateAt(c.engine.step, c.targetSteps, training));
+      return c.engine.trainStep();
+    },
+  };
   // steps stay queued from one burst to the next (step_stream.js); what needs every loss drains them
-  c.stream = new StepStream(c.engine, c.engine.stepsInFlight, (step, loss) => {
+  c.stream = new StepStream(stepper, c.engine.stepsInFlight, (step, loss) => {
     const now = performance.now();
     c.lossHistory.push([step, loss]);
     post({ type: "step", step, loss, ms: now - last });
@@ -171,41 +327,64 @@ async function trainLoop(checkpointSeconds) {
   await c.stream.drain();
   // Not behind the lock: a sample still running only reads the weights, as the export does.
   if (!fatal) await checkpoint();
-  phase("idle", "");
-  post({ type: "done", step: c.engine.step, targetSteps: c.targetSteps, stopped: c.engine.step < c.targetSteps });
 }
 
-async function train({ backend, preset, steps, seed, checkpointSeconds, ...msg }) {
+/** The training settings of a new run: the preset's, with the form's steps, seed and hyper-parameters. */
+function newRunTraining({ seed, steps, hyper = {} }) {
+  const training = { seed, steps };
+  for (const key of ["lr", "batch", "weightDecay", "warmupSteps", "lrSchedule"]) {
+    if (hyper[key] !== undefined && hyper[key] !== null) training[key] = hyper[key];
+  }
+  return training;
+}
+
+/** A new model of `preset`, or (preset null) of `shape`, the shape of a loaded model that is no preset's. */
+async function train({ backend, preset, shape = null, steps, seed, checkpointSeconds, hyper, ...msg }) {
   const corpus = corpusOf(msg);
   await cancelSample();
   const p = await loadPresets();
-  const config = configFromPresets(p, preset, { training: { seed, steps } });
-  phase("loading", `Creating the ${preset} model on ${backend === "webgpu" ? "WebGPU" : "WebAssembly"}…`);
+  const config = configFromPresets(p, preset ?? p.defaultPreset, { model: preset ? {} : shape, training: newRunTraining({ seed, steps, hyper }) });
+  config.training.warmupSteps ??= p.page.warmupSteps;
+  config.training.lrSchedule ??= p.page.lrSchedule;
+  const what = preset ?? `${shape.nLayer}-layer ${shape.dModel}-wide`;
+  phase("loading", `Creating the ${what} model on ${backend === "webgpu" ? "WebGPU" : "WebAssembly"}…`);
   await exclusive(release);
   const engine = await makeEngine(backend, config, { corpus: corpus.bytes, seed });
-  current = { engine, backend, runId: newRunId(), name: `${preset}, seed ${seed}`, preset, config, corpus: corpus.identity, targetSteps: steps,
-    lossHistory: [], valHistory: [], lastSaved: null, source: "new" };
+  current = { engine, backend, runId: newRunId(), name: `${what}, seed ${seed}`, preset: preset ?? null, config, corpus: corpus.identity,
+    trainedCorpus: null, corpora: [], segmentFrom: 0, targetSteps: steps, lossHistory: [], valHistory: [], lastSaved: null,
+    source: "new", openedAtStep: 0, optimizerState: true, deleted: false, readOnly: false, lock: null, training: false };
   announce();
   await trainLoop(checkpointSeconds);
 }
 
-async function continueTraining({ steps, checkpointSeconds }) {
+/** The engine of the model in memory trains and evaluates on `corpus` from now on. */
+async function switchCorpus(corpus) {
+  const c = current;
+  if (!corpus || corpus.identity.sha256 === c.corpus.sha256) return;
+  await exclusive(() => c.engine.setCorpus(corpus.bytes));
+  c.corpora = corporaNow();
+  c.segmentFrom = c.engine.step;
+  c.corpus = corpus.identity;
+}
+
+async function continueTraining({ steps, checkpointSeconds, ...msg }) {
   await cancelSample();
   if (!current) throw new Error("there is no model in memory to continue: train one or resume a saved one");
+  if (msg.corpus) await switchCorpus(corpusOf(msg));
   current.targetSteps = current.engine.step + steps;
   announce();
   await trainLoop(checkpointSeconds);
 }
 
 /** Builds the engine for a parsed .tinygpt; the model in memory is replaced only once that worked. */
-async function adopt(backend, parsed, { runId, source, name, corpus }) {
+async function adopt(backend, parsed, { runId, source, name, corpus, readOnly = false }) {
   const { header } = parsed;
   const { identity } = corpus;
-  let notice = null;
+  const notices = [];
   if (header.corpus?.sha256 && header.corpus.sha256 !== identity.sha256) {
-    notice = `This model was trained on ${header.corpus.name ?? "another corpus"} (${header.corpus.bytes ?? "?"} bytes, ` +
+    notices.push(`This model was trained on ${header.corpus.name ?? "another corpus"} (${header.corpus.bytes ?? "?"} bytes, ` +
       `sha256 ${String(header.corpus.sha256).slice(0, 12)}…), not on the chosen corpus ${identity.name}: ` +
-      `training continues on ${identity.name}, and its validation loss is measured there.`;
+      `its validation loss here is measured on ${identity.name}, and Train will ask which corpus it continues on.`);
   }
   const config = configFromHeader(header, await loadPresets());
   phase("loading", `Loading ${name} on ${backend === "webgpu" ? "WebGPU" : "WebAssembly"}…`);
@@ -213,30 +392,83 @@ async function adopt(backend, parsed, { runId, source, name, corpus }) {
   const engine = await makeEngine(backend, config, { corpus: corpus.bytes, seed: dataState.seed, state: parsed.state, dataState });
   await exclusive(release);
   current = { engine, backend, runId, name, preset: header.preset ?? null, config, corpus: identity,
-    targetSteps: Math.max(header.training?.steps ?? 0, parsed.step), lossHistory: header.lossHistory ?? [],
-    valHistory: header.valHistory ?? [], lastSaved: source === "saved" ? parsed.step : null, source };
+    trainedCorpus: header.corpus?.sha256 ? corpusIdentity(header.corpus) : null, corpora: corporaOf(header, parsed.step),
+    segmentFrom: parsed.step, targetSteps: Math.max(header.training?.steps ?? 0, parsed.step), lossHistory: header.lossHistory ?? [],
+    valHistory: header.valHistory ?? [], lastSaved: source === "saved" ? parsed.step : null, source, openedAtStep: parsed.step,
+    optimizerState: parsed.includesOptimizerState, deleted: false, readOnly, lock: null, training: false };
+  const note = optimiserNote(record());
+  if (note) notices.push(note);
+  const notice = notices.length ? notices.join(" ") : null;
   announce(notice);
+  return notice;
+}
+
+/** The newest checkpoint of saved model `id`: {parsed, name, busy (another tab trains it)}. */
+async function readSaved(id) {
+  const { store: s, reason } = await store();
+  if (!s) throw new Error(`there are no saved checkpoints: ${reason}`);
+  const { parsed } = await s.read(id);
+  return { parsed, name: parsed.header.name ?? parsed.header.preset ?? "model" };
 }
 
 async function resume({ backend, id, checkpointSeconds, ...msg }) {
   const corpus = corpusOf(msg);
   await cancelSample();
-  const { store: s, reason } = await store();
-  if (!s) throw new Error(`there are no saved checkpoints: ${reason}`);
-  const { parsed } = await s.read(id);
-  await adopt(backend, parsed, { runId: id, source: "saved", name: parsed.header.name ?? parsed.header.preset ?? "model", corpus });
+  const lock = await tryLock(id);  // one writer per saved model: refused at once when another tab trains it
+  if (!lock) {
+    const { name } = await readSaved(id).catch(() => ({ name: "this model" }));
+    throw new Error(busyElsewhere(name));
+  }
+  try {
+    const { parsed, name } = await readSaved(id);
+    await adopt(backend, parsed, { runId: id, source: "saved", name, corpus });
+  } catch (e) {
+    lock.release();
+    throw e;
+  }
+  current.lock = lock;
   phase("idle", "");
-  if (current.engine.step < current.targetSteps) await trainLoop(checkpointSeconds);
-  else post({ type: "done", step: current.engine.step, targetSteps: current.targetSteps, stopped: false });
+  await trainLoop(checkpointSeconds);
+}
+
+/** Saved model `id` in memory to sample, evaluate and look inside, without training it. */
+async function open({ backend, id, ...msg }) {
+  const corpus = corpusOf(msg);
+  await cancelSample();
+  const { parsed, name } = await readSaved(id);
+  const readOnly = (await lockedIds()).has(id);
+  await adopt(backend, parsed, { runId: id, source: "saved", name, corpus, readOnly });
+  phase("idle", "");
+  await listCheckpoints();
 }
 
 /** An uploaded .tinygpt, or the demo model (`source` "demo"): both take this one path. */
 async function load({ backend, bytes, name, source = "upload", ...msg }) {
   const corpus = corpusOf(msg);
   await cancelSample();
-  const parsed = readTinyGPT(new Uint8Array(bytes));  // refuses a bad file before anything changes
-  await adopt(backend, parsed, { runId: newRunId(), source, name, corpus });
-  await exclusive(checkpoint);
+  let parsed;
+  try {
+    parsed = readTinyGPT(new Uint8Array(bytes));  // refuses a bad file before anything changes
+  } catch (e) {
+    if (e instanceof TinyGPTFileError) throw new FileRefused(plainFileError(name, e.message));
+    throw e;
+  }
+  const notice = await adopt(backend, parsed, { runId: newRunId(), source, name, corpus });
+  // saved rows are keyed by content: a model byte-identical to a saved one is that row, not a new copy
+  const { store: s } = await store();
+  const state = s ? await exclusive(() => current.engine.exportState()) : null;
+  const same = s ? await s.findIdentical(state, current.engine.step) : null;
+  if (same) {
+    current.runId = same;
+    current.lastSaved = current.engine.step;
+    const row = (await s.list()).find((it) => it.id === same);
+    current.name = row?.header.name ?? current.name;
+    postRecord();
+    post({ type: "notice", message: `${name} is the same model as the saved "${current.name}" (byte for byte): ` +
+      `it is that row in Saved models, not a second copy.${notice ? ` ${notice}` : ""}` });
+  } else {
+    await exclusive(checkpoint);
+  }
   phase("idle", "");
   await listCheckpoints();
 }
@@ -308,9 +540,10 @@ async function download({ id, compact }) {
 }
 
 /** Times a few steps of a throwaway model of `preset` on `backend`, for the page's ETA. */
-async function probe({ backend, preset, steps, ...msg }) {
+async function probe({ backend, preset, shape = null, steps, ...msg }) {
   const { bytes } = corpusOf(msg);
-  const config = configFromPresets(await loadPresets(), preset);
+  const p = await loadPresets();
+  const config = shape ? configFromPresets(p, p.defaultPreset, { model: shape }) : configFromPresets(p, preset);
   const module = await engineModules[backend]();
   const times = await exclusive(async () => {
     const engine = await module.createEngine({ ...config, corpus: bytes, seed: 0 });
@@ -350,7 +583,60 @@ async function attention({ prompt }) {
 
 async function hello() {
   const { store: s, reason } = await store();
-  post({ type: "features", opfs: !!s, opfsReason: reason });
+  post({ type: "features", opfs: !!s, opfsReason: reason, tabs: tabFeatures() });
+  await listCheckpoints();
+}
+
+/** Deletes saved models, each only when no tab trains it (its writer's lock is free); says which were refused. */
+async function remove({ id, ids = [id] }) {
+  const { store: s } = await store();
+  const refused = [];
+  for (const one of ids) {
+    if (!s) break;
+    const row = (await s.list()).find((it) => it.id === one);
+    const name = row?.header.name ?? row?.header.preset ?? "this model";
+    const lock = current?.lock && current.runId === one ? null : await tryLock(one);
+    if (!lock) {
+      refused.push(`"${name}" was not deleted: ${current?.lock && current.runId === one ? "it is training in this tab: stop it first"
+        : "it is training in another tab of this browser, which alone may write it: stop it there first"}.`);
+      continue;
+    }
+    try {
+      await s.remove(one);
+    } finally {
+      lock.release();
+    }
+    if (current?.runId === one && !current.deleted) {
+      current.deleted = true;
+      postRecord();
+    }
+  }
+  if (refused.length) post({ type: "refused", during: "delete", message: refused.join(" ") });
+  channel.post("deleted");
+  await listCheckpoints();
+}
+
+/** Renames a saved model (its newest checkpoint's header), when no other tab trains it. */
+async function rename({ id, name }) {
+  const { store: s, reason } = await store();
+  if (!s) throw new Error(`there are no saved checkpoints: ${reason}`);
+  const clean = String(name).trim().slice(0, 200);
+  if (!clean) throw new Error("a saved model's name cannot be empty");
+  const lock = await tryLock(id);
+  if (!lock) {
+    post({ type: "refused", during: "rename", message: `Not renamed: ${busyElsewhere("This model")}.` });
+    return;
+  }
+  try {
+    await s.rename(id, clean);
+  } finally {
+    lock.release();
+  }
+  if (current?.runId === id) {
+    current.name = clean;
+    postRecord();
+  }
+  channel.post("renamed");
   await listCheckpoints();
 }
 
@@ -366,16 +652,18 @@ const handlers = {
   probe,
   evaluate,
   attention,
+  open,
+  rename,
   stop: () => {
     stopRequested = true;
     stopHeard();
+    if (current?.training) {
+      current.stopping = true;
+      phase("stopping", "Stopping: the step in progress ends, then the model is saved…");
+    }
   },
   stopSample: () => { sampleAbort?.abort(); },
-  delete: async ({ id }) => {
-    const { store: s } = await store();
-    if (s) await s.remove(id);
-    await listCheckpoints();
-  },
+  delete: remove,
 };
 
 self.onmessage = async ({ data: msg }) => {
@@ -388,6 +676,7 @@ self.onmessage = async ({ data: msg }) => {
     phase("idle", "");
     // a step that failed because the device was lost: the page already has the fatal sentence
     if (fatal && ["train", "continue", "resume"].includes(msg.type)) return;
-    post({ type: "error", message: String(e?.message || e), during: msg.type, fatal: false });
+    post({ type: "error", message: String(e?.message || e), during: msg.type, fatal: false, source: msg.source ?? null,
+      file: e instanceof FileRefused });
   }
 };

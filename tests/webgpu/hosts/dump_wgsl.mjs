@@ -9,7 +9,7 @@
 // not (unsplit forward products) × a cross-entropy prologue (over rows of 256) or not (unsplit input
 // gradients); a decoded token's one-row products as dot products (matvec.js) and its attention apart
 // from q/k/v (attention_decode.js); each LayerNorm lane count, the block-end kernels and the embedding's backward that sums
-// the head's slabs; the LayerNorm and attention kernels without subgroups
+// the head's slabs; LoRA's; the LayerNorm and attention kernels without subgroups
 // and at the subgroup widths of SUBGROUP_DUMP_WIDTHS. These are a GPU's tiles: a software adapter's twins
 // (matmul.js softwareTile) are compiled by every test that trains on SwiftShader.
 // A source identical to one already written is not written again; the first file's header lists its
@@ -24,6 +24,7 @@ import { matvecKernel, MAX_UNROLL as MATVEC_MAX_UNROLL } from "../../../webgpu/k
 import { attentionDecode, attentionDecodeFits } from "../../../webgpu/kernels/attention_decode.js";
 import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernel } from "../../../webgpu/kernels/layernorm.js";
 import { embeddingBackwardNormSlabs } from "../../../webgpu/kernels/embedding.js";
+import { loraRowsKernel, loraGradsKernel, loraNormPartials, loraMerge } from "../../../webgpu/kernels/lora.js";
 import { configFromPresets } from "../../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
@@ -125,6 +126,20 @@ for (const lanes of LAYERNORM_LANES) {
     }
   }
 }
+
+// LoRA's kernels (webgpu/lora.js: a fine-tune's step, eval and merges), every variant: 1-3 targets a dispatch,
+// forward and backward, fc_in's gelu and fc_out's gelu' epilogues, the down half alone
+for (const T of [1, 2, 3]) {
+  for (const mode of ["forward", "backward"]) {
+    for (const up of [true, false]) {
+      const k = loraRowsKernel(T, mode, "none", up);
+      add(k.name, k.code);
+    }
+  }
+  const g = loraGradsKernel(T);
+  add(g.name, g.code);
+}
+for (const k of [loraRowsKernel(1, "forward", "gelu"), loraRowsKernel(1, "backward", "geluGrad"), loraNormPartials, loraMerge]) add(k.name, k.code);
 
 const byCode = new Map(); // WGSL -> the names that generate it, the first one written
 for (const [name, code] of [...variants].sort(([a], [b]) => a.localeCompare(b))) {

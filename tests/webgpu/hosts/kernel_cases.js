@@ -4,6 +4,7 @@
 import { Ops, SplitSums, adamwValues, normPartialCount } from "../../../webgpu/ops.js";
 import { Plan } from "../../../webgpu/plan.js";
 import { ATTENTION_LAYOUTS, attentionLayoutFor } from "../../../webgpu/kernels/attention.js";
+import { recordLoraRows, recordLoraGrads, recordLoraNorm, recordLoraMerge } from "../../../webgpu/lora.js";
 
 /**
  * cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array}. A case
@@ -226,6 +227,32 @@ export async function runKernelCases(device, cases, inputs) {
       ops.adamwUpdate(plan, { n, params, grads, m, v, decay: input(`${c.id}_decay`), partials, losses: input(`${c.id}_losses`), scal,
         values: adamwValues(n, c.training, c.t, c.rows, c.parts), workgroups: c.workgroups });
       return { scal: [scal, 3], params: [params, n], m: [m, n], v: [v, n] };
+    },
+    // LoRA (webgpu/lora.js, kernels/lora.js): an adapted Linear's rows (down then up: forward u and y, or
+    // backward d and dx), its adapters' gradients, their norm's partials, and a merge into W
+    lora_rows(c, plan) {
+      const U = empty(c.uLen), Y = c.yLen ? input(`${c.id}_Y0`) : null;
+      const G = c.epilogue === "gelu" ? empty(c.yLen) : null, H = c.epilogue === "geluGrad" ? input(`${c.id}_H`) : null;
+      recordLoraRows(ops, plan, { mode: c.mode, M: c.M, K: c.K, N: c.N, r: c.r, scale: c.scale, targets: c.targets,
+        X: input(`${c.id}_X`), W: input(`${c.id}_W`), U, Y, G, H, wd: c.wd, wu: c.wu });
+      return { U: [U, c.uLen], ...(Y ? { Y: [Y, c.yLen] } : {}), ...(G ? { G: [G, c.yLen] } : {}) };
+    },
+    lora_grads(c, plan) {
+      const G = empty(c.gLen);
+      recordLoraGrads(ops, plan, { M: c.M, K: c.K, N: c.N, r: c.r, targets: c.targets, Y: input(`${c.id}_Y`), X: input(`${c.id}_X`),
+        U: input(`${c.id}_U`), D: input(`${c.id}_D`), G });
+      return { G: [G, c.gLen] };
+    },
+    lora_norm(c, plan) {
+      const partials = empty(c.parts);
+      const parts = recordLoraNorm(ops, plan, { n: c.n, grads: input(`${c.id}_grads`), partials });
+      if (parts !== c.parts) throw new Error(`${c.id}: ${parts} partials, the case expects ${c.parts}`);
+      return { partials: [partials, parts] };
+    },
+    lora_merge(c, plan) {
+      const W = input(`${c.id}_W`);
+      recordLoraMerge(ops, plan, { N: c.N, K: c.K, r: c.r, wOff: c.wOff, aOff: c.aOff, bOff: c.bOff, scale: c.scale, W, L: input(`${c.id}_L`) });
+      return { W: [W, c.wLen] };
     },
   };
 

@@ -61,6 +61,15 @@ export async function createEngine({ model, training, initStd, rules, corpus, se
     stepsInFlight: STEPS_IN_FLIGHT.wasm,
     get step() { return api.tg_step(handle); },
     dataState: () => ({ seed: api.tg_data_seed(handle), batchesDrawn: api.tg_batches_drawn(handle) }),
+    // the learning rate of the next steps (the worker's schedule, lr_schedule.js); the other settings stay
+    setLearningRate(lr) {
+      tg.check(api.tg_set_hyper(handle, lr, training.beta1, training.beta2, training.eps, training.weightDecay,
+        training.gradClip), "setting the learning rate");
+    },
+    // trains and evaluates on `bytes` from now on; the data stream's position stays where it is
+    setCorpus(bytes) {
+      withBytes(bytes, (ptr) => tg.check(api.tg_set_corpus(handle, ptr, bytes.length, training.valFraction), "loading the corpus"));
+    },
     async trainStep() {
       return { loss: Promise.resolve(tg.check(api.tg_train_step(handle), `training step ${api.tg_step(handle) + 1}`)) };
     },

@@ -47,16 +47,17 @@ export async function probe(gpu = globalThis.navigator?.gpu) {
 /**
  * {bytes, fits, reason, where}: GPU memory for this model (every buffer of training, evaluation and
  * generation) and whether the adapter's limits allow it. `adapter`: for tests, else navigator.gpu's.
+ * lora ({rank, alpha, targets}): a LoRA fine-tune's figure (the base frozen: no gradients or moments of its own).
  */
-export async function requirements({ model, training, rules, adapter = null }) {
-  const { totalBytes } = Trainer.requirements({ model, training, rules });
+export async function requirements({ model, training, rules, adapter = null, lora = null }) {
+  const { totalBytes } = Trainer.requirements({ model, training, rules }, { lora });
   let chosen;
   try {
     chosen = adapter ?? await requestAdapter();
   } catch (e) {
     return { bytes: totalBytes, fits: false, reason: e.message, where: "WebGPU" };
   }
-  const reason = checkLimits({ model, training, rules }, chosen.limits);
+  const reason = checkLimits({ model, training, rules }, chosen.limits, { lora });
   return { bytes: totalBytes, fits: reason === null, reason, where: `WebGPU on ${adapterName(chosen)}` };
 }
 
@@ -98,12 +99,17 @@ function checkDataState(ds) {
  * The engine interface of backend_protocol.md. Tests under Node pass `device` (and `adapter`, for
  * its name); the page passes neither and gets navigator.gpu's. A model that exceeds the adapter's
  * limits is refused with the sentence of checkLimits() before anything is created.
+ * LoRA (backend_protocol.md, "LoRA fine-tuning"): lora {rank, alpha, targets, seed} makes a fine-tune of
+ * the base in `state` (webgpu/lora.js): the adapters from their init stream of lora.seed, or from
+ * loraState (the adapter state, 4 + 4Q or 4 + 12Q bytes, as tg_lora_export_state lays it out).
  */
-export async function createEngine({ model, training, initStd, rules, corpus, seed, state = null, dataState = null, onFatal = () => {}, device = null, adapter = null }) {
+export async function createEngine({ model, training, initStd, rules, corpus, seed, state = null, dataState = null, onFatal = () => {}, device = null, adapter = null,
+  lora = null, loraState = null }) {
   const config = { model, training, initStd, rules };
   if (dataState) checkDataState(dataState);
+  if (loraState && !lora) throw new Error("loraState without lora: say which adapters the state is of");
   const chosen = adapter ?? (device ? null : await requestAdapter());
-  const tooBig = checkLimits(config, device ? device.limits : chosen.limits);
+  const tooBig = checkLimits(config, device ? device.limits : chosen.limits, { lora });
   if (tooBig) throw new Error(tooBig);
   const ownDevice = !device;
   // a device passed in keeps what its owner found (probeSubgroups), and the description says nothing of it
@@ -124,8 +130,10 @@ export async function createEngine({ model, training, initStd, rules, corpus, se
 
   let trainer;
   try {
-    trainer = await createTrainer(gpu, config, { corpus, seed, state });
+    trainer = await createTrainer(gpu, config, { corpus, seed, state, lora });
+    if (loraState) trainer.lora.importState(loraState);
   } catch (e) {
+    trainer?.destroy();
     destroyed = true;
     gpu.removeEventListener("uncapturederror", onError);
     if (ownDevice) gpu.destroy();
@@ -137,17 +145,30 @@ export async function createEngine({ model, training, initStd, rules, corpus, se
   }
   const alive = () => { if (dead) throw new Error(dead); };
   // made at the first sample, on the trainer's weights: its KV cache and samplers' buffers (counted in
-  // Trainer.requirements) are not taken from the GPU before they are needed
+  // Trainer.requirements) are not taken from the GPU before they are needed. A fine-tune's decoder reads a
+  // copy of the weights, refreshed at each sample with the adapters merged into it or not (lora.js says why)
   let decoder = null;
+  const adapters = trainer.lora;
+  const needLoRA = (what) => {
+    if (!adapters) throw new Error(`${what}: this model is not a LoRA fine-tune`);
+    return adapters;
+  };
 
   return {
     kind: "webgpu",
     // a sentence, as the WebAssembly engine's: the page follows it with the parameter count
     description: `WebGPU on ${name}` + (subgroups ? `, ${subgroups.reason}` : "") + (chosen && isSoftware(chosen) ? " (software: correct, not fast)" : "") + ".",
     paramCount: trainer.P,
+    // a fine-tune's settings and adapter manifest (Q = paramCount), or null
+    lora: adapters && { ...adapters.config, paramCount: adapters.Q,
+      tensors: adapters.tensors.map(({ name, shape, offset, numel }) => ({ name, shape, offset, numel })) },
     stepsInFlight: chosen && isSoftware(chosen) ? STEPS_IN_FLIGHT.software : STEPS_IN_FLIGHT.gpu,
-    get step() { return trainer.stepCount; },
+    get step() { return adapters ? adapters.step : trainer.stepCount; }, // a fine-tune: the adapters' AdamW steps
     dataState: () => ({ seed: trainer.seed, batchesDrawn: trainer.batchesDrawn }),
+    // the learning rate of the steps queued from now on (the worker's schedule, lr_schedule.js)
+    setLearningRate(lr) { trainer.lr = lr; },
+    // trains and evaluates on `bytes` from now on; the data stream's position stays where it is
+    setCorpus(bytes) { trainer.setCorpus(bytes); },
     // queues one step (one submit); its loss resolves once the GPU is done, without blocking the next
     async trainStep() {
       alive();
@@ -157,14 +178,35 @@ export async function createEngine({ model, training, initStd, rules, corpus, se
       alive();
       return trainer.evaluate();
     },
-    // the trainer waits for every loss in flight before it reads the weights back
+    // the trainer waits for every loss in flight before it reads the weights back; a fine-tune: 4 + 4P
+    // bytes, the base's step and weights (the merged ones while merged)
     async exportState() {
       alive();
       return trainer.exportState();
     },
-    async generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, onToken, signal }) {
+    // LoRA: the adapter state (4 + 12Q bytes with AdamW's moments: exact resume with dataState; 4 + 4Q without)
+    async exportLoRAState({ moments = true } = {}) {
       alive();
-      decoder ??= new Decoder(trainer);
+      return needLoRA("exportLoRAState").exportState({ moments });
+    },
+    importLoRAState(bytes) { needLoRA("importLoRAState").importState(bytes); },
+    // the merged model's state (4 + 4P: the base's step | W + (alpha / r)·B·A), the model left as it is
+    async exportMergedState() {
+      alive();
+      return needLoRA("exportMergedState").mergedState();
+    },
+    // W ± (alpha / r)·B·A in place: merged, every forward runs the merged model and training is refused
+    mergeLoRA() { needLoRA("mergeLoRA").merge(); },
+    unmergeLoRA() { needLoRA("unmergeLoRA").unmerge(); },
+    get loraMerged() { return adapters ? adapters.merged : false; },
+    // whether evaluate, attention and (by default) generate add the adapters; training needs them on
+    setLoRAEnabled(enabled) { needLoRA("setLoRAEnabled").setEnabled(enabled); },
+    get loraEnabled() { return adapters ? adapters.enabled : false; },
+    // adapters (a fine-tune): sample with them (default: loraEnabled) or from the base alone
+    async generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, onToken, signal, adapters: withAdapters = undefined }) {
+      alive();
+      decoder ??= new Decoder(trainer, adapters ? { params: adapters.samplingWeights() } : {});
+      adapters?.prepareSampling(withAdapters ?? adapters.enabled);
       const made = await decoder.generate(prompt, { temperature, topK, seed: sampleSeed, maxNewTokens, signal,
         onToken: (token, logits) => onToken(token, topBytes(softmax(logits))) });
       return made.length;
