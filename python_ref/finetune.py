@@ -35,7 +35,7 @@ from .lora import LoRA, LoRAConfig, TARGETS, attach_adapter, lora_defaults, make
     read_adapter, restore_adapter_optimizer, save_adapter
 from .sample import generate
 from .train import SAVE_SAMPLE_BYTES, SAVE_SAMPLE_PROMPT, TrainingError, _history, _resumed_train_config, \
-    _StopAtStepBoundary, check_out_path, resolve_device, train_step
+    _StopAtStepBoundary, check_out_path, extend_corpora, resolve_device, train_step
 
 
 def parse_targets(text: str | None) -> tuple[str, ...] | None:
@@ -115,14 +115,7 @@ class FineTuneRun:
     def corpora_now(self) -> list[dict]:
         """Every corpus this fine-tune trained on, with its steps (the header's `corpora`, as a .tinygpt
         records its own): a resumed run continues the last entry."""
-        out = [dict(c) for c in self.corpora]
-        if self.step > self.corpus_from:
-            last = out[-1] if out else None
-            if last is not None and last.get("sha256") == self.corpus.sha256 and last.get("toStep") == self.corpus_from:
-                last["toStep"] = self.step
-            else:
-                out.append({**self.corpus.identity(), "fromStep": self.corpus_from, "toStep": self.step})
-        return out
+        return extend_corpora(self.corpora, self.corpus.identity(), self.corpus_from, self.step)
 
     def header(self) -> dict:
         h = dict(training=self.train_cfg.to_json(), dataState=self.batches.state(), corpus=self.corpus.identity(),

@@ -179,6 +179,7 @@ def test_the_performance_page_is_todays_figures():
 
 
 def test_every_section_of_the_old_notebook_is_in_the_lab_index():
+    """§1–47 each in the file the index names; investigations since then have files of their own."""
     index = (DOCS / "lab" / "README.md").read_text()
     rows = dict(re.findall(r"^\| (\d+) \| \[([\w.-]+\.md)\]", index, re.M))
     print(f"\n{len(rows)} sections in {len(set(rows.values()))} lab files")
@@ -186,7 +187,8 @@ def test_every_section_of_the_old_notebook_is_in_the_lab_index():
     for number, file in rows.items():
         assert re.search(rf"^## §{number}\. ", (DOCS / "lab" / file).read_text(), re.M), f"§{number} not in {file}"
     files = {p.name for p in (DOCS / "lab").glob("2026-*.md")}
-    assert set(rows.values()) == files  # and no lab file is left out of the index
+    linked = set(re.findall(r"\]\(([\w.-]+\.md)\)", index))
+    assert set(rows.values()) <= files and files <= linked  # no lab file is left out of the index
 
 
 def test_every_markdown_link_of_the_docs_names_a_file_that_exists():
