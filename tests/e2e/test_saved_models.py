@@ -143,6 +143,8 @@ def test_saved_models_one_row_each_rename_storage_and_deleting_several(server_ur
     path = tmp_path / "same.tinygpt"
     d.value.save_as(path)
     for i in range(2):
+        # the first upload's notice would satisfy the wait below before the second upload is read
+        page.evaluate("document.getElementById('notice').textContent = ''")
         page.set_input_files("#upload", str(path))
         page.wait_for_function("window.playground.loaded?.source === 'upload' && "
                                "document.getElementById('notice').textContent.includes('same model')")
@@ -152,6 +154,7 @@ def test_saved_models_one_row_each_rename_storage_and_deleting_several(server_ur
     # the demo twice: one row, one copy in storage
     sizes = []
     for i in range(2):
+        page.evaluate("document.getElementById('notice').textContent = ''")
         page.click("#load-demo")
         page.wait_for_function("window.playground.loaded?.source === 'demo' && window.playground.phase === 'idle' && "
                                "document.querySelectorAll('#checkpoints tbody tr').length === 2" +

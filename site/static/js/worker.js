@@ -200,6 +200,7 @@ async function checkpoint() {
     post({ type: "saved", id: c.runId, step, bytes: bytes.length, at: Date.now() });
     postRecord();
     channel.post("saved");
+    await listCheckpoints();  // the run's row shows from its first save, at the step last saved
   } catch (e) {
     if (e instanceof DeletedModelError) {
       c.deleted = true;
@@ -324,9 +325,10 @@ async function trainSteps(c, checkpointSeconds) {
     await yieldToMessages();
   }
   if (c !== current) return;
+  if (fatal) return;  // a lost device answers no more reads; the last checkpoint is what remains
   await c.stream.drain();
   // Not behind the lock: a sample still running only reads the weights, as the export does.
-  if (!fatal) await checkpoint();
+  await checkpoint();
 }
 
 /** The training settings of a new run: the preset's, with the form's steps, seed and hyper-parameters. */
@@ -675,7 +677,11 @@ self.onmessage = async ({ data: msg }) => {
   } catch (e) {
     phase("idle", "");
     // a step that failed because the device was lost: the page already has the fatal sentence
-    if (fatal && ["train", "continue", "resume"].includes(msg.type)) return;
+    // (the list is sent again: the run's last checkpoint is what Resume now picks up)
+    if (fatal && ["train", "continue", "resume"].includes(msg.type)) {
+      await listCheckpoints().catch(() => {});
+      return;
+    }
     post({ type: "error", message: String(e?.message || e), during: msg.type, fatal: false, source: msg.source ?? null,
       file: e instanceof FileRefused });
   }
