@@ -155,12 +155,14 @@ class RunOptions:
 
 
 def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
-               grad_clip: float, micro_batches: int = 1, autocast=contextlib.nullcontext, scaler=None) -> float:
+               grad_clip: float, micro_batches: int = 1, autocast=contextlib.nullcontext, scaler=None,
+               before_clip=None) -> float:
     """One step: forward and backward, global-norm clip, AdamW. x, y: (B,T). Returns the loss before the update.
 
     With micro_batches K the rows are split into K equal contiguous slices, each loss scaled by 1/K, so
     the summed gradient is that of the mean over all rows; under DDP or FSDP only the last backward
-    reduces over ranks.
+    reduces over ranks. before_clip(): called with the gradients as the backward left them, before the
+    clip (training_stats.py reads them there).
     """
     optimizer.zero_grad(set_to_none=True)
     total = 0.0
@@ -173,6 +175,8 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torc
         total += loss.item()
     if scaler:  # fp16: unscale before clipping; a step with inf/NaN gradients is skipped and the scale halved
         scaler.unscale_(optimizer)
+    if before_clip is not None:
+        before_clip()
     torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
     if scaler:
         scaler.step(optimizer)

@@ -24,10 +24,12 @@ from server.headers import ROOT, global_headers, with_connect_sources
 SITE = ROOT / "site"
 WEBGPU = ROOT / "webgpu"
 # What the page's worker imports of webgpu/ (trainer.js, decoder.js and their imports, inspect.js for
-# the attention view): served at /webgpu/ and copied into dist/webgpu/. The rest of webgpu/
-# (node_modules, tools, bench, package files) is for Node and tests, never for the page.
+# the attention view, training_stats.js for the training view): served at /webgpu/ and copied into
+# dist/webgpu/. The rest of webgpu/ (node_modules, tools, bench, package files) is for Node and tests,
+# never for the page.
 WEBGPU_RUNTIME = ("trainer.js", "decoder.js", "buffers.js", "prng.js", "manifest.js", "config_rules.js", "ops.js",
-                  "plan.js", "software_adapter.js", "subgroups.js", "inspect.js", "lora.js", "kernels")
+                  "plan.js", "software_adapter.js", "subgroups.js", "inspect.js", "lora.js", "training_stats.js",
+                  "kernels")
 
 
 def webgpu_runtime_files(webgpu: Path = WEBGPU) -> list[str]:

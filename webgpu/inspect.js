@@ -9,7 +9,7 @@
 const located = (a) => (a.buffer ? [a.buffer, a.offset] : [a, 0]);
 
 /** Row 0's q and k (T,C) of every layer after the eval forward, as one Float32Array (L, 2, T, C). */
-async function readQK(trainer, T) {
+export async function readQK(trainer, T) {
   const { nLayer: L, dModel: C } = trainer.cfg, bytes = 4 * T * C;
   const staging = trainer.device.createBuffer({ label: "attention readback", size: 2 * L * bytes, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
   try {

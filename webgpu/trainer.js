@@ -659,8 +659,10 @@ export class Trainer {
    * One training step on `batch` ({x, y}, B·T tokens each) or on the next batch of the stream.
    * Returns {loss}: a promise of the loss before the update; it resolves later, without blocking the
    * next step, and rejects if the device is lost before the loss is read back.
+   * measure: null, or {before(encoder), after(encoder)}, recorded around the step's pass in its one
+   * submit (training_stats.js: a step measured for the training view).
    */
-  async step(batch = null) {
+  async step(batch = null, measure = null) {
     this.lora?.checkTrainable();
     const slot = this.ring[this.ringNext];
     if (slot.pending) await slot.pending; // at most LOSS_RING steps in flight
@@ -669,9 +671,11 @@ export class Trainer {
     this.stepCount += 1;
     this.trainPlan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues, this.lr ?? this.tr.lr));
     const enc = this.device.createCommandEncoder({ label: "train step" });
+    measure?.before(enc);
     const pass = enc.beginComputePass();
     this.trainPlan.encode(pass);
     pass.end();
+    measure?.after(enc);
     enc.copyBufferToBuffer(this.scal, 8, slot.buf, 0, 4); // the mean loss
     this.device.queue.submit([enc.finish()]);
     this.ringNext = (this.ringNext + 1) % LOSS_RING;

@@ -137,6 +137,14 @@ class NativeModel:
     def train_step(self) -> float:
         return _check(lib().tg_train_step(self.h))
 
+    def train_step_stats(self) -> tuple[float, np.ndarray]:
+        """tg_train_step_stats: (loss, (n, 3) float64 sums per trained tensor: g^2, w^2, update^2)."""
+        L = lib()
+        n = L.tg_lora_tensor_count(self.h) if self.lora is not None else L.tg_tensor_count(self.h)
+        out = np.full((n, 3), np.nan, np.float64)
+        loss = _check(L.tg_train_step_stats(self.h, _ptr(out)))
+        return loss, out
+
     def train_step_batch(self, x, y) -> float:
         x, y = _tokens(x), _tokens(y)
         return _check(lib().tg_train_step_batch(self.h, _ptr(x), _ptr(y), x.shape[0], x.shape[1]))
@@ -210,6 +218,13 @@ class NativeModel:
         c = self.config
         out = np.empty((c.nLayer, c.nHead, t.size, t.size), np.float32)
         _check(lib().tg_attention(self.h, _ptr(t), t.size, _ptr(out)))
+        return out
+
+    def attention_entropy(self, tokens) -> np.ndarray:
+        """tg_attention_entropy: (L,H) mean attention entropy per head of one sequence, in nats."""
+        t = _tokens(np.frombuffer(bytes(tokens), dtype=np.uint8))
+        out = np.empty((self.config.nLayer, self.config.nHead), np.float64)
+        _check(lib().tg_attention_entropy(self.h, _ptr(t), t.size, _ptr(out)))
         return out
 
     # --- state

@@ -13,6 +13,12 @@ namespace tg {
 // The forward keeps only each row's log-sum-exp, so the probabilities are recomputed here.
 void attention_probs(Model& model, const int32_t* tokens, int64_t T, float* out);
 
+// Runs the forward over tokens (1,T), then writes out (L,H): each head's attention entropy averaged
+// over the T queries, mean_i -sum_j p_ij ln p_ij in nats (the training view; python_ref/
+// training_stats.py). Each row's scores are taken once, with the softmax and the entropy kept
+// online in double, so no (T,T) buffer is needed.
+void attention_entropy(Model& model, const int32_t* tokens, int64_t T, double* out);
+
 // out (V) = softmax(logits (V)), accumulated in double.
 void softmax_probs(const float* logits, int64_t V, float* out);
 

@@ -603,28 +603,43 @@ void Model::backward_lora(int64_t B, int64_t T) {
   }
 }
 
-double Model::apply_update(const AdamWSettings& s) {
+double Model::apply_update(const AdamWSettings& s, double* stats) {
   ThreadPool& pool = *pool_;
-  if (lora()) {  // the adapters alone: their norm, clip and AdamW; the base has no moments
-    const double norm = grad_global_norm(lora_grads_, Q_, norm_partials_, pool);
-    if (!std::isfinite(norm)) return norm;
-    clip_gradients(lora_grads_, Q_, norm, s.grad_clip, pool);
-    lora_adam_steps++;
-    for (const TensorInfo& t : lora_manifest_)
-      adamw_update(lora_weights_ + t.offset, lora_grads_ + t.offset, lora_m_ + t.offset,
-                   lora_v_ + t.offset, t.numel, t.decay, s, lora_adam_steps, pool);
-    set_lora_step(lora_step() + 1);
-    return norm;
-  }
-  const double norm = grad_global_norm(grads_, P_, norm_partials_, pool);
+  // A LoRA model: the adapters alone (their norm, clip and AdamW; the base has no moments)
+  const bool adapters = lora();
+  float* g = adapters ? lora_grads_ : grads_;
+  float* w = adapters ? lora_weights_ : weights_;
+  float* m = adapters ? lora_m_ : m_;
+  float* v = adapters ? lora_v_ : v_;
+  const int64_t n = adapters ? Q_ : P_;
+  const std::vector<TensorInfo>& tensors = adapters ? lora_manifest_ : manifest_;
+  const double norm = grad_global_norm(g, n, norm_partials_, pool);
   if (!std::isfinite(norm))
     return norm;  // the caller reports it; weights and moments stay as they were
-  clip_gradients(grads_, P_, norm, s.grad_clip, pool);
-  adam_steps++;
-  for (const TensorInfo& t : manifest_)
-    adamw_update(weights_ + t.offset, grads_ + t.offset, m_ + t.offset, v_ + t.offset, t.numel,
-                 t.decay, s, adam_steps, pool);
-  set_step(step() + 1);
+  if (stats != nullptr) {
+    for (size_t i = 0; i < tensors.size(); i++) {
+      const TensorInfo& t = tensors[i];
+      stats[3 * i] = sum_squares(g + t.offset, t.numel, norm_partials_, pool);
+      stats[3 * i + 1] = sum_squares(w + t.offset, t.numel, norm_partials_, pool);
+    }
+  }
+  clip_gradients(g, n, norm, s.grad_clip, pool);
+  int64_t& t_adam = adapters ? lora_adam_steps : adam_steps;
+  t_adam++;
+  for (size_t i = 0; i < tensors.size(); i++) {
+    const TensorInfo& t = tensors[i];
+    if (stats != nullptr)
+      stats[3 * i + 2] =
+          adamw_update_measured(w + t.offset, g + t.offset, m + t.offset, v + t.offset, t.numel,
+                                t.decay, s, t_adam, norm_partials_, pool);
+    else
+      adamw_update(w + t.offset, g + t.offset, m + t.offset, v + t.offset, t.numel, t.decay, s,
+                   t_adam, pool);
+  }
+  if (adapters)
+    set_lora_step(lora_step() + 1);
+  else
+    set_step(step() + 1);
   return norm;
 }
 

@@ -169,8 +169,10 @@ class Model {
   // mode (adapters active) the adapters' gradients into lora_grads() instead.
   double forward_backward(const int32_t* x, const int32_t* y, int64_t B, int64_t T);
   // Clip + AdamW with the grads now in grads() (LoRA: lora_grads(), the adapters updated); returns
-  // the pre-clip global norm.
-  double apply_update(const AdamWSettings& s);
+  // the pre-clip global norm. stats (or null): 3 doubles per tensor of the manifest (LoRA: of the
+  // adapter manifest), [sum g^2 before the clip, sum w^2 before the update, sum (w_after -
+  // w_before)^2]; the update is the same, bit for bit, either way.
+  double apply_update(const AdamWSettings& s, double* stats = nullptr);
 
   float* weights() { return weights_; }
   float* grads() { return grads_; }

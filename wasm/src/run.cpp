@@ -27,17 +27,17 @@ void Run::next_batch(int32_t* x, int32_t* y) {
   draw_batch(x, y, corpus, c.ctx, c.batch, data_seed, batches_drawn++);
 }
 
-StepResult Run::update(double loss) {
+StepResult Run::update(double loss, double* stats) {
   if (!std::isfinite(loss)) return {StepOutcome::kLossNotFinite, loss};
-  last_norm = model.apply_update(hyper);
+  last_norm = model.apply_update(hyper, stats);
   return {std::isfinite(last_norm) ? StepOutcome::kUpdated : StepOutcome::kNormNotFinite, loss};
 }
 
-StepResult Run::train_step() {
+StepResult Run::train_step(double* stats) {
   const Config& c = model.config();
   // Drawn straight into the model's own token buffers: the forward then copies nothing.
   next_batch(model.tokens(), model.targets());
-  return update(forward_backward(model.tokens(), model.targets(), c.batch, c.ctx));
+  return update(forward_backward(model.tokens(), model.targets(), c.batch, c.ctx), stats);
 }
 
 StepResult Run::train_step_batch(const int32_t* x, const int32_t* y, int64_t rows, int64_t t) {
@@ -87,6 +87,11 @@ void Run::gen_last_probs(float* out) const {
 void Run::attention(const int32_t* tokens, int64_t T, float* out) {
   gen.active = false;
   attention_probs(model, tokens, T, out);
+}
+
+void Run::attention_entropy(const int32_t* tokens, int64_t T, double* out) {
+  gen.active = false;
+  tg::attention_entropy(model, tokens, T, out);
 }
 
 void Run::import_state(const uint8_t* buf, int64_t n) {

@@ -39,8 +39,9 @@ struct Run {
   // The next batch of the data stream (batch x ctx tokens each), advancing it.
   void next_batch(int32_t* x, int32_t* y);
 
-  // Forward, backward, clip and AdamW on the next batch of the data stream.
-  StepResult train_step();
+  // Forward, backward, clip and AdamW on the next batch of the data stream. stats (or null): the
+  // step measured (Model::apply_update's), for the training view.
+  StepResult train_step(double* stats = nullptr);
   // The same on a given batch x, y (rows, t).
   StepResult train_step_batch(const int32_t* x, const int32_t* y, int64_t rows, int64_t t);
   double forward_backward(const int32_t* x, const int32_t* y, int64_t rows, int64_t t);
@@ -57,6 +58,8 @@ struct Run {
   // Attention probabilities of tokens (1,T) into out (L,H,T,T) (inspect.h). Its forward overwrites
   // the KV cache, so it ends a generation session.
   void attention(const int32_t* tokens, int64_t T, float* out);
+  // Mean attention entropy per head of tokens (1,T) into out (L,H) (inspect.h); ends a session too.
+  void attention_entropy(const int32_t* tokens, int64_t T, double* out);
 
   // A validated .tinygpt state (state_problem found nothing) into the model.
   void import_state(const uint8_t* buf, int64_t n);
@@ -69,7 +72,7 @@ struct Run {
   void lora_set_enabled(bool enabled);
 
  private:
-  StepResult update(double loss);  // clip + AdamW after a forward_backward
+  StepResult update(double loss, double* stats = nullptr);  // clip + AdamW after a forward_backward
 };
 
 }  // namespace tg

@@ -478,6 +478,30 @@ int32_t tg_attention(tg_model* m, const int32_t* tokens, int32_t t, float* out) 
   });
 }
 
+double tg_train_step_stats(tg_model* m, double* out) {
+  if (int32_t e = check_handle(m, "tg_train_step_stats")) return e;
+  if (int32_t e = check_lora_trainable(m, "tg_train_step_stats")) return e;
+  if (out == nullptr) return fail(TG_ERR_ARG, "tg_train_step_stats: out is null");
+  if (!m->run.has_hyper) return fail(TG_ERR_HYPER, "no hyper-parameters: call tg_set_hyper first");
+  if (!m->run.has_corpus) return fail(TG_ERR_CORPUS, "no corpus: call tg_set_corpus first");
+  return guarded<double>("tg_train_step_stats",
+                         [&]() -> double { return step_result(m->run.train_step(out)); });
+}
+
+int32_t tg_attention_entropy(tg_model* m, const int32_t* tokens, int32_t t, double* out) {
+  if (int32_t e = check_handle(m, "tg_attention_entropy")) return e;
+  const int64_t ctx = m->run.model.config().ctx;
+  if (t < 1 || t > ctx)
+    return fail(TG_ERR_ARG, "tg_attention_entropy: " + std::to_string(t) +
+                                " tokens, outside 1..ctx (" + std::to_string(ctx) + ")");
+  if (int32_t e = check_tokens(m, tokens, t, "tokens")) return e;
+  if (out == nullptr) return fail(TG_ERR_ARG, "tg_attention_entropy: out is null");
+  return guarded<int32_t>("tg_attention_entropy", [&]() -> int32_t {
+    m->run.attention_entropy(tokens, t, out);
+    return TG_OK;
+  });
+}
+
 int32_t tg_generate(tg_model* m, const int32_t* prompt, int32_t n_prompt, int32_t max_new,
                     double temperature, int32_t top_k, uint64_t sample_seed, int32_t use_kv_cache,
                     int32_t* out) {

@@ -205,6 +205,29 @@ int32_t tg_gen_last_probs(const tg_model* m, float* out);
  * session. */
 int32_t tg_attention(tg_model* m, const int32_t* tokens, int32_t t, float* out);
 
+/* ---- training, seen (the page's training view)
+ * ---------------------------------------------------
+ */
+
+/* tg_train_step, measured: the same step on the next batch of the data stream (the same weights,
+ * bit for bit), and for each tensor i of the manifest (a LoRA model: of the adapter manifest)
+ *   out[3i]     = the sum of squares of its gradient as the backward left it, before the clip,
+ *   out[3i + 1] = the sum of squares of its weights before the update,
+ *   out[3i + 2] = the sum of squares of the update (each weight after minus before, as float32),
+ * summed in double in blocks of a fixed size (the same for any thread count). out: 3 x
+ * tg_tensor_count (LoRA: tg_lora_tensor_count) doubles of caller memory, written only when the
+ * step updated the model. python_ref/training_stats.py groups the sums per layer: gradient norm
+ * and update-to-weight ratio. Costs two extra reads of the weights and gradients; allocates
+ * nothing. Returns the loss, or a negative code as tg_train_step. */
+double tg_train_step_stats(tg_model* m, double* out);
+
+/* The attention entropy of one sequence: runs the forward over tokens (1 <= t <= ctx) and writes,
+ * for every layer and head, the mean over the t queries of -sum_j p_ij ln p_ij (nats) of the
+ * attention probabilities tg_attention gives: out[l * n_head + h], n_layer x n_head doubles of
+ * caller memory. 0 is attention on one key; uniform attention gives mean_i ln(i + 1). Adds LoRA's
+ * adapters as every forward does. Reuses generation's KV cache: ends a generation session. */
+int32_t tg_attention_entropy(tg_model* m, const int32_t* tokens, int32_t t, double* out);
+
 /* ---- state (.tinygpt state layout) --------------------------------------------------------------
  */
 

@@ -115,6 +115,11 @@ int main() {
   tg_gen_last_probs(m, probs.data());
   tg_attention(m, x.data(), 16, attention.data());
   check("tg_gen_last_probs, tg_attention", before);
+  std::vector<double> sums(3 * static_cast<size_t>(tg_tensor_count(m))), entropy(2 * 2);
+  before = g_allocations.load();
+  tg_train_step_stats(m, sums.data());
+  tg_attention_entropy(m, x.data(), 16, entropy.data());
+  check("tg_train_step_stats, tg_attention_entropy", before);
   before = g_allocations.load();
   tg_export_state(m, state.data(), static_cast<int64_t>(state.size()), 1);
   tg_import_state(m, state.data(), static_cast<int64_t>(state.size()));
@@ -151,6 +156,11 @@ int main() {
   tg_lora_set_enabled(m, 1);
   tg_attention(m, x.data(), 16, attention.data());
   check("LoRA: eval, generate with and without", before);
+  std::vector<double> adapter_sums(3 * static_cast<size_t>(tg_lora_tensor_count(m)));
+  before = g_allocations.load();
+  tg_train_step_stats(m, adapter_sums.data());
+  tg_attention_entropy(m, x.data(), 16, entropy.data());
+  check("LoRA: tg_train_step_stats, tg_attention_entropy", before);
   before = g_allocations.load();
   tg_lora_merge(m);
   tg_generate(m, prompt.data(), 2, 40, 0.0, 0, 0, 1, out.data());

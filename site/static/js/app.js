@@ -9,6 +9,7 @@ import { continueQuestion, corpusQuestion, loadedStatus } from "./model_record.j
 import { loadPresets } from "./presets.js";
 import { fieldLimits } from "../../../webgpu/config_rules.js";
 import { paramCount } from "./tinygpt_file.js";
+import { isAdapterFile } from "./adapter_file.js";
 import * as wasmEngine from "./engines/wasm_engine.js";
 import * as webgpuEngine from "./engines/webgpu_engine.js";
 import { CorpusPicker } from "./corpus_picker.js";
@@ -18,6 +19,9 @@ import { throttledText } from "./throttled_text.js";
 import { AttentionView } from "./attention_view.js";
 import { LogitView } from "./logit_view.js";
 import { labelCellsByHeader } from "./table_cards.js";
+import { FineTunePanel } from "./finetune.js";
+import { TrainingView } from "./training_view.js";
+import { RunsView } from "./runs_view.js";
 
 const $ = (id) => document.getElementById(id);
 const presets = await loadPresets();
@@ -34,7 +38,8 @@ const attentionView = new AttentionView({ canvas: $("attention-canvas"), layer: 
 const sayStatus = throttledText($("status-live"));  // the visible line changes every step; a screen reader hears it once a second
 const DEMO_URL = new URL("../models/demo-large.tinygpt", import.meta.url);
 const DEMO_PRESET = "large";
-const SOURCE_WORDS = { new: "trained here", saved: "saved checkpoint", upload: "uploaded", demo: "the demo model" };
+const SOURCE_WORDS = { new: "trained here", saved: "saved checkpoint", upload: "uploaded", demo: "the demo model",
+  finetune: "a LoRA fine-tune made here" };
 /** {preset, ctx, valFraction, shorter} of a preset: what a corpus is checked against (shorter: the presets of a
  * shorter context, which a corpus too short for this one may still train: corpus_checks.js names them). */
 const modelForm = new ModelForm(presets);
@@ -60,6 +65,11 @@ let status = null;
 let stopping = null;  // performance.now() of the Stop click, until the run has ended
 const savedModels = new SavedModels({ post: (m) => worker.postMessage(m), model: () => playground.loaded,
   actions: { resume, open: openSaved, download } });
+const trainingView = new TrainingView({ panels: $("stats-panels"), grad: $("stats-grad"), ratio: $("stats-ratio"),
+  entropy: $("stats-entropy"), legend: $("stats-legend"), heads: $("stats-heads"), summary: $("stats-summary"), note: $("stats-note") });
+const runsView = new RunsView({ post: (m) => worker.postMessage(m), selected: () => savedModels.selectedIds() });
+const fineTune = new FineTunePanel({ presets, post: (m) => worker.postMessage(m), model: () => playground.loaded,
+  run: fineTuneRun, started: () => { busy.training = true; refreshControls(); } });
 
 function setStatus(text, error = false) {
   $("status").textContent = text;
@@ -84,6 +94,7 @@ function refreshControls() {
   $("download").disabled = !playground.loaded || t;
   $("download-fp16").disabled = !playground.loaded || t;
   savedModels.setTraining(t);
+  fineTune.setTraining(t);
 }
 
 function formatStatus() {
@@ -122,6 +133,15 @@ function startWorker() {
     setStatus(`Error: the backend worker failed (${e.message || "see the console"})`, true);
   };
   worker.postMessage({ type: "hello" });
+  worker.postMessage(trainingViewMessage());  // a restarted worker measures as the page says
+}
+
+/** The training view's setting as the worker takes it: every K steps, or 0 (off, or K not valid: its error is shown). */
+function trainingViewMessage() {
+  const on = $("stats-on").checked;
+  const { values, errors } = checkedFields($("stats-errors"), { statsEvery: [$("stats-every"), "Training view every", pageLimits("statsEvery")] });
+  trainingView.show(on && !errors.length);
+  return { type: "trainingView", every: on && !errors.length ? values.statsEvery : 0 };
 }
 
 /** A worker stuck inside one long call (a big model being created) cannot hear Stop: end it. */
@@ -151,6 +171,7 @@ const handlers = {
   checkpoints({ items }) {
     playground.saved = items;
     savedModels.render(items);
+    runsView.selectionChanged();
     markCurrentRow();
     refreshControls();
   },
@@ -164,6 +185,7 @@ const handlers = {
   },
   loaded(m) {
     if (m.id !== viewsOf) clearModelViews();  // a sample and a heatmap speak of the model they came from
+    if (m.id !== trainingView.id) trainingView.reset(m.id);  // the training view speaks of the model it measured
     playground.loaded = m;
     playground.fatal = null;
     playground.losses = [];
@@ -186,6 +208,7 @@ const handlers = {
     $("evaluation").textContent = "";
     $("upload-error").textContent = "";
     setStatus(loadedStatus(m));
+    fineTune.follow(m);
     refreshControls();
   },
   /** The worker's record changed (a save, a delete, a rename, a run's start or end): the page's one copy follows. */
@@ -193,8 +216,15 @@ const handlers = {
     if (!playground.loaded) return;  // the worker was restarted: its model went with it
     Object.assign(playground.loaded, record);
     markCurrentRow();
+    fineTune.follow(playground.loaded);
   },
   refused(m) { savedModels.say(m.message); },
+  /** A measured step (the training view, training_stats.js): for tests and devtools, every one received. */
+  stats(m) {
+    (playground.stats ??= []).push(m);
+    trainingView.add(m);
+  },
+  runs({ items }) { runsView.show(items); },
   step(m) {
     recentMs.push(m.ms);
     if (recentMs.length > 20) recentMs.shift();
@@ -224,6 +254,7 @@ const handlers = {
     if (!playground.fatal) setStatus(`${m.stopped ? "Stopped" : "Finished"}: ${formatStatus()}`);
   },
   text(m) {
+    if (m.stream === "base") { fineTune.baseText(m); return; }  // a fine-tune's base, beside it
     sampleView.append(m.bytes);
     logitView.append(m.bytes, m.top);
     if (m.tokens) {
@@ -232,6 +263,7 @@ const handlers = {
     }
   },
   sampleDone(m) {
+    if (m.stream === "base") { fineTune.baseDone(); return; }
     sampleView.append([], true);  // an unfinished character at the end is shown as its bytes
     busy.sampling = false;
     if (m.cancelled) {
@@ -261,7 +293,8 @@ const handlers = {
     const differs = row ? ` Saved models lists ${row.valLoss.toFixed(4)} as its Validation: the lowest loss measured while it ` +
       `trained${row.valStep ? ` (at step ${row.valStep})` : ""}, on the corpus it trained on; this is the model as it is now.` : "";
     $("evaluation").textContent = `Validation loss ${m.valLoss.toFixed(4)} at step ${m.step} on ${m.corpus} ` +
-      `(${m.windows} windows of ${m.ctx} bytes from its validation split), computed by ${backendName(m.backend)}.${differs}`;
+      `(${m.windows} windows of ${m.ctx} bytes from its validation split), computed by ${backendName(m.backend)}.` +
+      `${fineTune.evaluated(m)}${differs}`;
   },
   attention(m) {
     // what the page drew, for tests and devtools: {tokens, nLayer, nHead, T, weights (nLayer, nHead, T, T)}
@@ -278,12 +311,12 @@ const handlers = {
       $("eta").textContent = `Could not measure: ${m.message}`;
       return;
     }
-    if (m.fatal || ["train", "continue", "resume", "load"].includes(m.during)) {
+    if (m.fatal || ["train", "continue", "resume", "load", "finetune", "attach"].includes(m.during)) {
       busy.training = false;
       stopping = null;
       playground.runsEnded++;
     }
-    if (m.during === "load" && m.source !== "demo" && !m.fatal) {
+    if (["load", "attach"].includes(m.during) && m.source !== "demo" && !m.fatal) {
       // a file that was not loaded is said beside the upload control, in plain words; the status line is the run's
       refreshControls();
       uploadError(m.file ? m.message : `That file was not loaded: ${m.message}`);
@@ -312,6 +345,7 @@ let viewsOf = null;  // the id of the model they were drawn from
 function clearModelViews() {
   viewsOf = null;
   sampleView.clear();
+  fineTune.clear();
   logitView.clear();
   attentionView.clear();
   for (const id of ["sample-model", "sample-settings", "sample-stats", "attention-info"]) $(id).textContent = "";
@@ -507,8 +541,23 @@ async function openSaved(item) {
   worker.postMessage({ type: "open", backend, id: item.id, corpus: chosen });
 }
 
-function download(id, compact) {
-  worker.postMessage({ type: "download", id, compact });
+/** `how`: compact (true: fp16 weights) for a model; "adapter" or "merged" for a fine-tune. */
+function download(id, how) {
+  worker.postMessage(typeof how === "string" ? { type: "download", id, what: how } : { type: "download", id, compact: how });
+}
+
+/** What a fine-tune takes from the Train section (finetune.js): backend, seed, save interval and the chosen corpus. */
+async function fineTuneRun(l) {
+  const { values, errors } = checkedFields($("train-errors"), {
+    seed: [$("seed"), "Seed", fieldLimits(rules.training.seed)],
+    checkpointSeconds: [$("checkpoint-seconds"), "Save every", pageLimits("checkpointSeconds")],
+  });
+  if (errors.length) throw new Error("fix the Train section's fields first (Seed, Save every)");
+  const { backend, why } = chosenBackend();
+  $("backend-choice").textContent = why;
+  const chosen = await corpus.chosen(splitOf(l));
+  playground.corpus = chosen.identity;
+  return { backend, seed: values.seed, checkpointSeconds: values.checkpointSeconds, corpus: chosen };
 }
 
 async function upload(file) {
@@ -523,7 +572,26 @@ async function upload(file) {
     return;
   }
   uploadError("");
+  if (isAdapterFile(new Uint8Array(bytes, 0, Math.min(4, bytes.byteLength)))) {
+    await attachAdapter(bytes, file.name);
+    return;
+  }
   await loadModel(bytes, file.name, "upload");
+}
+
+/** An uploaded adapter (.tgla): on its base, kept in this browser or the model in memory; refused with the reason otherwise. */
+async function attachAdapter(bytes, name) {
+  let backend, chosen;
+  try {
+    ({ backend } = chosenBackend());
+    chosen = await corpus.chosen(playground.loaded ? splitOf(playground.loaded) : splitModel($("preset").value));
+  } catch (err) {
+    uploadError(`${name} was not loaded: ${err.message}`);
+    return;
+  }
+  beforeReading = { text: $("status").textContent, error: $("status").classList.contains("error") };
+  setStatus(`Reading ${name}…`);
+  worker.postMessage({ type: "attach", backend, bytes, name, corpus: chosen }, [bytes]);
 }
 
 /** An uploaded file and the demo model take this one path to the worker. */
@@ -585,13 +653,15 @@ function onSample(e) {
   playground.sample = { prompt, seed, random, temperature, topK, maxNewTokens, model: l.id };  // what was asked
   sampleView.append(new TextEncoder().encode(prompt));
   $("sample-stats").textContent = "";
-  $("sample-model").textContent = `From ${l.preset ?? l.name ?? "a model"} at step ${l.step} (${SOURCE_WORDS[l.source]}), ` +
-    `on ${backendName(l.backend)}.`;
+  $("sample-model").textContent = `From ${l.lora ? l.name : l.preset ?? l.name ?? "a model"} at step ${l.step} ` +
+    `(${SOURCE_WORDS[l.source]}), on ${backendName(l.backend)}.`;
+  const compare = fineTune.compare();
+  fineTune.sampleStarted(prompt, compare);
   // the seed is shown with every sample: a random one can be typed in (or reused) to get this text again
   $("sample-settings").textContent = `Seed ${seed}${random ? " (picked at random)" : ""} · temperature ${temperature} · ` +
     `top-k ${topK} · up to ${maxNewTokens} tokens.`;
   $("reuse-seed").hidden = !random;
-  worker.postMessage({ type: "sample", prompt, temperature, topK, maxNewTokens, seed });
+  worker.postMessage({ type: "sample", prompt, temperature, topK, maxNewTokens, seed, compare });
 }
 
 /** Ctrl+Enter (⌘+Enter) in the prompt samples; a plain Enter is a new line of the prompt. */
@@ -674,6 +744,10 @@ $("backend").addEventListener("change", () => {
   markPresetsThatCannotFit();
 });
 $("train-form").addEventListener("submit", onTrain);
+for (const [id, event] of [["stats-on", "change"], ["stats-every", "change"]]) {
+  $(id).addEventListener(event, () => worker.postMessage(trainingViewMessage()));
+}
+$("stats-form").addEventListener("submit", (e) => { e.preventDefault(); worker.postMessage(trainingViewMessage()); });
 $("stop").addEventListener("click", onStop);
 $("measure").addEventListener("click", onMeasure);
 $("sample-form").addEventListener("submit", onSample);

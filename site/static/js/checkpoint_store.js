@@ -15,8 +15,6 @@ import { readHeader, readTinyGPT, writeTinyGPT, crc32, TinyGPTFileError } from "
 import { SECURE_CONTEXT_NEEDED } from "./wasm_loader.js";
 
 const DIR = "checkpoints";
-const NAME = /^([0-9a-z]+)-(\d{10})\.tinygpt$/;
-const RENAMING = /^([0-9a-z]+-\d{10}\.tinygpt)\.renaming$/;
 const MiB = 1024 * 1024;
 const WRITE_CHUNK = 8 * MiB;  // a save reports its progress after each chunk
 const tombstone = (runId) => `${runId}.deleted`;
@@ -40,10 +38,24 @@ const sameBytes = (a, b) => {
   return true;
 };
 
-export const fileName = (runId, step) => `${runId}-${String(step).padStart(10, "0")}.tinygpt`;
+export const fileName = (runId, step, ext = "tinygpt") => `${runId}-${String(step).padStart(10, "0")}.${ext}`;
 
-/** {store, reason}: store is null when this browser gives no OPFS with sync access handles. */
-export async function openStore() {
+/**
+ * What a store keeps: files `<runId>-<step>.<ext>`; readHeader(prefix, size) -> {header} proves a file's
+ * header and length (for the listing), read(bytes) the whole file (throws `FileError` when unsound);
+ * rewrite(parsed, header) the file with another header (a rename). The .tinygpt kind is this module's; a
+ * fine-tune's adapters (adapter_store.js) are another.
+ */
+export const TINYGPT_FILES = {
+  ext: "tinygpt", FileError: TinyGPTFileError, readHeader, read: readTinyGPT,
+  rewrite: (parsed, header) => writeTinyGPT({ config: parsed.config, header, state: parsed.state }),
+};
+
+/**
+ * {store, reason}: store is null when this browser gives no OPFS with sync access handles. The models'
+ * store by default; `dirName` and `make(dir)` open another (adapter_store.js: the fine-tunes').
+ */
+export async function openStore(dirName = DIR, make = (dir) => new CheckpointStore(dir, TINYGPT_FILES)) {
   if (!globalThis.navigator?.storage?.getDirectory) {
     const why = globalThis.isSecureContext === false ? `OPFS needs a secure context: this page is ${SECURE_CONTEXT_NEEDED}`
       : "this browser has no origin private file system (OPFS)";
@@ -54,25 +66,30 @@ export async function openStore() {
   }
   try {
     const root = await navigator.storage.getDirectory();
-    return { store: new CheckpointStore(await root.getDirectoryHandle(DIR, { create: true })), reason: null };
+    return { store: make(await root.getDirectoryHandle(dirName, { create: true })), reason: null };
   } catch (e) {
     return { store: null, reason: `the origin private file system cannot be opened (${e.message})` };
   }
 }
 
-async function readBytes(handle, length = null) {
+export async function readBytes(handle, length = null) {
   const file = await handle.getFile();
   const blob = length === null ? file : file.slice(0, length);
   return { bytes: new Uint8Array(await blob.arrayBuffer()), size: file.size };
 }
 
-class CheckpointStore {
-  constructor(dir) { this.dir = dir; }
+export class CheckpointStore {
+  constructor(dir, kind) {
+    this.dir = dir;
+    this.kind = kind;
+    this.NAME = new RegExp(`^([0-9a-z]+)-(\\d{10})\\.${kind.ext}$`);
+    this.RENAMING = new RegExp(`^([0-9a-z]+-\\d{10}\\.${kind.ext})\\.renaming$`);
+  }
 
   async _files() {
     const files = [];
     for await (const [name, handle] of this.dir.entries()) {
-      const m = NAME.exec(name);
+      const m = this.NAME.exec(name);
       if (m && handle.kind === "file") files.push({ name, handle, runId: m[1], step: Number(m[2]) });
     }
     return files;
@@ -94,7 +111,7 @@ class CheckpointStore {
   /** A rename cut short by a crash: its new file moved into place if the old one is gone, else dropped. */
   async _repairRenames() {
     for await (const [name, handle] of this.dir.entries()) {
-      const m = RENAMING.exec(name);
+      const m = this.RENAMING.exec(name);
       if (!m || handle.kind !== "file") continue;
       if (await this._exists(m[1])) await this.dir.removeEntry(name).catch(() => {});
       else await handle.move(m[1]).catch(() => {});
@@ -108,9 +125,9 @@ class CheckpointStore {
       if (prefix.length < 12) return null;
       const n = new DataView(prefix.buffer).getUint32(8, true);
       const { bytes } = await readBytes(file.handle, 12 + n);
-      return { ...readHeader(bytes, size), size };
+      return { ...this.kind.readHeader(bytes, size), size };
     } catch (e) {
-      if (e instanceof TinyGPTFileError) return null;
+      if (e instanceof this.kind.FileError) return null;
       throw e;
     }
   }
@@ -155,9 +172,9 @@ class CheckpointStore {
         throw e;
       }
       try {
-        return { bytes, parsed: readTinyGPT(bytes) };
+        return { bytes, parsed: this.kind.read(bytes) };
       } catch (e) {
-        if (!(e instanceof TinyGPTFileError)) throw e;
+        if (!(e instanceof this.kind.FileError)) throw e;
         problem ??= `${f.name}: ${e.message}`;
       }
     }
@@ -176,7 +193,7 @@ class CheckpointStore {
         `${((estimate.quota - estimate.usage) / MiB).toFixed(1)} MiB left: the previous checkpoint is kept; ` +
         "download the model or delete saved ones");
     }
-    const name = fileName(runId, step);
+    const name = fileName(runId, step, this.kind.ext);
     const handle = await this.dir.getFileHandle(name, { create: true });
     try {
       const access = await handle.createSyncAccessHandle();
@@ -193,7 +210,7 @@ class CheckpointStore {
       }
       onProgress({ phase: "verifying", done: bytes.length, total: bytes.length });
       const { bytes: back } = await readBytes(handle);
-      readTinyGPT(back);  // throws if what landed on disk is not what a reader accepts
+      this.kind.read(back);  // throws if what landed on disk is not what a reader accepts
     } catch (e) {
       await this.dir.removeEntry(name).catch(() => {});
       if (e.name === "QuotaExceededError") throw new Error("this site's storage quota is full: the previous checkpoint is kept");
@@ -232,11 +249,10 @@ class CheckpointStore {
     if (!files.length) throw new Error("this model is no longer saved");
     const file = files[0];
     const { bytes } = await readBytes(file.handle);
-    const parsed = readTinyGPT(bytes);
+    const parsed = this.kind.read(bytes);
     const header = { ...parsed.header, name };
-    delete header.headerCrc32;
-    delete header.stateCrc32;
-    const renamed = writeTinyGPT({ config: parsed.config, header, state: parsed.state });
+    for (const key of ["headerCrc32", "stateCrc32", "dataCrc32"]) delete header[key];
+    const renamed = this.kind.rewrite(parsed, header);
     const temp = `${file.name}.renaming`;
     const handle = await this.dir.getFileHandle(temp, { create: true });
     const access = await handle.createSyncAccessHandle();
@@ -248,7 +264,7 @@ class CheckpointStore {
     } finally {
       access.close();
     }
-    const landed = readTinyGPT((await readBytes(handle)).bytes);  // readable before the old file goes
+    const landed = this.kind.read((await readBytes(handle)).bytes);  // readable before the old file goes
     await this.dir.removeEntry(file.name);
     await handle.move(file.name);
     return landed.header;

@@ -3,7 +3,8 @@
 // its corpus, and Resume (an unfinished run), Open (any: sample and evaluate without training), Rename,
 // Download, Download fp16 and Delete. A model that another tab is training (its Web Lock held there,
 // model_locks.js) says so; it can be opened here, not resumed, renamed or deleted.
-// actions: {resume(item), open(item), rename(item), download(id, compact), remove(item), selected()}.
+// A LoRA fine-tune's row (kind "lora") names its base, and downloads its adapter (.tgla) or its merged model.
+// actions: {resume(item), open(item), rename(item), download(id, compact | "adapter" | "merged"), remove(item), selected()}.
 import { corporaWords } from "./model_record.js";
 
 const size = (bytes) => (bytes >= 1024 ** 3 ? `${(bytes / 1024 ** 3).toFixed(2)} GB` : bytes >= 1024 ** 2
@@ -46,6 +47,14 @@ export function renderCheckpoints(tbody, items, actions) {
     const choose = cell("", "row-select");
     choose.append(pick);
     const model = cell(it.name + (it.backend ? ` (${it.backend === "webgpu" ? "WebGPU" : "WebAssembly"})` : ""), "row-name");
+    if (it.kind === "lora") {  // a fine-tune names its base (issue 60)
+      const base = document.createElement("span");
+      base.className = "lora-badge";
+      base.textContent = `LoRA fine-tune of ${it.base.name}${it.base.step !== null ? ` (step ${it.base.step})` : ""}` +
+        (it.lora ? `, rank ${it.lora.rank}` : "");
+      if (it.base.sha256) base.title = `The base's weights have SHA-256 ${it.base.sha256}`;
+      model.append(document.createElement("br"), base);
+    }
     if (it.busy) {
       const badge = document.createElement("span");
       badge.className = "busy-badge";
@@ -72,8 +81,13 @@ export function renderCheckpoints(tbody, items, actions) {
     const rename = button("Rename", () => actions.rename(it), "rename", elsewhere);
     const del = button("Delete", () => actions.remove(it), "delete", elsewhere);
     for (const b of [rename, del]) b.dataset.busyElsewhere = elsewhere ? "1" : "";
-    td.append(rename, button("Download", () => actions.download(it.id, false), "download"),
-      button("fp16", () => actions.download(it.id, true), "download-fp16"), del);
+    if (it.kind === "lora") {
+      td.append(rename, button("Adapter", () => actions.download(it.id, "adapter"), "download", "Download the adapter file (.tgla)"),
+        button("Merged", () => actions.download(it.id, "merged"), "download-merged", "Download the merged model (.tinygpt)"), del);
+    } else {
+      td.append(rename, button("Download", () => actions.download(it.id, false), "download"),
+        button("fp16", () => actions.download(it.id, true), "download-fp16"), del);
+    }
     tr.append(td);
     return tr;
   });

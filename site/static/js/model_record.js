@@ -12,7 +12,8 @@
 //   only, e.g. a float16 file), savedStep (the step of its saved row, null if none), deleted (its row
 //   was deleted), readOnly (opened while another tab trains it), training}
 
-export const SOURCE_WORDS = { new: "trained here", saved: "saved checkpoint", upload: "uploaded", demo: "the demo model" };
+export const SOURCE_WORDS = { new: "trained here", saved: "saved checkpoint", upload: "uploaded", demo: "the demo model",
+  finetune: "a LoRA fine-tune made here" };
 export const SCHEDULE_WORDS = { none: "constant", cosine: "cosine" };
 const SHAPE_KEYS = ["nLayer", "nHead", "dModel", "ctx"];
 
@@ -70,7 +71,7 @@ export function describe(record) {
 export function loadedStatus(record) {
   const what = record.preset ?? "a model";
   const target = record.targetSteps > record.step ? ` of ${n(record.targetSteps)}` : "";
-  const words = record.source === "new" ? "new" : SOURCE_WORDS[record.source];
+  const words = record.source === "new" ? "new" : record.source === "finetune" ? "a new LoRA fine-tune" : SOURCE_WORDS[record.source];
   const readOnly = record.readOnly ? " Opened read-only: another tab of this browser is training it." : "";
   return `Loaded ${what} at step ${record.step}${target} (${words}).${readOnly}`;
 }

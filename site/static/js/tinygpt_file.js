@@ -77,7 +77,7 @@ function pyTypeName(v) {
   return Array.isArray(v) ? "list" : "dict";
 }
 
-const pyBytes = (bytes) => "b" + pyQuote(String.fromCharCode(...bytes), (code) => code >= 0x20 && code < 0x7f);
+export const pyBytes = (bytes) => "b" + pyQuote(String.fromCharCode(...bytes), (code) => code >= 0x20 && code < 0x7f);
 
 // Bytes as a string of the same length, one character per byte, for regex search on raw bytes.
 function latin1(bytes) {
@@ -115,7 +115,8 @@ const numel = (entry) => entry.shape.reduce((a, b) => a * b, 1);
 
 // ---------------------------------------------------------------- header
 
-function decodeHeader(raw) {
+// Also the adapter file's (adapter_file.js): the same framing, the same header rules.
+export function decodeHeader(raw) {
   if ((PREFIX_SIZE + raw.length) % 4) {
     throw fail(`header length ${raw.length} leaves the data unaligned (12 + N must be a multiple of 4)`);
   }
@@ -422,11 +423,11 @@ function assembleFile(config, manifest, meta, includesOptimizerState, dtype, sto
 }
 
 // Python's datetime.now(timezone.utc).isoformat(timespec="seconds"): 2026-11-23T14:00:00+00:00
-const nowIsoSeconds = () => new Date().toISOString().slice(0, 19) + "+00:00";
+export const nowIsoSeconds = () => new Date().toISOString().slice(0, 19) + "+00:00";
 
 // Compact JSON padded with spaces so that 12 + N is a multiple of 4, with "headerCrc32" = the
 // CRC-32 of these bytes taken while the field reads "00000000" (python_ref's encode_header).
-function encodeHeader(meta) {
+export function encodeHeader(meta) {
   const header = { ...meta, headerCrc32: CRC_PLACEHOLDER };
   let json;
   try {

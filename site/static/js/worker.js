@@ -17,6 +17,9 @@ import { corporaOf, extendCorpora, hyperOf, optimiserNote } from "./model_record
 import { learningRateAt } from "./lr_schedule.js";
 import { lockedIds, modelsChannel, tabFeatures, tryLock } from "./model_locks.js";
 import { plainFileError } from "./file_errors.js";
+import * as lora from "./finetune_worker.js";
+import { measuredNext, summarise } from "./training_stats.js";
+import { runOf } from "./runs_compare.js";
 
 const PROBE_STEPS = 3;
 
@@ -37,6 +40,7 @@ let stopRequested = false;
 let stopHeard = () => {};  // wakes a training loop that waits for the model while a sample holds it
 let fatal = null;         // the engine's death sentence (device lost): training stops at the next step
 let sampleAbort = null;   // the AbortController of the sample in progress
+let statsEvery = 0;       // the training view: a step measured every statsEvery steps (0: off; the page's `trainingView`)
 
 // Runs jobs one at a time (a training burst, a sample, a save): they share the model.
 let tail = Promise.resolve();
@@ -71,30 +75,42 @@ const newRunId = () => Date.now().toString(36) + Math.random().toString(36).slic
 function summary(item, locked) {
   const h = item.header;
   const lastLoss = h.lossHistory?.length ? h.lossHistory[h.lossHistory.length - 1][1] : null;
-  const step = Number(item.file.match(/-(\d+)\.tinygpt$/)[1]);
+  const step = stepOfFile(item.file);
   const vals = Array.isArray(h.valHistory) ? h.valHistory : [];
   const best = vals.reduce((b, e) => (b === null || e[1] < b[1] ? e : b), null);
   const here = current?.lock && current.runId === item.id;
   return {
     id: item.id, name: h.name ?? h.preset ?? "model", preset: h.preset ?? null,
-    shape: { nLayer: h.config.nLayer, nHead: h.config.nHead, dModel: h.config.dModel, ctx: h.config.ctx },
+    shape: shapeOf(h.config ?? h.baseConfig),
     step, targetSteps: h.training?.steps ?? null,
     loss: h.finalLoss ?? lastLoss, valLoss: h.bestVal ?? null, valStep: best ? best[0] : null, savedAt: h.savedAt ?? null,
     bytes: item.size, backend: h.run?.backend ?? null, corpus: h.corpus ?? null, corpora: corporaOf(h, step),
-    busy: locked.has(item.id) ? (here ? "here" : "elsewhere") : null,
+    busy: locked.has(item.id) ? (here ? "here" : "elsewhere") : null, ...lora.rowOf(h),
   };
+}
+
+const stepOfFile = (file) => Number(file.match(/-(\d+)\.(?:tinygpt|tgla)$/)[1]);
+const shapeOf = ({ nLayer, nHead, dModel, ctx }) => ({ nLayer, nHead, dModel, ctx });
+
+/** The store that keeps the model in memory, or saved row `id`: the models' or (a fine-tune) the fine-tunes'. */
+async function storeOf(what) {
+  const fineTune = typeof what === "string" ? await lora.isSavedFineTune(what) : Boolean(what?.lora);
+  return fineTune ? lora.adapterStore() : store();
 }
 
 async function listCheckpoints() {
   const { store: s } = await store();
+  const { store: a } = await lora.adapterStore();
   const locked = await lockedIds();
-  post({ type: "checkpoints", items: s ? (await s.list()).map((it) => summary(it, locked)) : [] });
+  const items = [...(s ? await s.list() : []), ...(a ? await a.list() : [])]
+    .sort((x, y) => String(y.header.savedAt).localeCompare(String(x.header.savedAt)));
+  post({ type: "checkpoints", items: items.map((it) => summary(it, locked)) });
 }
 
 /** The saved models changed (here or in another tab): this tab's model learns whether its row went or was renamed. */
 async function savedModelsChanged(news = {}) {
   const c = current;
-  const { store: s } = await store();
+  const { store: s } = await storeOf(c);
   if (c && s && !c.deleted && c.lastSaved !== null && await s.isDeleted(c.runId)) {
     c.deleted = true;
     postRecord();
@@ -119,10 +135,10 @@ function release() {
 }
 
 /** A new engine for `config` on `corpus` bytes (state and dataState from a checkpoint, or fresh from seed). */
-async function makeEngine(backend, config, { corpus, seed, state = null, dataState = null }) {
+async function makeEngine(backend, config, { corpus, seed, state = null, dataState = null, lora: adapters = null, loraState = null }) {
   const module = await engineModules[backend]();
   fatal = null;
-  return module.createEngine({ ...config, corpus, seed, state, dataState,
+  return module.createEngine({ ...config, corpus, seed, state, dataState, lora: adapters, loraState,
     onFatal: (message) => {
       fatal = message;
       post({ type: "error", message, fatal: true });
@@ -142,6 +158,7 @@ function record() {
     targetSteps: c.targetSteps, source: c.source, corpus: c.trainedCorpus, engineCorpus: c.corpus, corpora: corporaNow(),
     hyper: hyperOf(c.config.training), optimizerState: c.optimizerState, savedStep: c.lastSaved, deleted: c.deleted,
     readOnly: c.readOnly, training: c.training, tokensPerStep: c.config.training.batch * c.config.model.ctx,
+    kind: c.lora ? "lora" : "model", lora: lora.recordOf(c),
   };
 }
 
@@ -159,20 +176,25 @@ function announce(notice = null) {
 /** The whole .tinygpt of the model in memory: state with moments and everything to resume it. */
 async function checkpointBytes() {
   const c = current;
+  if (c.lora) return lora.adapterBytes(c);  // a fine-tune's checkpoint is its adapter file
   await c.stream?.drain();  // the file's loss history reaches the step its weights are at
   const state = await c.engine.exportState();
+  return writeTinyGPT({ config: c.config.model, header: runHeader(c), state });
+}
+
+/** What a checkpoint's header says of the run (a model's and a fine-tune's alike). */
+function runHeader(c) {
   const last = c.lossHistory[c.lossHistory.length - 1];
   const vals = c.valHistory.map(([, v]) => v);
   const training = { ...c.config.training, steps: c.targetSteps };
-  const corpora = corporaNow();
-  const header = {
+  const corpora = corporaNow(c);
+  return {
     name: c.name, preset: c.preset, training,
     dataState: c.engine.dataState(), corpus: corpora.length ? corpusIdentity(corpora[corpora.length - 1]) : c.trainedCorpus ?? c.corpus,
     corpora, lossHistory: c.lossHistory, valHistory: c.valHistory,
     finalLoss: last ? last[1] : null, bestVal: vals.length ? Math.min(...vals) : null,
     run: { id: c.runId, backend: c.backend, engine: c.engine.description },
   };
-  return writeTinyGPT({ config: c.config.model, header, state });
 }
 
 const corpusIdentity = ({ name, bytes, sha256 }) => ({ name, bytes, sha256 });
@@ -183,7 +205,7 @@ const corpusIdentity = ({ name, bytes, sha256 }) => ({ name, bytes, sha256 });
  */
 async function checkpoint() {
   const c = current;
-  const { store: s } = await store();
+  const { store: s } = await storeOf(c);
   if (!s || c.lastSaved === c.engine.step || c.deleted) return;
   const step = c.engine.step;
   const saying = c.stopping ? "Stopping: " : "";
@@ -195,6 +217,7 @@ async function checkpoint() {
   const lock = c.lock ? null : await tryLock(c.runId);
   try {
     if (!c.lock && !lock) throw new Error(`not saved: ${busyElsewhere(c.name)}`);
+    if (c.lora) await lora.keepBase(s, c);
     await s.save(c.runId, step, bytes, progress);
     c.lastSaved = step;
     post({ type: "saved", id: c.runId, step, bytes: bytes.length, at: Date.now() });
@@ -220,10 +243,10 @@ async function checkpoint() {
 async function takeWriterLock() {
   const c = current;
   if (c.lock) return;
-  const { store: s } = await store();
+  const { store: s } = await storeOf(c);
   if (s && c.lastSaved !== null && !c.deleted) {
     const row = (await s.list()).find((it) => it.id === c.runId);
-    const rowStep = row ? Number(row.file.match(/-(\d+)\.tinygpt$/)[1]) : null;
+    const rowStep = row ? stepOfFile(row.file) : null;
     if (rowStep !== null && rowStep !== c.lastSaved) {
       const locked = await lockedIds();
       if (locked.has(c.runId)) throw new Error(busyElsewhere(c.name));
@@ -283,9 +306,12 @@ async function trainSteps(c, checkpointSeconds) {
   const training = c.config.training;
   const stepper = {
     get step() { return c.engine.step; },
-    trainStep: () => {
+    trainStep: async () => {
       c.engine.setLearningRate(learningRateAt(c.engine.step, c.targetSteps, training));
-      return c.engine.trainStep();
+      if (!measuredNext(c.engine.step, statsEvery)) return c.engine.trainStep();
+      const stepped = await c.engine.trainStep({ stats: true });
+      postStats(c, c.engine.step, stepped.stats);
+      return stepped;
     },
   };
   // steps stay queued from one burst to the next (step_stream.js); what needs every loss drains them
@@ -331,6 +357,28 @@ async function trainSteps(c, checkpointSeconds) {
   await checkpoint();
 }
 
+/** A measured step's statistics (training_stats.js), summarised for the page's training view. */
+function postStats(c, step, stats) {
+  const { nHead } = c.config.model;
+  stats.then((m) => post({ type: "stats", id: c.runId, step, adapters: Boolean(c.lora), backend: c.backend, probeBytes: m.T,
+    ...summarise(m.names, m.sums, { entropy: m.entropy, nHead, T: m.T }) })).catch(() => {});
+}
+
+/** The training view on (`every` steps) or off (0), for the run in progress and the next ones. */
+function trainingView({ every }) {
+  statsEvery = Number.isSafeInteger(every) && every > 0 ? every : 0;
+}
+
+/** The runs view: what the headers of saved models `ids` say of their runs (runs_compare.js), never their weights. */
+async function runs({ ids }) {
+  const listed = await Promise.all([store(), lora.adapterStore()].map(async (opening) => {
+    const { store: s } = await opening;
+    return s ? s.list() : [];
+  }));
+  const byId = new Map(listed.flat().map((it) => [it.id, it]));
+  post({ type: "runs", items: ids.filter((id) => byId.has(id)).map((id) => runOf(byId.get(id))) });
+}
+
 /** The training settings of a new run: the preset's, with the form's steps, seed and hyper-parameters. */
 function newRunTraining({ seed, steps, hyper = {} }) {
   const training = { seed, steps };
@@ -364,6 +412,7 @@ async function switchCorpus(corpus) {
   const c = current;
   if (!corpus || corpus.identity.sha256 === c.corpus.sha256) return;
   await exclusive(() => c.engine.setCorpus(corpus.bytes));
+  if (c.lora) c.lora.corpusBytes = corpus.bytes;
   c.corpora = corporaNow();
   c.segmentFrom = c.engine.step;
   c.corpus = corpus.identity;
@@ -372,6 +421,7 @@ async function switchCorpus(corpus) {
 async function continueTraining({ steps, checkpointSeconds, ...msg }) {
   await cancelSample();
   if (!current) throw new Error("there is no model in memory to continue: train one or resume a saved one");
+  if (current.engine.loraMerged) throw new Error("the fine-tune's adapters are merged into its weights: unmerge them before it trains on");
   if (msg.corpus) await switchCorpus(corpusOf(msg));
   current.targetSteps = current.engine.step + steps;
   announce();
@@ -380,6 +430,7 @@ async function continueTraining({ steps, checkpointSeconds, ...msg }) {
 
 /** Builds the engine for a parsed .tinygpt; the model in memory is replaced only once that worked. */
 async function adopt(backend, parsed, { runId, source, name, corpus, readOnly = false }) {
+  if (parsed.lora) return lora.adopt(backend, parsed, { runId, source, name, corpus, readOnly });
   const { header } = parsed;
   const { identity } = corpus;
   const notices = [];
@@ -407,7 +458,7 @@ async function adopt(backend, parsed, { runId, source, name, corpus, readOnly = 
 
 /** The newest checkpoint of saved model `id`: {parsed, name, busy (another tab trains it)}. */
 async function readSaved(id) {
-  const { store: s, reason } = await store();
+  const { store: s, reason } = await storeOf(id);
   if (!s) throw new Error(`there are no saved checkpoints: ${reason}`);
   const { parsed } = await s.read(id);
   return { parsed, name: parsed.header.name ?? parsed.header.preset ?? "model" };
@@ -475,7 +526,7 @@ async function load({ backend, bytes, name, source = "upload", ...msg }) {
   await listCheckpoints();
 }
 
-async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
+async function sample({ prompt, temperature, topK, maxNewTokens, seed, compare = false }) {
   // Registered before anything is awaited: a Train, load or Stop that comes while this sample still
   // waits for the model (behind a save, say) cancels it too. Registered after that wait, a sample could
   // miss its cancellation and then hold the model for all its tokens while training waited behind it.
@@ -485,14 +536,18 @@ async function sample({ prompt, temperature, topK, maxNewTokens, seed }) {
   try {
     await exclusive(() => {});  // the sample before this one has let go of the model
     if (!current) throw new Error("there is no model yet: train one, resume a saved one or upload a .tinygpt");
-    await generateSample({ prompt, temperature, topK, maxNewTokens, seed }, controller);
+    // a fine-tune, side by side: the base alone first (stream "base"), then with the adapters, from the same seed
+    if (compare && current.lora && !current.engine.loraMerged) {
+      await generateSample({ prompt, temperature, topK, maxNewTokens, seed, adapters: false, stream: "base" }, controller);
+    }
+    await generateSample({ prompt, temperature, topK, maxNewTokens, seed, adapters: current.lora ? true : undefined }, controller);
   } finally {
     if (sampleAbort === controller) sampleAbort = null;
   }
 }
 
 /** The sample's tokens, streamed to the page, until maxNewTokens or the controller's abort. */
-function generateSample({ prompt, temperature, topK, maxNewTokens, seed }, controller) {
+function generateSample({ prompt, temperature, topK, maxNewTokens, seed, adapters = undefined, stream = "main" }, controller) {
   return exclusive(async () => {
     const t0 = performance.now();
     let ttftMs = null, tokens = 0, chunk = [], chunkTop = [];  // chunkTop: each byte's top next bytes (logit view)
@@ -500,13 +555,13 @@ function generateSample({ prompt, temperature, topK, maxNewTokens, seed }, contr
     // raw bytes: a byte-level model may emit any byte, and a character may span tokens; the page renders them
     const flush = () => {
       const elapsed = (performance.now() - t0) / 1000;
-      post({ type: "text", bytes: Uint8Array.from(chunk), top: chunkTop, tokens, ttftMs, tokensPerSecond: tokens / Math.max(elapsed, 1e-6) });
+      post({ type: "text", stream, bytes: Uint8Array.from(chunk), top: chunkTop, tokens, ttftMs, tokensPerSecond: tokens / Math.max(elapsed, 1e-6) });
       chunk = [];
       chunkTop = [];
       lastPost = performance.now();
     };
     const bytes = new TextEncoder().encode(prompt || "\n");  // an empty prompt starts from a newline
-    const made = await current.engine.generate(bytes, { temperature, topK, seed, maxNewTokens, signal: controller.signal,
+    const made = await current.engine.generate(bytes, { temperature, topK, seed, maxNewTokens, signal: controller.signal, adapters,
       onToken: (t, top) => {
         ttftMs ??= performance.now() - t0;
         tokens++;
@@ -515,11 +570,14 @@ function generateSample({ prompt, temperature, topK, maxNewTokens, seed }, contr
         if (performance.now() - lastPost > 30) flush();
       } });
     flush();
-    post({ type: "sampleDone", tokens: made, cancelled: controller.signal.aborted });
+    post({ type: "sampleDone", stream, tokens: made, cancelled: controller.signal.aborted });
   });
 }
 
-async function download({ id, compact }) {
+async function download({ id, compact, what = null }) {
+  // a fine-tune's files: its adapter (.tgla) or its merged model (.tinygpt); a fine-tune's "checkpoint" is its adapter
+  const fineTune = id === null ? Boolean(current?.lora) : await lora.isSavedFineTune(id);
+  if (what || fineTune) return lora.download({ id, what: what ?? (compact ? "merged" : "adapter"), compact });
   let bytes, name;
   if (id === null) {
     if (!current) throw new Error("there is no model in memory to download");
@@ -569,8 +627,9 @@ async function probe({ backend, preset, shape = null, steps, ...msg }) {
 async function evaluate() {
   if (!current) throw new Error("there is no model to evaluate: train one, resume one or load one");
   const c = current;
-  const valLoss = await exclusive(() => c.engine.evaluate());
-  post({ type: "evaluated", step: c.engine.step, valLoss, corpus: c.corpus.name, windows: c.config.training.evalWindows,
+  // a fine-tune: also its base's loss alone (baseValLoss; null for a model, or while the adapters are merged in)
+  const { valLoss, baseValLoss = null } = await exclusive(async () => (c.lora ? lora.evaluateBoth(c) : { valLoss: await c.engine.evaluate() }));
+  post({ type: "evaluated", step: c.engine.step, valLoss, baseValLoss, corpus: c.corpus.name, windows: c.config.training.evalWindows,
     ctx: c.config.model.ctx, backend: c.backend });
 }
 
@@ -591,9 +650,9 @@ async function hello() {
 
 /** Deletes saved models, each only when no tab trains it (its writer's lock is free); says which were refused. */
 async function remove({ id, ids = [id] }) {
-  const { store: s } = await store();
   const refused = [];
   for (const one of ids) {
+    const { store: s } = await storeOf(one);
     if (!s) break;
     const row = (await s.list()).find((it) => it.id === one);
     const name = row?.header.name ?? row?.header.preset ?? "this model";
@@ -620,7 +679,7 @@ async function remove({ id, ids = [id] }) {
 
 /** Renames a saved model (its newest checkpoint's header), when no other tab trains it. */
 async function rename({ id, name }) {
-  const { store: s, reason } = await store();
+  const { store: s, reason } = await storeOf(id);
   if (!s) throw new Error(`there are no saved checkpoints: ${reason}`);
   const clean = String(name).trim().slice(0, 200);
   if (!clean) throw new Error("a saved model's name cannot be empty");
@@ -666,7 +725,21 @@ const handlers = {
   },
   stopSample: () => { sampleAbort?.abort(); },
   delete: remove,
+  trainingView,
+  runs,
+  finetune: lora.finetune,
+  attach: lora.attach,
+  merge: lora.merge,
+  unmerge: lora.unmerge,
 };
+
+// what the fine-tunes' module (finetune_worker.js) shares with the rest of the worker
+lora.install({
+  get current() { return current; },
+  adoptModel: (model) => (current = model),
+  post, phase, exclusive, corpusOf, cancelSample, makeEngine, release, announce, postRecord, record, checkpoint, trainLoop,
+  listCheckpoints, newRunId, corporaNow, runHeader, FileRefused,
+});
 
 self.onmessage = async ({ data: msg }) => {
   try {
@@ -678,7 +751,7 @@ self.onmessage = async ({ data: msg }) => {
     phase("idle", "");
     // a step that failed because the device was lost: the page already has the fatal sentence
     // (the list is sent again: the run's last checkpoint is what Resume now picks up)
-    if (fatal && ["train", "continue", "resume"].includes(msg.type)) {
+    if (fatal && ["train", "continue", "resume", "finetune"].includes(msg.type)) {
       await listCheckpoints().catch(() => {});
       return;
     }

@@ -6,6 +6,7 @@ import { Trainer, trainerLimits, checkLimits } from "../../../webgpu/trainer.js"
 import { Decoder } from "../../../webgpu/decoder.js";
 import { SECURE_CONTEXT_NEEDED } from "../wasm_loader.js";
 import { attentionWeights } from "../../../webgpu/inspect.js";
+import { StepStats, attentionEntropy } from "../../../webgpu/training_stats.js";
 import { isSoftwareAdapter } from "../../../webgpu/software_adapter.js";
 import { requestDeviceWithSubgroups } from "../../../webgpu/subgroups.js";
 import { softmax, topBytes } from "../next_byte.js";
@@ -149,6 +150,7 @@ export async function createEngine({ model, training, initStd, rules, corpus, se
   // copy of the weights, refreshed at each sample with the adapters merged into it or not (lora.js says why)
   let decoder = null;
   const adapters = trainer.lora;
+  let measured = null;  // the training view's StepStats, made at the first measured step
   const needLoRA = (what) => {
     if (!adapters) throw new Error(`${what}: this model is not a LoRA fine-tune`);
     return adapters;
@@ -169,10 +171,19 @@ export async function createEngine({ model, training, initStd, rules, corpus, se
     setLearningRate(lr) { trainer.lr = lr; },
     // trains and evaluates on `bytes` from now on; the data stream's position stays where it is
     setCorpus(bytes) { trainer.setCorpus(bytes); },
-    // queues one step (one submit); its loss resolves once the GPU is done, without blocking the next
-    async trainStep() {
+    // queues one step (one submit); its loss resolves once the GPU is done, without blocking the next.
+    // stats (true, or {probe}: a window of 1..ctx bytes, by default the corpus's first ctx): the step measured
+    // for the training view (still one submit: webgpu/training_stats.js), then the attention entropy of the
+    // probe; returns once both are read back, so the next step starts from the weights they describe
+    async trainStep({ stats = null } = {}) {
       alive();
-      return trainer.step();
+      if (!stats) return trainer.step();
+      measured ??= new StepStats(trainer);
+      const probe = stats.probe ?? trainer.train.subarray(0, model.ctx);
+      const { loss } = await trainer.step(null, measured.measure());
+      const sums = await measured.read();
+      const entropy = await attentionEntropy(trainer, probe);
+      return { loss, stats: Promise.resolve({ names: measured.names, sums, entropy, T: probe.length }) };
     },
     async evaluate() {
       alive();
@@ -221,6 +232,7 @@ export async function createEngine({ model, training, initStd, rules, corpus, se
       destroyed = true;
       gpu.removeEventListener("uncapturederror", onError);
       const settled = Promise.resolve(decoder?.destroy());
+      measured?.destroy();
       trainer.destroy();
       if (ownDevice) gpu.destroy();
       return settled;
