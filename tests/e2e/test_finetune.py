@@ -201,7 +201,7 @@ def test_fine_tune_the_demo_on_webassembly(server_url, page, tmp_path):
     python_adapter_in_the_page(page, tmp_path, DEMO)
     row = page.locator(f"#checkpoints tbody tr[data-id='{page.evaluate('window.playground.loaded.id')}']")
     assert "LoRA fine-tune of demo-large.tinygpt (step 4000), rank 8" in row.inner_text(), row.inner_text()
-    resume_after_reload(page, server_url, "wasm", lambda: load_demo(page, "wasm"), 100, reference)
+    resume_after_reload(page, server_url, "wasm", lambda: load_demo(page, "wasm"), 40, reference)
     screenshot(page, "finetune_wasm_resumed")
     assert page.errors == []
 
@@ -265,7 +265,8 @@ def python_adapter_in_the_page(page, tmp_path, base_file) -> None:
 
 def resume_after_reload(page, server_url, backend: str, base_loader, steps: int, reference: list, lr=None,
                         reload_after: int = 10) -> None:
-    """A second, identical fine-tune, the page reloaded once it has saved past step `reload_after`, resumed from
+    """A second fine-tune like the first but of `steps` steps (fewer: its learning rate is constant, so its losses
+    are the first run's up to there), the page reloaded once it has saved past step `reload_after`, resumed from
     Saved models: its losses after the resume equal the uninterrupted run's, bit for bit."""
     base_loader()
     page.select_option("#backend", backend)
@@ -339,7 +340,7 @@ def test_fine_tune_on_webgpu(server_url, page, tmp_path):
     assert page.evaluate("window.playground.loaded.backend") == "webgpu"
     reference = losses(page)
     check_fine_tune(page, tmp_path, base, WEBGPU_STEPS, "webgpu", tokens=100, words=False)
-    resume_after_reload(page, server_url, "webgpu", lambda: upload_base(page, base, "wasm"), WEBGPU_STEPS, reference,
+    resume_after_reload(page, server_url, "webgpu", lambda: upload_base(page, base, "wasm"), 50, reference,
                         lr=WEBGPU_LR, reload_after=20)
     screenshot(page, "finetune_webgpu_resumed")
     assert page.errors == []
