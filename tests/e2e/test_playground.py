@@ -17,6 +17,10 @@ def test_page_is_isolated_and_reports_what_the_browser_supports(server_url, page
     assert "WebAssembly relaxed SIMD (fused multiply-add)" in features
     # Headless Chromium's WebGPU adapter is SwiftShader: the page must not pass it off as a GPU.
     assert re.search(r"WebGPU: .*software adapter|No WebGPU", features), features
+    if "No WebGPU" not in features:
+        # what the adapter offers beyond core WebGPU, each said (SwiftShader: subgroups, no shader-f16)
+        assert re.search(r"WebGPU subgroups: used|No WebGPU subgroups", features), features
+        assert re.search(r"WebGPU shader-f16: offered|No WebGPU shader-f16 on this adapter", features), features
     options = page.locator("#preset option").evaluate_all("os => os.map(o => o.value)")
     assert options[:5] == ["tiny", "small", "medium", "large", "xl"]
     assert page.locator("#preset").input_value() == "small"  # presets.json's defaultPreset

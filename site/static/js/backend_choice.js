@@ -28,6 +28,14 @@ export async function browserSupport() {
     item(gpu.ok, gpu.ok ? `WebGPU: ${gpu.name}${gpu.software ? " (a software adapter: correct, not fast)" : ""}`
       : `No WebGPU: ${gpu.reason}`),
   ];
+  if (gpu.ok) {
+    // what the adapter offers beyond WebGPU's core: the trainer uses subgroups for its reductions; shader-f16 is
+    // what a half-precision trainer would need (issue 61: not built, so training stays fp32 either way)
+    items.push(item(gpu.subgroups, gpu.subgroups ? "WebGPU subgroups: used in the trainer's reductions"
+      : "No WebGPU subgroups on this adapter: the trainer's reductions take their plain path"));
+    items.push(item(gpu.f16, gpu.f16 ? "WebGPU shader-f16: offered; training here stays fp32 (no half-precision trainer yet)"
+      : "No WebGPU shader-f16 on this adapter: half-precision training could not run here; training is fp32"));
+  }
   return { wasm: f, gpu, items };
 }
 
