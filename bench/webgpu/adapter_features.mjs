@@ -46,6 +46,8 @@ async function describe(flags) {
   alive.push(adapter);
   if (!adapter) return { flags, adapter: null };
   const info = attributes(adapter.info);
+  // the matrix units' shapes (issue 61): objects whose fields are getters, so each is read out on its own
+  if (Array.isArray(info.subgroupMatrixConfigs)) info.subgroupMatrixConfigs = info.subgroupMatrixConfigs.map(attributes);
   return { flags, info, features: [...adapter.features].sort(), limits: attributes(adapter.limits) };
 }
 
@@ -66,6 +68,8 @@ if (base.info) {
     ` (subgroup sizes ${base.info.subgroupMinSize}-${base.info.subgroupMaxSize})`);
   console.error(`features: ${base.features.join(", ")}`);
   console.error(`only with allow_unsafe_apis: ${out.onlyWithUnsafeApis.join(", ") || "none"}`);
+  console.error(`shader-f16: ${base.features.includes("shader-f16") ? "offered" : "not offered"}; subgroup matrix ` +
+    `configs with allow_unsafe_apis: ${JSON.stringify(unsafe.info?.subgroupMatrixConfigs ?? [])}`);
   console.error(`maxStorageBufferBindingSize ${l.maxStorageBufferBindingSize}, maxBufferSize ${l.maxBufferSize}, ` +
     `maxComputeWorkgroupStorageSize ${l.maxComputeWorkgroupStorageSize}, maxComputeInvocationsPerWorkgroup ${l.maxComputeInvocationsPerWorkgroup}`);
 } else {
