@@ -119,13 +119,15 @@ def test_probe_says_what_webgpu_can_do_here():
     p = drive("probe")
     for case, result in p.items():
         print(f"{case}: {result}")
-    assert p["none"] == {"ok": False, "software": False, "name": None,
+    assert p["none"] == {"ok": False, "software": False, "name": None, "subgroups": False, "f16": False,
                          "reason": "this browser has no WebGPU (navigator.gpu is missing)"}
     assert not p["noAdapter"]["ok"] and "no adapter" in p["noAdapter"]["reason"]
     assert not p["throws"]["ok"] and "adapter request failed for the test" in p["throws"]["reason"]
     assert p["fallback"]["ok"] and p["fallback"]["software"]
     assert p["hardware"]["ok"] and not p["hardware"]["software"] and p["hardware"]["name"] == "acme gpu9 Acme GPU 9"
     assert p["real"]["ok"] and p["real"]["software"] and "swiftshader" in p["real"]["name"].lower()
+    # what the page's feature list says of the adapter: SwiftShader has subgroups and no shader-f16
+    assert p["real"]["subgroups"] is True and p["real"]["f16"] is False
 
 
 def test_a_lost_device_fails_steps_and_calls_on_fatal():

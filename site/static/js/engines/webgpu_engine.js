@@ -40,7 +40,7 @@ export async function probe(gpu = globalThis.navigator?.gpu) {
   try {
     const adapter = await requestAdapter(gpu);
     return { ok: true, software: isSoftware(adapter), name: adapterName(adapter), reason: null,
-      subgroups: adapter.features.has("subgroups"), f16: adapter.features.has("shader-f16") };
+      subgroups: Boolean(adapter.features?.has("subgroups")), f16: Boolean(adapter.features?.has("shader-f16")) };
   } catch (e) {
     return { ok: false, software: false, name: null, reason: e.message, subgroups: false, f16: false };
   }
