@@ -30,6 +30,21 @@ export async function readQK(trainer, T) {
 }
 
 /** tokens (1..ctx bytes) -> Float32Array (L, H, T, T): how much query i attends to key j, 0 for j > i. */
+/**
+ * Query i's scores against keys 0..i in head h, scores[j] = q_i·k_j · scale (q, k: (T,C) of one layer), in
+ * double; returns their maximum. The attention view's weights and the training view's entropy both start here.
+ */
+export function causalScores(q, k, { C, D, h, i, scale }, scores) {
+  let max = -Infinity;
+  for (let j = 0; j <= i; j++) {
+    let s = 0;
+    for (let d = 0; d < D; d++) s += q[i * C + h * D + d] * k[j * C + h * D + d];
+    scores[j] = s * scale;
+    if (scores[j] > max) max = scores[j];
+  }
+  return max;
+}
+
 export async function attentionWeights(trainer, tokens) {
   const { nLayer: L, nHead: H, dModel: C, ctx } = trainer.cfg, T = tokens.length, D = C / H;
   if (T < 1 || T > ctx) throw new Error(`the attention view takes 1..${ctx} bytes (the context), got ${T}`);
@@ -45,13 +60,7 @@ export async function attentionWeights(trainer, tokens) {
     for (let h = 0; h < H; h++) {
       const P = out.subarray((l * H + h) * T * T, (l * H + h + 1) * T * T);  // (T,T)
       for (let i = 0; i < T; i++) {
-        let max = -Infinity;
-        for (let j = 0; j <= i; j++) {
-          let s = 0;
-          for (let d = 0; d < D; d++) s += q[i * C + h * D + d] * k[j * C + h * D + d];
-          scores[j] = s * scale;
-          max = Math.max(max, scores[j]);
-        }
+        const max = causalScores(q, k, { C, D, h, i, scale }, scores);
         let sum = 0;
         for (let j = 0; j <= i; j++) sum += (scores[j] = Math.exp(scores[j] - max));
         for (let j = 0; j <= i; j++) P[i * T + j] = scores[j] / sum;

@@ -13,7 +13,7 @@
 import { kernel, LINEAR_ID, workgroupSum, grid1d } from "./kernels/kernel.js";
 import { Plan } from "./plan.js";
 import { mapForReading } from "./buffers.js";
-import { readQK } from "./inspect.js";
+import { causalScores, readQK } from "./inspect.js";
 
 const THREADS = 256;
 /** Elements of one tensor each workgroup of tensor_sums sums (the last chunk of a tensor: what is left). */
@@ -138,13 +138,7 @@ export function entropyFromQK(qk, { nLayer: L, nHead: H, dModel: C }, T) {
     for (let h = 0; h < H; h++) {
       let total = 0;
       for (let i = 0; i < T; i++) {
-        let max = -Infinity;
-        for (let j = 0; j <= i; j++) {
-          let s = 0;
-          for (let d = 0; d < D; d++) s += q[i * C + h * D + d] * k[j * C + h * D + d];
-          scores[j] = s * scale;
-          if (scores[j] > max) max = scores[j];
-        }
+        const max = causalScores(q, k, { C, D, h, i, scale }, scores);
         let sum = 0, weighted = 0;
         for (let j = 0; j <= i; j++) {
           const e = Math.exp(scores[j] - max);
