@@ -3,11 +3,13 @@
 // twin): y = W x + b + (alpha / r) B (A x) on the chosen projections of every block, the base frozen.
 //
 // A Trainer made with {lora} (trainer.js) holds the base's weights and no gradients, AdamW moments or
-// decay mask of its own; this module gives it the adapters (Q floats: weights, gradients, m, v), a
-// training step of one submit that adds them in the forward (Trainer.recordForward's adapter hook)
-// and trains them alone: the input gradients still flow through the frozen weights to the lower
-// blocks, the adapters' gradients are formed where their Linears are (kernels/lora.js), and the global
-// norm, clip and AdamW run over the adapters only (adamw_update over Q parameters, every one decayed
+// decay mask of its own; this module gives it the adapters (Q floats: weights, gradients, m, v) and a
+// training step of one submit that trains them alone. The step first merges the adapters into a copy
+// of the adapted Linears' weights (the step weights, W' = W + s·B·A, remade from the frozen base at
+// every step), then runs the base's own forward and input gradients on W' (Trainer.recordForward's
+// `linear`), so the adapters add no dispatch there; each adapted Linear's rows then give their share
+// of dA and dB where its output gradient is (kernels/lora.js), one dispatch adds the shares, and the
+// global norm, clip and AdamW run over the adapters only (adamw_update over Q parameters, every one decayed
 // by the run's weightDecay: python_ref's make_adapter_optimizer, C++'s apply_update). Below the lowest
 // adapter nothing is computed (no embedding gradient, no ln1 gradient in block 0), as C++'s
 // backward_lora skips it.
@@ -27,7 +29,7 @@ import { Plan } from "./plan.js";
 import { grid1d } from "./kernels/kernel.js";
 import { normPartials } from "./kernels/adamw.js";
 import { chooseSummedSplits } from "./kernels/matmul.js";
-import { loraRowsKernel, loraGradsKernel, loraNormPartials, loraMerge, loraSlices, LORA_ROWS_PER_WORKGROUP, LORA_GRAD_OUTPUTS, LORA_THREADS } from "./kernels/lora.js";
+import { loraBlockRows, loraGradPartialsKernel, loraGradsSum, loraMerge, loraMergeIntoKernel, LORA_THREADS } from "./kernels/lora.js";
 import { adamwValues, SplitSums } from "./ops.js";
 import { bufferBytes, listActivations, mapForReading, qkvViews, slotFloats } from "./buffers.js";
 import { decoderUniformBytes, listDecoderBuffers } from "./decoder.js";
@@ -111,41 +113,39 @@ const memo = (make) => {
     return made.get(key);
   };
 };
-const rowsKernelFor = memo(loraRowsKernel);
-const gradsKernelFor = memo(loraGradsKernel);
+const partialsKernelFor = memo(loraGradPartialsKernel);
+const mergeIntoKernelFor = memo(loraMergeIntoKernel);
 
 /**
- * lora_rows (kernels/lora.js) for 1..3 targets on M rows: down length K, up length N, rank r.
- * targets: [{xOff, wdOff, uOff, wuOff, yOff}]; wd {sj, sk} and wu {sj, sc}: the strides of the down
- * and up weights in W; Y null: the down half alone (u or d kept, no output); G (forward, gelu) or H
- * (backward, geluGrad): the epilogue's buffer, at Y's indices.
+ * lora_merge_into (kernels/lora.js): 1..3 targets of one shape (N,K), merged copies W' = W + (scale·B)·A in
+ * each of L blocks: targets [{srcOff, dstOff, aOff}], W at srcOff (+ l·srcStride) into Wm at dstOff
+ * (+ l·dstStride), A at aOff (+ l·aStride) of Ad and B after it.
  */
-export function recordLoraRows(ops, plan, { mode, M, K, N, r, scale, targets, X, W, U: u, Y = null, G = null, H = null, wd, wu }) {
-  const T = targets.length, epilogue = G ? "gelu" : H ? "geluGrad" : "none", up = Y !== null;
-  const rowsPer = LORA_ROWS_PER_WORKGROUP, kg = loraSlices(rowsPer * T * r, K);
-  const values = { M, K, N, r, rows_per: rowsPer, kg, scale, wd_sj: wd.sj, wd_sk: wd.sk, wu_sj: wu.sj, wu_sc: wu.sc };
-  targets.forEach((t, i) => Object.assign(values, { [`x_off${i}`]: t.xOff, [`wd_off${i}`]: t.wdOff, [`u_off${i}`]: t.uOff,
-    [`wu_off${i}`]: t.wuOff, [`y_off${i}`]: t.yOff ?? 0 }));
-  const buffers = [X, W, u, ...(up ? [Y] : []), ...(G ? [G] : H ? [H] : [])];
-  return plan.add(rowsKernelFor(T, mode, epilogue, up), values, buffers, grid1d(Math.ceil(M / rowsPer)));
+export function recordLoraMergeInto(ops, plan, { N, K, r, L, srcStride, dstStride, aStride, scale, targets, W, Wm, Ad }) {
+  const values = { N, K, r, L, src_stride: srcStride, dst_stride: dstStride, a_stride: aStride, scale };
+  targets.forEach((t, i) => Object.assign(values, { [`src_off${i}`]: t.srcOff, [`dst_off${i}`]: t.dstOff, [`a_off${i}`]: t.aOff }));
+  return plan.add(mergeIntoKernelFor(targets.length), values, [W, Wm, Ad], grid1d(Math.ceil((targets.length * L * N * K) / LORA_THREADS)));
 }
 
 /**
- * lora_grads for 1..3 targets of one Linear shape (in K, out N, rank r) on M rows: targets
- * [{yOff, xOff, uOff, dOff, aOff, bOff}]: dy in Y, x in X, u in U, d in D; dA at aOff and dB at bOff of G.
+ * lora_grad_partials for 1..3 targets of one Linear shape (in K, out N, rank r) on the same M rows x at
+ * xOff of X: targets [{yOff, aOff}] (dy at yOff of Y, A at aOff of the adapters Ad and B after it); u and
+ * d in UD (d dOff floats after u); the row blocks' shares at Pt (block w's from w·q). Returns the blocks.
  */
-export function recordLoraGrads(ops, plan, { M, K, N, r, targets, Y, X, U: u, D, G }) {
-  const wgB = Math.ceil((N * r) / LORA_GRAD_OUTPUTS), wgA = Math.ceil((r * K) / LORA_GRAD_OUTPUTS);
-  const values = { M, K, N, r, wg_b: wgB, wg_a: wgA };
-  targets.forEach((t, i) => Object.assign(values, { [`y_off${i}`]: t.yOff, [`x_off${i}`]: t.xOff, [`u_off${i}`]: t.uOff,
-    [`d_off${i}`]: t.dOff, [`a_off${i}`]: t.aOff, [`b_off${i}`]: t.bOff }));
-  return plan.add(gradsKernelFor(targets.length), values, [Y, X, u, D, G], grid1d(targets.length * (wgB + wgA)));
+export function recordLoraGradPartials(ops, plan, { M, K, N, r, q, scale, xOff = 0, dOff, targets, X, Y, Ad, UD, Pt }) {
+  const rows = loraBlockRows(M), blocks = Math.ceil(M / rows), values = { M, K, N, r, rows, q, x_off: xOff, d_off: dOff, scale };
+  targets.forEach((t, i) => Object.assign(values, { [`y_off${i}`]: t.yOff, [`a_off${i}`]: t.aOff }));
+  plan.add(partialsKernelFor(targets.length), values, [X, Y, Ad, UD, Pt], grid1d(blocks));
+  return blocks;
 }
 
-/** The norm's partial sums of squares of n gradients into partials; returns how many (adamwValues' parts). */
-export function recordLoraNorm(ops, plan, { n, grads, partials }) {
+/**
+ * lora_grads_sum: G[i] = Σ_w Pt[w·n + i] over `blocks` row blocks, for the n adapter elements, and their
+ * norm's partial sums of squares into partials; returns how many (adamwValues' parts).
+ */
+export function recordLoraGradsSum(ops, plan, { n, blocks, Pt, G, partials }) {
   const parts = normPartials(n);
-  plan.add(loraNormPartials, { n, parts }, [grads, partials], grid1d(parts));
+  plan.add(loraGradsSum, { n, blocks, parts }, [Pt, G, partials], grid1d(parts));
   return parts;
 }
 
@@ -156,11 +156,46 @@ export function recordLoraMerge(ops, plan, { N, K, r, wOff, aOff, bOff, scale, W
 
 // ---------------------------------------------------------------- sizes (Trainer.requirements)
 
-/** Floats of the scratch that keeps each adapter's d between lora_rows and lora_grads: the biggest group's. */
+/** How many of q, k and v are adapted (at least 1): the most targets a lora_grad_partials dispatch takes. */
 const dGroup = (lora) => Math.max(1, lora.targets.filter((t) => QKV.includes(t)).length);
 
 /** Whether the step's input gradients into a LayerNorm split K (as the full step's, past its pairs). */
 const splitsInputGradients = ({ dModel: C }, rows) => rows * 4 * C > PAIRED_MAX_OUTPUTS;
+
+// A block's Linears whose weights a merged copy holds, and what the copy holds with them: q, k and v's
+// together (the products read the three one projStride apart), with ln1 before them, and fc_in with ln2
+// (a product's LayerNorm prologue reads its parameters from the weights' buffer); o_proj and fc_out alone
+const SITES = [
+  { site: "qkv", targets: QKV, first: "ln1.weight", last: "attn.v_proj.weight" },
+  { site: "o_proj", targets: ["o_proj"], first: "attn.o_proj.weight" },
+  { site: "fc_in", targets: ["fc_in"], first: "ln2.weight", last: "mlp.fc_in.weight" },
+  { site: "fc_out", targets: ["fc_out"], first: "mlp.fc_out.weight" },
+];
+const weightName = (target) => `${target.startsWith("fc_") ? "mlp" : "attn"}.${target}.weight`;
+
+/**
+ * Where the step weights (the merged copies of a block's adapted Linears) lie: per block `blockFloats`,
+ * the adapted sites one after another, each region a copy of the base's floats from its first weight
+ * (block 0's at srcOff) to its last weight's end: {regions [{site, first, targets, base, floats, srcOff}],
+ * blockFloats, floats}.
+ */
+export function stepWeightsLayout(model, lora) {
+  const e = Object.fromEntries(manifest(model).map((x) => [x.name, x]));
+  const regions = [];
+  let at = 0;
+  for (const s of SITES) {
+    const targets = s.targets.filter((t) => lora.targets.includes(t));
+    if (targets.length === 0) continue;
+    const first = e[`blocks.0.${s.first}`], last = e[`blocks.0.${s.last ?? s.first}`];
+    const floats = last.offset + last.numel - first.offset;
+    regions.push({ site: s.site, first: s.first, targets, base: at, floats, srcOff: first.offset });
+    at += floats;
+  }
+  return { regions, blockFloats: at, floats: model.nLayer * at };
+}
+
+/** Floats of the row blocks' shares of every adapter gradient (lora_grad_partials), for `rows` rows. */
+const partialFloats = (rows, Q) => Math.ceil(rows / loraBlockRows(rows)) * Q;
 
 /**
  * Every buffer a LoRA trainer for `config` creates, and a Decoder on it (with the sampling copy of the
@@ -168,14 +203,15 @@ const splitsInputGradients = ({ dModel: C }, rows) => rows * 4 * C > PAIRED_MAX_
  * trainer.js's trainerBuffers. what: "train" (what a step needs), "all" (with generation's).
  */
 export function listLoRABuffers(config, options, add) {
-  const m = config.model, { nLayer: L, dModel: C, vocabSize: V, ctx: T } = m, B = config.training.batch, rows = B * T;
+  const m = config.model, { dModel: C, vocabSize: V, ctx: T } = m, B = config.training.batch, rows = B * T;
   const lora = loraConfig(options, config.rules), Q = adapterCount(m, lora), r = lora.rank;
   const last = manifest(m).at(-1), P = last.offset + last.numel;
   add("params", 4 * P);
   for (const name of ["lora weights", "lora grads", "lora m", "lora v"]) add(name, 4 * Q);
   add("lora decay mask", 4 * Math.ceil(Q / 32));
-  add("lora u", 4 * L * lora.targets.length * slotFloats(rows * r));
-  add("lora d", 4 * dGroup(lora) * slotFloats(rows * r));
+  add("lora step weights", 4 * stepWeightsLayout(m, lora).floats);
+  add("lora u and d", 4 * 2 * dGroup(lora) * rows * r);
+  add("lora grad partials", 4 * partialFloats(rows, Q));
   add("lora norm partials", 4 * normPartials(Q));
   add("unused binding", 16);
   add("unused output", 16);
@@ -191,11 +227,11 @@ export function listLoRABuffers(config, options, add) {
 }
 
 /**
- * Bytes of a LoRA trainer's plan uniforms at most (256 a dispatch): the step (≤ 4 + 7L base and 4L
- * adapter dispatches forward, ≤ 3 + 7L and 8L backward, the norm and AdamW), two evals (≤ 5 + 11L),
- * three merges (6L each), and a Decoder's.
+ * Bytes of a LoRA trainer's plan uniforms at most (256 a dispatch): the step (6 merges, ≤ 4 + 7L
+ * dispatches forward, ≤ 3 + 7L and 4L backward, the sum, the norm and AdamW), two evals (≤ 6 + 5 + 11L),
+ * three merges in place (6L each), and a Decoder's.
  */
-export const loraUniformBytes = (L, ctx) => 256 * ((9 + 26 * L) + 2 * (5 + 11 * L) + 3 * 6 * L) + decoderUniformBytes(L, ctx);
+export const loraUniformBytes = (L, ctx) => 256 * ((16 + 18 * L) + 2 * (11 + 11 * L) + 3 * 6 * L) + decoderUniformBytes(L, ctx);
 
 // ---------------------------------------------------------------- the trainer's adapters
 
@@ -221,9 +257,11 @@ export class LoRA {
     // every adapter is 2-D, so AdamW decays every one (by the run's weightDecay: 0 by presets.json's "lora")
     this.decay = trainer.buffer("lora decay mask", 4 * Math.ceil(Q / 32), store);
     trainer.device.queue.writeBuffer(this.decay, 0, new Uint32Array(Math.ceil(Q / 32)).fill(0xffffffff));
-    this.uSlot = slotFloats(rows * r);
-    this.u = trainer.buffer("lora u", 4 * m.nLayer * this.config.targets.length * this.uSlot, store);
-    this.d = trainer.buffer("lora d", 4 * dGroup(this.config) * this.uSlot, store);
+    this.layout = stepWeightsLayout(m, this.config);
+    this.stepWeights = trainer.buffer("lora step weights", 4 * this.layout.floats, store);
+    this.dOff = dGroup(this.config) * rows * r; // d's floats after u's in "lora u and d"
+    this.ud = trainer.buffer("lora u and d", 4 * 2 * this.dOff, store);
+    this.partials = trainer.buffer("lora grad partials", 4 * partialFloats(rows, Q), store);
     this.normPartials = trainer.buffer("lora norm partials", 4 * normPartials(Q), store);
     this.stepBase = 0; // the adapter step of the last import without moments: trainer.stepCount counts AdamW's steps since
     this.baseStep = 0; // the base state's step (exported with the base, as C++'s tg_export_state)
@@ -262,41 +300,73 @@ export class LoRA {
     if (!this.enabled) throw new Error("LoRA training: the adapters are disabled: enable them first");
   }
 
-  // u's slot of target `target` in block l, and the offsets of a Linear's adapters
-  _uOff(l, target) { return (l * this.config.targets.length + this.config.targets.indexOf(target)) * this.uSlot; }
+  // the offsets of a Linear's adapters
   _aOff(l, target) { return this.at[`${modulePath(l, target)}.lora_A`]; }
   _bOff(l, target) { return this.at[`${modulePath(l, target)}.lora_B`]; }
 
   /**
-   * The adapters' forward at `site` of block l (Trainer.recordForward's hook), on activation set A's
-   * rows from position 0: "qkv" (q, k, v adapted among them), "o_proj", "fc_in" (h, and g = gelu(h)
-   * again), "fc_out".
+   * Where the products read the parameter `name` (e.g. "blocks.3.attn.q_proj.weight", "blocks.3.ln1.weight"):
+   * in the step weights if it lies in an adapted site's copy there (the adapted Linears merged, the rest
+   * the base's), else in the base's weights.
    */
-  recordForward(plan, A, l, site) {
-    const { dModel: C } = this.trainer.cfg, rows = A.B * A.T, a = A.layers[l], r = this.config.rank;
-    const adapted = site === "qkv" ? QKV.filter((t) => this.adapts(t)) : this.adapts(site) ? [site] : [];
-    if (adapted.length === 0) return;
-    const [K, N] = targetDims(adapted[0], C);
-    const io = { qkv: [a.ln1, a.qkv], o_proj: [a.att, a.res2], fc_in: [a.ln2, a.h], fc_out: [a.g, A.res[l + 1]] }[site];
-    recordLoraRows(this.trainer.ops, plan, { mode: "forward", M: rows, K, N, r, scale: this.config.scale, X: io[0], W: this.weights, U: this.u, Y: io[1],
-      G: site === "fc_in" ? a.g : null, wd: { sj: K, sk: 1 }, wu: { sj: 1, sc: r },
-      targets: adapted.map((t) => ({ xOff: 0, wdOff: this._aOff(l, t), uOff: this._uOff(l, t), wuOff: this._bOff(l, t), yOff: site === "qkv" ? QKV.indexOf(t) * a.stride : 0 })) });
+  linear(name) {
+    const tr = this.trainer, o = tr.offsets, match = /^blocks\.(\d+)\./.exec(name), l = match ? Number(match[1]) : -1;
+    const within = (g) => o[name] >= o[`blocks.${l}.${g.first}`] && o[name] < o[`blocks.${l}.${g.first}`] + g.floats;
+    const region = match && this.layout.regions.find(within);
+    if (!region) return { B: tr.params, bOff: o[name] };
+    return { B: this.stepWeights, bOff: l * this.layout.blockFloats + region.base + o[name] - o[`blocks.${l}.${region.first}`] };
+  }
+
+  /** Copies the base's floats of every adapted site into the step weights (their merges rewrite the adapted Linears' alone). */
+  _copyBase() {
+    const tr = this.trainer, enc = tr.device.createCommandEncoder({ label: "lora step weights" });
+    const blockStride = tr.cfg.nLayer > 1 ? tr.offsets["blocks.1.ln1.weight"] - tr.offsets["blocks.0.ln1.weight"] : 0;
+    for (let l = 0; l < tr.cfg.nLayer; l++) {
+      for (const g of this.layout.regions) {
+        enc.copyBufferToBuffer(tr.params, 4 * (g.srcOff + l * blockStride), this.stepWeights, 4 * (l * this.layout.blockFloats + g.base), 4 * g.floats);
+      }
+    }
+    tr.device.queue.submit([enc.finish()]);
   }
 
   /**
-   * An adapted Linear's backward at `site` of block l: d = s·dy·B kept, dx += d·A into dx (null: no
-   * input gradient wanted; H: fc_out's, times gelu'(h)), then dA and dB. dy: {buffer, offsets by target}.
+   * Records W' = W + s·B·A of every adapted Linear into the step weights: a dispatch for up to three
+   * targets of one shape (q, k, v and o_proj are C×C), all blocks in it.
    */
-  _recordBackward(plan, A, l, site, dy, x, dx, H = null) {
-    const { dModel: C } = this.trainer.cfg, rows = A.B * A.T, r = this.config.rank, ops = this.trainer.ops;
+  _recordMerges(plan) {
+    const tr = this.trainer, { nLayer: L, dModel: C } = tr.cfg, r = this.config.rank;
+    const blockStride = L > 1 ? tr.offsets["blocks.1.ln1.weight"] - tr.offsets["blocks.0.ln1.weight"] : 0;
+    const byShape = new Map();
+    for (const t of this.config.targets) {
+      const key = targetDims(t, C).join("x");
+      if (!byShape.has(key)) byShape.set(key, []);
+      byShape.get(key).push(t);
+    }
+    for (const targets of byShape.values()) {
+      const [K, N] = targetDims(targets[0], C);
+      for (let i = 0; i < targets.length; i += 3) {
+        recordLoraMergeInto(tr.ops, plan, { N, K, r, L, srcStride: blockStride, dstStride: this.layout.blockFloats, aStride: this.Q / L,
+          scale: this.config.scale, W: tr.params, Wm: this.stepWeights, Ad: this.weights,
+          targets: targets.slice(i, i + 3).map((t) => {
+            const name = `blocks.0.${weightName(t)}`;
+            return { srcOff: tr.offsets[name], dstOff: this.linear(name).bOff, aOff: this._aOff(0, t) };
+          }) });
+      }
+    }
+  }
+
+  /**
+   * The row blocks' shares of dA and dB of the adapted Linears at `site` of block l ("qkv": those of q, k
+   * and v adapted; else the one), from their input x (an activation) and output gradient dy ({buffer,
+   * offset(target)}), into the partials; returns the blocks.
+   */
+  _recordGradPartials(plan, rows, l, site, dy, x) {
     const adapted = site === "qkv" ? QKV.filter((t) => this.adapts(t)) : this.adapts(site) ? [site] : [];
     if (adapted.length === 0) return;
-    const [K, N] = targetDims(adapted[0], C);
-    recordLoraRows(ops, plan, { mode: "backward", M: rows, K: N, N: K, r, scale: this.config.scale, X: dy.buffer, W: this.weights, U: this.d, Y: dx,
-      H: dx ? H : null, wd: { sj: 1, sk: r }, wu: { sj: K, sc: 1 },
-      targets: adapted.map((t, i) => ({ xOff: dy.offset(t), wdOff: this._bOff(l, t), uOff: i * this.uSlot, wuOff: this._aOff(l, t), yOff: 0 })) });
-    recordLoraGrads(ops, plan, { M: rows, K, N, r, Y: dy.buffer, X: x, U: this.u, D: this.d, G: this.grads,
-      targets: adapted.map((t, i) => ({ yOff: dy.offset(t), xOff: 0, uOff: this._uOff(l, t), dOff: i * this.uSlot, aOff: this._aOff(l, t), bOff: this._bOff(l, t) })) });
+    const [K, N] = targetDims(adapted[0], this.trainer.cfg.dModel);
+    this.blocks = recordLoraGradPartials(this.trainer.ops, plan, { M: rows, K, N, r: this.config.rank, q: this.Q, scale: this.config.scale,
+      dOff: this.dOff, X: x, Y: dy.buffer, Ad: this.weights, UD: this.ud, Pt: this.partials,
+      targets: adapted.map((t) => ({ yOff: dy.offset(t), aOff: this._aOff(l, t) })) });
   }
 
   /**
@@ -323,15 +393,17 @@ export class LoRA {
     tr.ringNext = 0;
 
     const plan = (this.trainPlan = new Plan(tr.device, ops.pipelines, "lora step"));
-    tr.recordForward(plan, A, { B, T, past: 0, logitRows: rows, lora: this });
+    const linear = (name) => this.linear(name);
+    this._recordMerges(plan);
+    tr.recordForward(plan, A, { B, T, past: 0, logitRows: rows, linear });
     ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
     ops.matmul(plan, "backward_input", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: o["token_embedding.weight"], C: d.ln });
     ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[L], stats: A.lnfs, params: P, wOff: o["ln_f.weight"], dx: d.res, accumulate: false });
     // an input gradient into a LayerNorm: split K with the LayerNorm summing the slabs (as the full step
-    // past its pairs), unless an adapter adds its part to the gradient first
+    // past its pairs)
     const split = splitsInputGradients(m, rows);
-    const intoLayerNorm = (args, adapted) => {
-      if (!split || adapted) {
+    const intoLayerNorm = (args) => {
+      if (!split) {
         ops.matmul(plan, "backward_input", args);
         return null;
       }
@@ -342,53 +414,54 @@ export class LoRA {
     const attention = QKV.some(has) || has("o_proj");
     const at0 = { buffer: d.res, offset: () => 0 };
     for (let l = L - 1; l >= 0; l--) {
-      const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s], lowest = l === 0;
+      const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s], W = (s) => this.linear(n + s), lowest = l === 0;
       // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]. Below it, in the
       // lowest block, only the attention's adapters want a gradient (mlpThrough), and fc_in's
       const mlpThrough = !lowest || attention, needDh = mlpThrough || has("fc_in");
       if (needDh) {
-        ops.matmul(plan, "backward_input", { M: rows, N: 4 * C, K: C, A: d.res, B: P, bOff: w("mlp.fc_out.weight"), C: d.h,
-          geluGradOf: has("fc_out") ? null : a.h });
+        ops.matmul(plan, "backward_input", { M: rows, N: 4 * C, K: C, A: d.res, ...W("mlp.fc_out.weight"), C: d.h, geluGradOf: a.h });
       }
-      this._recordBackward(plan, A, l, "fc_out", at0, a.g, needDh ? d.h : null, a.h);
+      this._recordGradPartials(plan, rows, l, "fc_out", at0, a.g);
       let sumIn = null;
-      if (mlpThrough) sumIn = intoLayerNorm({ M: rows, N: C, K: 4 * C, A: d.h, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln }, has("fc_in"));
-      this._recordBackward(plan, A, l, "fc_in", { buffer: d.h, offset: () => 0 }, a.ln2, mlpThrough ? d.ln : null);
+      if (mlpThrough) sumIn = intoLayerNorm({ M: rows, N: C, K: 4 * C, A: d.h, ...W("mlp.fc_in.weight"), C: d.ln });
+      this._recordGradPartials(plan, rows, l, "fc_in", { buffer: d.h, offset: () => 0 }, a.ln2);
       if (!mlpThrough) break;
       ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res, accumulate: true, sumIn });
       // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
       const needDatt = !lowest || QKV.some(has);
-      if (needDatt) ops.matmul(plan, "backward_input", { M: rows, N: C, K: C, A: d.res, B: P, bOff: w("attn.o_proj.weight"), C: d.att });
-      this._recordBackward(plan, A, l, "o_proj", at0, a.att, needDatt ? d.att : null);
+      if (needDatt) ops.matmul(plan, "backward_input", { M: rows, N: C, K: C, A: d.res, ...W("attn.o_proj.weight"), C: d.att });
+      this._recordGradPartials(plan, rows, l, "o_proj", at0, a.att);
       if (!needDatt) break;
       ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, dout: d.att,
         dqkv: { buffer: d.qkv.qkv, stride: d.qkv.stride } });
       // q, k, v: d ln1 = Σ dX·W over the three (K = 3C), wanted above block 0 only
       const dln1 = !lowest;
       if (dln1) {
-        sumIn = intoLayerNorm({ M: rows, N: C, K: C, A: d.qkv.qkv, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3,
-          strides: { a: d.qkv.stride, b: tr.projStride } }, QKV.some(has));
+        sumIn = intoLayerNorm({ M: rows, N: C, K: C, A: d.qkv.qkv, ...W("attn.q_proj.weight"), C: d.ln, kcat: 3,
+          strides: { a: d.qkv.stride, b: tr.projStride } });
       }
-      this._recordBackward(plan, A, l, "qkv", { buffer: d.qkv.qkv, offset: (t) => QKV.indexOf(t) * d.qkv.stride }, a.ln1, dln1 ? d.ln : null);
+      this._recordGradPartials(plan, rows, l, "qkv", { buffer: d.qkv.qkv, offset: (t) => QKV.indexOf(t) * d.qkv.stride }, a.ln1);
       if (dln1) ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), dx: d.res, accumulate: true, sumIn });
     }
-    const parts = recordLoraNorm(ops, plan, { n: this.Q, grads: this.grads, partials: this.normPartials });
+    const parts = recordLoraGradsSum(ops, plan, { n: this.Q, blocks: this.blocks, Pt: this.partials, G: this.grads, partials: this.normPartials });
     tr.trainPlan = plan;
     tr.adamIndex = ops.adamwUpdate(plan, { n: this.Q, params: this.weights, grads: this.grads, m: this.m, v: this.v, decay: this.decay,
       partials: this.normPartials, losses: A.losses, scal: tr.scal, values: adamwValues(this.Q, tr.tr, 1, rows, parts) });
     tr.adamStepValues = {};
     plan.freeze();
 
-    // eval, with the adapters (enabled, not merged) and without (disabled, or merged into the weights)
-    const evalPlan = (label, lora) => {
+    // eval, with the adapters (enabled, not merged: on the step weights, merged first) and without
+    // (disabled, or merged into the weights)
+    const evalPlan = (label, withAdapters) => {
       const p = new Plan(tr.device, ops.pipelines, label);
-      tr.recordForward(p, A, { B, T, past: 0, logitRows: rows, lora });
+      if (withAdapters) this._recordMerges(p);
+      tr.recordForward(p, A, { B, T, past: 0, logitRows: rows, linear: withAdapters ? linear : null });
       ops.crossEntropyForward(p, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
       p.freeze();
       return p;
     };
-    this.evalWith = evalPlan("lora eval", this);
-    this.evalWithout = evalPlan("eval", null);
+    this.evalWith = evalPlan("lora eval", true);
+    this.evalWithout = evalPlan("eval", false);
     this.mergePlan = this._mergePlan("lora merge", P, 1);
     this.unmergePlan = this._mergePlan("lora unmerge", P, -1);
     this.plans.push(plan, this.evalWith, this.evalWithout, this.mergePlan, this.unmergePlan);
@@ -397,6 +470,7 @@ export class LoRA {
     tr.xHost = new Uint32Array(rows);
     tr.yHost = new Uint32Array(rows);
     tr.startsHost = new Array(B);
+    this._copyBase();
   }
 
   /** W += sign·s·B·A in every adapted Linear of the weights in `W`, one dispatch each. */
@@ -498,6 +572,7 @@ export class LoRA {
   baseImported(step) {
     this.baseStep = step;
     this.merged = false;
+    if (this.trainPlan) this._copyBase();
     if (this.evalWith) this._chooseEval();
   }
 

@@ -369,13 +369,19 @@ export class Trainer {
    * Forward pass of `rows` = B·T positions of activation set A at absolute positions past.. (past > 0
    * only with a KV cache: a Decoder's), the logits of the last logitRows rows. Training, evaluation, a
    * Decoder's prefill and RecomputeDecoder record it. params: the weights' buffer (a Decoder's may be
-   * another, lora.js samplingWeights); lora: a LoRA (lora.js) whose adapters the forward adds (from
-   * position 0 only), or null.
+   * another, lora.js samplingWeights); linear: null, or where the products read a block's Linear weight
+   * `name` instead, as {B, bOff} (lora.js LoRA.linear: the adapters merged into a copy of the adapted ones).
    */
-  recordForward(plan, A, { B, T, past, logitRows, params = this.params, lora = null }) {
+  recordForward(plan, A, { B, T, past, logitRows, params = this.params, linear = null }) {
     const ops = this.ops, { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps: eps } = this.cfg;
     const o = this.offsets, P = params, rows = B * T;
-    if (lora && past !== 0) throw new Error("recordForward: the adapters are added from position 0 only");
+    const W = (name) => linear?.(name) ?? { B: P, bOff: o[name] };
+    // a product's weight, and its LayerNorm prologue's parameters from the same buffer (`x`: normalised's)
+    const reads = (x, weight, lnName) => {
+      const w = W(weight);
+      if (!x.ln || w.B === P) return { ...x, ...w };
+      return { ...x, ...w, ln: { ...x.ln, wOff: W(`${lnName}.weight`).bOff, bOff: W(`${lnName}.bias`).bOff } };
+    };
     const embedding = { T, past, tokens: A.tokens, wteOff: o["token_embedding.weight"], wpeOff: o["position_embedding.weight"] };
     // the A operand of the products that read LayerNorm `name` of x: x itself, normalised by their
     // prologue (which also stores the output and statistics for the backward), or that output, from
@@ -393,29 +399,24 @@ export class Trainer {
       unsummed = null;
       return { A: out };
     };
-    // (an adapter on fc_out adds to its result before the LayerNorm reads it: no slabs left for it)
-    const fcOutSplit = prologue || lora?.adapts("fc_out") ? { splits: 1 } : chooseSummedSplits("forward", rows, C, 4 * C, ops.workgroupLimit);
+    const fcOutSplit = prologue ? { splits: 1 } : chooseSummedSplits("forward", rows, C, 4 * C, ops.workgroupLimit);
     for (let l = 0; l < L; l++) {
       const a = A.layers[l], n = `blocks.${l}.`;
       const ln1 = normalised(n + "ln1", A.res[l], a.ln1, a.ln1s);
       // q, k and v of row r at row past + r of their views (the KV cache's position, when decoding)
-      ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...ln1, B: P, bOff: o[n + "attn.q_proj.weight"], C: a.qkv, cOff: past * C, bias: P,
+      ops.matmul(plan, "forward", { M: rows, N: C, K: C, ...reads(ln1, n + "attn.q_proj.weight", n + "ln1"), C: a.qkv, cOff: past * C, bias: P,
         biasOff: o[n + "attn.q_proj.bias"], batches: 3, strides: { b: this.projStride, c: a.stride, bias: this.projStride } });
-      lora?.recordForward(plan, A, l, "qkv");
       ops.attentionForward(plan, { B, T, kvT: A.kvT, past, H, C, q: a.q, k: a.k, v: a.v, out: a.att, lse: a.lse });
-      ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, B: P, bOff: o[n + "attn.o_proj.weight"], C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
-      lora?.recordForward(plan, A, l, "o_proj");
+      ops.matmul(plan, "forward", { M: rows, N: C, K: C, A: a.att, ...W(n + "attn.o_proj.weight"), C: a.res2, bias: P, biasOff: o[n + "attn.o_proj.bias"], R: A.res[l] });
       const ln2 = normalised(n + "ln2", a.res2, a.ln2, a.ln2s);
-      ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, ...ln2, B: P, bOff: o[n + "mlp.fc_in.weight"], C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });
-      lora?.recordForward(plan, A, l, "fc_in");
-      const fcOut = { M: rows, N: C, K: 4 * C, A: a.g, B: P, bOff: o[n + "mlp.fc_out.weight"], C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 };
+      ops.matmul(plan, "forward", { M: rows, N: 4 * C, K: C, ...reads(ln2, n + "mlp.fc_in.weight", n + "ln2"), C: a.h, bias: P, biasOff: o[n + "mlp.fc_in.bias"], gelu: a.g });
+      const fcOut = { M: rows, N: C, K: 4 * C, A: a.g, ...W(n + "mlp.fc_out.weight"), C: A.res[l + 1], bias: P, biasOff: o[n + "mlp.fc_out.bias"], R: a.res2 };
       if (fcOutSplit.splits > 1) {
         unsummed = new SplitSums();
         ops.matmul(plan, "forward", { ...fcOut, ...fcOutSplit, partials: this.splitK, partialsOff: this.summedOff, sums: unsummed });
       } else {
         ops.matmul(plan, "forward", fcOut);
       }
-      lora?.recordForward(plan, A, l, "fc_out");
     }
     // logits = ln_f(x) · wteᵀ (tied head), for the last logitRows rows only when generating
     const first = rows - logitRows, lnf = normalised("ln_f", A.res[L], A.lnf, A.lnfs);

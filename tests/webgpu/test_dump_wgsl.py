@@ -39,7 +39,8 @@ def test_every_variant_is_dumped_and_the_node_compiler_checks_files(tmp_path):
                 "cross_entropy_forward", "cross_entropy_backward", "attention_forward",
                 "attention_decode", "attention_decode_qkv", "mlp_decode", "logits_decode", "sample_decode",
                 "decode_tokens",
-                "attention_backward", "adamw_update", "lora_rows", "lora_grads", "lora_norm_partials", "lora_merge"}
+                "attention_backward", "adamw_update", "lora_grad_partials", "lora_merge_into", "lora_grads_sum",
+                "lora_merge"}
     entry_points = {re.search(r"@compute[^\n]*\nfn (\w+)\(", (tmp_path / f).read_text()).group(1) for f in files}
     assert entry_points == families
 

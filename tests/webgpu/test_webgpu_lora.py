@@ -71,16 +71,6 @@ def report(name: str, got, ref, rel: float = 1e-5) -> float:
     return err
 
 
-def gelu64(h):
-    return 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
-
-
-def gelu_grad64(h):
-    s = math.sqrt(2 / math.pi)
-    t = np.tanh(s * (h + 0.044715 * h ** 3))
-    return 0.5 * (1 + t) + 0.5 * h * (1 - t * t) * s * (1 + 3 * 0.044715 * h * h)
-
-
 # --- kernel cases: (case, inputs {name: array}, check(outputs))
 CASES = []
 
@@ -102,111 +92,86 @@ def place(blocks, first=3, gap=2):
     return buf, offsets
 
 
-def rows_forward_case(M, K, N, r, T, scale, gelu=False, up=True):
-    """T adapted Linears on one input x (M,K): u_t = s·x·A_tᵀ, y_t += u_t·B_tᵀ (and g = gelu(y))."""
+def merge_into_case(N, K, r, L, T, scale):
+    """Each of T targets' W' (N,K) in each of L blocks = W + (s·B)·A, into copies at other offsets and strides; the
+    floats between the copies stay as they were."""
+    src_stride, a_stride, dst_stride = T * N * K + 7, T * r * (K + N) + 3, T * N * K + 5
+    W = f32(rng.standard_normal(4 + L * src_stride))
+    Ad = f32(rng.standard_normal(2 + L * a_stride))
+    Wm = np.full(3 + L * dst_stride, 9.0, np.float32)
+    # target t: W at 4 + t·N·K, its copy at 3 + t·N·K, its adapters at 2 + t·r·(K+N) (each block one stride further)
+    targets = [{"srcOff": 4 + t * N * K, "dstOff": 3 + t * N * K, "aOff": 2 + t * r * (K + N)} for t in range(T)]
+    refs = {}
+    for t, g in enumerate(targets):
+        for b in range(L):
+            w = W[g["srcOff"] + b * src_stride:][:N * K].astype(np.float64)
+            a = g["aOff"] + b * a_stride
+            A, B = Ad[a:a + r * K].reshape(r, K), Ad[a + r * K:a + r * K + N * r].reshape(N, r)
+            refs[t, b] = w + (f32(scale * B).astype(np.float64) @ A).ravel()
+    name = f"lora_merge_into {T} target(s) N={N} K={K} r={r} L={L} s={scale}"
+
+    def check(o):
+        untouched = np.ones(Wm.size, bool)
+        for (t, b), ref in refs.items():
+            at = targets[t]["dstOff"] + b * dst_stride
+            report(f"{name}: target {t} block {b}", o["Wm"][at:at + N * K], ref)
+            untouched[at:at + N * K] = False
+        assert (o["Wm"][untouched] == 9.0).all(), f"{name}: floats between the copies changed"
+
+    add_case(dict(op="lora_merge_into", N=N, K=K, r=r, L=L, srcStride=src_stride, dstStride=dst_stride,
+                  aStride=a_stride, scale=scale, targets=targets, wmLen=Wm.size), {"W": W, "Wm": Wm, "Ad": Ad}, check)
+
+
+def block_rows(M):
+    """kernels/lora.js loraBlockRows: rows per block double from 8 until at most 64 blocks."""
+    R = 8
+    while -(-M // R) > 64:
+        R *= 2
+    return R
+
+
+def grad_partials_case(M, K, N, r, T, scale):
+    """T adapted Linears on one input x (M,K), output gradients dy_t (M,N): u_t = s·x·A_tᵀ, d_t = s·dy_t·B_t kept,
+    and dA_t = d_tᵀ·x, dB_t = dy_tᵀ·u_t summed over the row blocks (lora_grad_partials, then lora_grads_sum), with
+    the norm's partial sums of squares: partial w = Σ g[i]² over the i with (i // 256) mod parts = w."""
     x = f32(rng.standard_normal((M, K)))
+    dy = [f32(rng.standard_normal((M, N))) for _ in range(T)]
     A = [f32(rng.standard_normal((r, K)) / math.sqrt(K)) for _ in range(T)]
     B = [f32(rng.standard_normal((N, r)) * 0.5) for _ in range(T)]
-    y0 = [f32(rng.standard_normal((M, N))) for _ in range(T)]
-    X, (x_off,) = place([x], first=5)
-    W, w_offs = place([m for t in range(T) for m in (A[t], B[t])])
-    Y0, y_offs = place(y0, first=1, gap=7)
-    u_offs = [2 + t * M * r for t in range(T)]
-    targets = [{"xOff": x_off, "wdOff": w_offs[2 * t], "uOff": u_offs[t], "wuOff": w_offs[2 * t + 1], "yOff": y_offs[t]}
-               for t in range(T)]
-    u_ref = [scale * (x.astype(np.float64) @ A[t].T.astype(np.float64)) for t in range(T)]
-    y_ref = [y0[t] + u_ref[t] @ B[t].T.astype(np.float64) for t in range(T)]
-    name = f"lora_rows forward {T} target(s) M={M} K={K} N={N} r={r} s={scale}{' +gelu' if gelu else ''}"
-    case = dict(op="lora_rows", mode="forward", M=M, K=K, N=N, r=r, scale=scale, targets=targets, wd={"sj": K, "sk": 1},
-                wu={"sj": 1, "sc": r}, uLen=2 + T * M * r, yLen=Y0.size if up else 0,
-                epilogue="gelu" if gelu else "none")
+    X, (x_off,) = place([x], first=3)
+    Y, y_offs = place(dy, first=5, gap=3)
+    # each target's B right after its A (the adapters' layout), 4 floats between targets
+    Ad, a_offs = place([np.concatenate([A[t].ravel(), B[t].ravel()]) for t in range(T)], first=2, gap=4)
+    q = Ad.size
+    blocks = -(-M // block_rows(M))
+    d_off = T * M * r + 6
+    x64 = x.astype(np.float64)
+    u = [scale * (x64 @ A[t].T.astype(np.float64)) for t in range(T)]
+    d = [scale * (dy[t].astype(np.float64) @ B[t].astype(np.float64)) for t in range(T)]
+    g = np.zeros(q)  # every adapter element's gradient (0 between the targets)
+    for t in range(T):
+        a = a_offs[t]
+        g[a:a + r * K] = (d[t].T @ x64).ravel()
+        g[a + r * K:a + r * K + N * r] = (dy[t].T.astype(np.float64) @ u[t]).ravel()
+    parts = max(1, min(1024, -(-q // 2048)))
+    squares = np.bincount((np.arange(q) // 256) % parts, weights=g ** 2, minlength=parts)
+    name = f"lora_grad_partials {T} target(s) M={M} K={K} N={N} r={r} s={scale} ({blocks} row blocks)"
 
     def check(o):
+        ud = o["UD"]
         for t in range(T):
-            report(f"{name}: u[{t}]", o["U"][u_offs[t]:u_offs[t] + M * r], u_ref[t])
-            if up:
-                report(f"{name}: y[{t}]", o["Y"][y_offs[t]:y_offs[t] + M * N], y_ref[t])
-                if gelu:
-                    report(f"{name}: gelu(y)[{t}]", o["G"][y_offs[t]:y_offs[t] + M * N], gelu64(y_ref[t]))
+            at = (np.arange(M)[:, None] * T * r + t * r + np.arange(r)[None, :]).ravel()
+            report(f"{name}: u[{t}]", ud[at], u[t])
+            report(f"{name}: d[{t}]", ud[d_off + at], d[t])
+            a = a_offs[t]
+            report(f"{name}: dA[{t}]", o["G"][a:a + r * K], g[a:a + r * K])
+            report(f"{name}: dB[{t}]", o["G"][a + r * K:a + r * K + N * r], g[a + r * K:a + r * K + N * r])
+        report(f"{name}: the norm's {parts} partials", o["partials"], squares)
 
-    add_case(case, {"X": X, "W": W, **({"Y0": Y0} if up else {})}, check)
-
-
-def rows_backward_case(M, K_in, N_out, r, T, scale, gelu_grad=False, up=True):
-    """T adapted Linears (in K_in, out N_out) with dy_t (M,N_out): d_t = s·dy_t·B_t, dx (+)= Σ_t d_t·A_t
-    (times gelu'(h))."""
-    dy = [f32(rng.standard_normal((M, N_out))) for _ in range(T)]
-    A = [f32(rng.standard_normal((r, K_in)) / math.sqrt(K_in)) for _ in range(T)]
-    B = [f32(rng.standard_normal((N_out, r)) * 0.5) for _ in range(T)]
-    dx0, h = f32(rng.standard_normal((M, K_in))), f32(rng.standard_normal((M, K_in)) * 2)
-    X, x_offs = place(dy, first=4, gap=9)
-    W, w_offs = place([m for t in range(T) for m in (A[t], B[t])])
-    Y0, (y_off,) = place([dx0], first=6)
-    H = np.zeros_like(Y0)
-    H[y_off:y_off + h.size] = h.ravel()
-    u_offs = [1 + t * (M * r + 3) for t in range(T)]
-    targets = [{"xOff": x_offs[t], "wdOff": w_offs[2 * t + 1], "uOff": u_offs[t], "wuOff": w_offs[2 * t], "yOff": y_off}
-               for t in range(T)]
-    d_ref = [scale * (dy[t].astype(np.float64) @ B[t].astype(np.float64)) for t in range(T)]
-    dx_ref = dx0 + sum(d_ref[t] @ A[t].astype(np.float64) for t in range(T))
-    if gelu_grad:
-        dx_ref = dx_ref * gelu_grad64(h.astype(np.float64))
-    name = (f"lora_rows backward {T} target(s) M={M} in={K_in} out={N_out} r={r} s={scale}"
-            f"{' +gelu-grad' if gelu_grad else ''}{'' if up else ' (d only)'}")
-    case = dict(op="lora_rows", mode="backward", M=M, K=N_out, N=K_in, r=r, scale=scale, targets=targets,
-                wd={"sj": 1, "sk": r}, wu={"sj": K_in, "sc": 1}, uLen=u_offs[-1] + M * r, yLen=Y0.size if up else 0,
-                epilogue="geluGrad" if gelu_grad else "none")
-
-    def check(o):
-        for t in range(T):
-            report(f"{name}: d[{t}]", o["U"][u_offs[t]:u_offs[t] + M * r], d_ref[t])
-        if up:
-            report(f"{name}: dx", o["Y"][y_off:y_off + M * K_in], dx_ref)
-
-    add_case(case, {"X": X, "W": W, **({"Y0": Y0} if up else {}), **({"H": H} if gelu_grad else {})}, check)
-
-
-def grads_case(M, K, N, r, T):
-    """dB_t = dy_tᵀ·u_t (N,r), dA_t = d_tᵀ·x_t (r,K), into one gradient buffer at offsets."""
-    dy = [f32(rng.standard_normal((M, N))) for _ in range(T)]
-    x = [f32(rng.standard_normal((M, K))) for _ in range(T)]
-    u = [f32(rng.standard_normal((M, r))) for _ in range(T)]
-    d = [f32(rng.standard_normal((M, r))) for _ in range(T)]
-    Y, y_offs = place(dy, first=2, gap=5)
-    X, x_offs = place(x, first=7, gap=1)
-    U_, u_offs = place(u, first=1, gap=3)
-    D, d_offs = place(d, first=9, gap=4)
-    g_offs, at = [], 3
-    for _ in range(T):
-        g_offs.append((at, at + r * K + 2))  # dA, then dB
-        at += r * K + 2 + N * r + 1
-    targets = [{"yOff": y_offs[t], "xOff": x_offs[t], "uOff": u_offs[t], "dOff": d_offs[t], "aOff": g_offs[t][0],
-                "bOff": g_offs[t][1]} for t in range(T)]
-    name = f"lora_grads {T} target(s) M={M} K={K} N={N} r={r}"
-
-    def check(o):
-        for t in range(T):
-            a_off, b_off = g_offs[t]
-            report(f"{name}: dA[{t}]", o["G"][a_off:a_off + r * K], d[t].T.astype(np.float64) @ x[t])
-            report(f"{name}: dB[{t}]", o["G"][b_off:b_off + N * r], dy[t].T.astype(np.float64) @ u[t])
-
-    add_case(dict(op="lora_grads", M=M, K=K, N=N, r=r, targets=targets, gLen=at), {"Y": Y, "X": X, "U": U_, "D": D},
-             check)
-
-
-def norm_case(n):
-    """Partial w of the norm = Σ g[i]² over the i with (i // 256) mod parts = w (kernels/lora.js)."""
-    g = f32(rng.standard_normal(n))
-    parts = max(1, min(1024, -(-n // 2048)))
-    sq = g.astype(np.float64) ** 2
-    ref = np.bincount((np.arange(n) // 256) % parts, weights=sq, minlength=parts)
-
-    def check(o):
-        report(f"lora_norm_partials n={n}: {parts} partials", o["partials"], ref)
-        report(f"lora_norm_partials n={n}: the norm", [math.sqrt(o["partials"].astype(np.float64).sum())],
-               [math.sqrt(sq.sum())])
-
-    add_case(dict(op="lora_norm", n=n, parts=parts), {"grads": g}, check)
+    add_case(dict(op="lora_grad_partials", M=M, K=K, N=N, r=r, q=q, scale=scale, xOff=x_off, dOff=d_off, blocks=blocks,
+                  parts=parts, udLen=d_off + T * M * r,
+                  targets=[{"yOff": y_offs[t], "aOff": a_offs[t]} for t in range(T)]),
+             {"X": X, "Y": Y, "Ad": Ad}, check)
 
 
 def merge_case(N, K, r, scale):
@@ -223,21 +188,16 @@ def merge_case(N, K, r, scale):
              {"W": W0, "L": L}, check)
 
 
-# q, k, v on one input (non-power-of-two scale: u rounds apart from s·(x·Aᵀ)·Bᵀ only by its own rounding); fc_in's
-# h and gelu(h); a rank past one pass of outputs (8 rows x 2 x 40 > 256); rows not a multiple of 8 throughout
-rows_forward_case(37, 45, 45, 3, 3, 0.75)
-rows_forward_case(21, 40, 160, 8, 1, 2.0, gelu=True)
-rows_forward_case(13, 70, 30, 40, 2, 0.4)
-rows_forward_case(19, 33, 12, 5, 1, 1.0, up=False)
-# q, k, v's d and their summed dx; fc_out's dx times gelu'(h); d alone (the lowest block's)
-rows_backward_case(37, 45, 45, 3, 3, 0.75)
-rows_backward_case(21, 160, 40, 8, 1, 2.0, gelu_grad=True)
-rows_backward_case(19, 33, 60, 5, 2, 1.5, up=False)
-grads_case(37, 45, 60, 3, 2)
-grads_case(200, 160, 40, 8, 1)
-grads_case(9, 16, 16, 1, 3)
-norm_case(70001)
-norm_case(300)
+# q, k, v on one input (a non-power-of-two scale); fc_in's shape; rows in blocks of 16 with a short last block; a
+# rank past one pass of u and d (8 rows x 40 > 256)
+grad_partials_case(37, 45, 45, 3, 3, 0.75)
+grad_partials_case(21, 40, 160, 8, 1, 2.0)
+grad_partials_case(600, 33, 12, 5, 2, 1.5)
+grad_partials_case(150, 200, 100, 16, 1, 1.0)  # 4,800 adapters: 3 norm partials
+grad_partials_case(13, 70, 30, 40, 1, 0.4)
+merge_into_case(48, 192, 4, 3, 2, 2.0)
+merge_into_case(37, 45, 3, 1, 3, -0.75)
+merge_into_case(20, 30, 5, 2, 1, 0.5)
 merge_case(48, 192, 4, 2.0)
 merge_case(37, 45, 3, -0.75)
 

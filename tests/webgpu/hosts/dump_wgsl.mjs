@@ -24,7 +24,7 @@ import { matvecKernel, MAX_UNROLL as MATVEC_MAX_UNROLL } from "../../../webgpu/k
 import { attentionDecode, attentionDecodeFits } from "../../../webgpu/kernels/attention_decode.js";
 import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernel } from "../../../webgpu/kernels/layernorm.js";
 import { embeddingBackwardNormSlabs } from "../../../webgpu/kernels/embedding.js";
-import { loraRowsKernel, loraGradsKernel, loraNormPartials, loraMerge } from "../../../webgpu/kernels/lora.js";
+import { loraGradPartialsKernel, loraGradsSum, loraMergeIntoKernel, loraMerge } from "../../../webgpu/kernels/lora.js";
 import { configFromPresets } from "../../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
@@ -127,19 +127,11 @@ for (const lanes of LAYERNORM_LANES) {
   }
 }
 
-// LoRA's kernels (webgpu/lora.js: a fine-tune's step, eval and merges), every variant: 1-3 targets a dispatch,
-// forward and backward, fc_in's gelu and fc_out's gelu' epilogues, the down half alone
+// LoRA's kernels (webgpu/lora.js: a fine-tune's step, eval and merges), every variant: 1-3 targets a dispatch
 for (const T of [1, 2, 3]) {
-  for (const mode of ["forward", "backward"]) {
-    for (const up of [true, false]) {
-      const k = loraRowsKernel(T, mode, "none", up);
-      add(k.name, k.code);
-    }
-  }
-  const g = loraGradsKernel(T);
-  add(g.name, g.code);
+  for (const k of [loraGradPartialsKernel(T), loraMergeIntoKernel(T)]) add(k.name, k.code);
 }
-for (const k of [loraRowsKernel(1, "forward", "gelu"), loraRowsKernel(1, "backward", "geluGrad"), loraNormPartials, loraMerge]) add(k.name, k.code);
+for (const k of [loraGradsSum, loraMerge]) add(k.name, k.code);
 
 const byCode = new Map(); // WGSL -> the names that generate it, the first one written
 for (const [name, code] of [...variants].sort(([a], [b]) => a.localeCompare(b))) {

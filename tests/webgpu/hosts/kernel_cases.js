@@ -4,7 +4,7 @@
 import { Ops, SplitSums, adamwValues, normPartialCount } from "../../../webgpu/ops.js";
 import { Plan } from "../../../webgpu/plan.js";
 import { ATTENTION_LAYOUTS, attentionLayoutFor } from "../../../webgpu/kernels/attention.js";
-import { recordLoraRows, recordLoraGrads, recordLoraNorm, recordLoraMerge } from "../../../webgpu/lora.js";
+import { recordLoraGradPartials, recordLoraGradsSum, recordLoraMergeInto, recordLoraMerge } from "../../../webgpu/lora.js";
 
 /**
  * cases: [{id, op, ...shapes}], inputs: {name: Uint8Array} -> {"<id>_<output>": Float32Array}. A case
@@ -228,26 +228,22 @@ export async function runKernelCases(device, cases, inputs) {
         values: adamwValues(n, c.training, c.t, c.rows, c.parts), workgroups: c.workgroups });
       return { scal: [scal, 3], params: [params, n], m: [m, n], v: [v, n] };
     },
-    // LoRA (webgpu/lora.js, kernels/lora.js): an adapted Linear's rows (down then up: forward u and y, or
-    // backward d and dx), its adapters' gradients, their norm's partials, and a merge into W
-    lora_rows(c, plan) {
-      const U = empty(c.uLen), Y = c.yLen ? input(`${c.id}_Y0`) : null;
-      const G = c.epilogue === "gelu" ? empty(c.yLen) : null, H = c.epilogue === "geluGrad" ? input(`${c.id}_H`) : null;
-      recordLoraRows(ops, plan, { mode: c.mode, M: c.M, K: c.K, N: c.N, r: c.r, scale: c.scale, targets: c.targets,
-        X: input(`${c.id}_X`), W: input(`${c.id}_W`), U, Y, G, H, wd: c.wd, wu: c.wu });
-      return { U: [U, c.uLen], ...(Y ? { Y: [Y, c.yLen] } : {}), ...(G ? { G: [G, c.yLen] } : {}) };
+    // LoRA (webgpu/lora.js, kernels/lora.js): the merged copies of a target's weights in every block, the
+    // row blocks' shares of an adapted Linear's gradients and their sum, their norm's partials, a merge into W
+    lora_merge_into(c, plan) {
+      const Wm = input(`${c.id}_Wm`);
+      recordLoraMergeInto(ops, plan, { N: c.N, K: c.K, r: c.r, L: c.L, srcStride: c.srcStride, dstStride: c.dstStride, aStride: c.aStride,
+        scale: c.scale, targets: c.targets, W: input(`${c.id}_W`), Wm, Ad: input(`${c.id}_Ad`) });
+      return { Wm: [Wm, c.wmLen] };
     },
-    lora_grads(c, plan) {
-      const G = empty(c.gLen);
-      recordLoraGrads(ops, plan, { M: c.M, K: c.K, N: c.N, r: c.r, targets: c.targets, Y: input(`${c.id}_Y`), X: input(`${c.id}_X`),
-        U: input(`${c.id}_U`), D: input(`${c.id}_D`), G });
-      return { G: [G, c.gLen] };
-    },
-    lora_norm(c, plan) {
-      const partials = empty(c.parts);
-      const parts = recordLoraNorm(ops, plan, { n: c.n, grads: input(`${c.id}_grads`), partials });
-      if (parts !== c.parts) throw new Error(`${c.id}: ${parts} partials, the case expects ${c.parts}`);
-      return { partials: [partials, parts] };
+    lora_grad_partials(c, plan) {
+      const UD = empty(c.udLen), Pt = empty(c.blocks * c.q), G = empty(c.q), partials = empty(c.parts);
+      const blocks = recordLoraGradPartials(ops, plan, { M: c.M, K: c.K, N: c.N, r: c.r, q: c.q, scale: c.scale, xOff: c.xOff, dOff: c.dOff,
+        targets: c.targets, X: input(`${c.id}_X`), Y: input(`${c.id}_Y`), Ad: input(`${c.id}_Ad`), UD, Pt });
+      if (blocks !== c.blocks) throw new Error(`${c.id}: ${blocks} row blocks, the case expects ${c.blocks}`);
+      const parts = recordLoraGradsSum(ops, plan, { n: c.q, blocks, Pt, G, partials });
+      if (parts !== c.parts) throw new Error(`${c.id}: ${parts} norm partials, the case expects ${c.parts}`);
+      return { UD: [UD, c.udLen], G: [G, c.q], partials: [partials, parts] };
     },
     lora_merge(c, plan) {
       const W = input(`${c.id}_W`);
