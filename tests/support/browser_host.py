@@ -27,12 +27,23 @@ class BrowserHost:
         if not CHROMIUM.exists():
             raise RuntimeError(f"{CHROMIUM} is missing: `make setup` installs Debian's chromium")
         self._pw = sync_playwright().start()
-        self.browser = self._pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
-        self.page = self.browser.new_page()
-        self.console: list[str] = []
-        self.page.on("console", lambda m: self.console.append(m.text))
-        self.page.route(f"{ORIGIN}/**", self._serve)
-        self.page.goto(f"{ORIGIN}/tests/webgpu/hosts/host.html")
+        self.browser = None
+        try:
+            self.browser = self._pw.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=ARGS)
+            self.page = self.browser.new_page()
+            self.console: list[str] = []
+            self.page.on("console", lambda m: self.console.append(m.text))
+            self.page.route(f"{ORIGIN}/**", self._serve)
+            self.page.goto(f"{ORIGIN}/tests/webgpu/hosts/host.html")
+        except BaseException:
+            self.close()  # a Playwright left running fails every later test of this process that starts one
+            raise
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def _serve(self, route):
         rel = route.request.url[len(ORIGIN) + 1:].split("?")[0]
@@ -49,8 +60,11 @@ class BrowserHost:
             [function, list(args)])
 
     def close(self):
-        self.browser.close()
-        self._pw.stop()
+        try:
+            if self.browser is not None:
+                self.browser.close()
+        finally:
+            self._pw.stop()
 
 
 def b64(a: np.ndarray) -> str:

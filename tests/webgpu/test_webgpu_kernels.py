@@ -1019,10 +1019,9 @@ adamw_case(70001, 0.1, 2, workgroups=5)   # each invocation strides over 55 para
 
 @pytest.fixture(scope="module")
 def host():
-    host = BrowserHost()
-    print("adapter:", host.call("adapterInfo"))
-    yield host
-    host.close()
+    with BrowserHost() as host:  # closed also when the first call fails (else later Playwright tests fail)
+        print("adapter:", host.call("adapterInfo"))
+        yield host
 
 
 @pytest.fixture(scope="module")

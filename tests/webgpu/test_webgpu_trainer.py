@@ -34,10 +34,9 @@ PARITY_STEPS = 50
 
 @pytest.fixture(scope="module")
 def host():
-    h = BrowserHost()
-    print("adapter:", h.call("adapterInfo"))
-    yield h
-    h.close()
+    with BrowserHost() as h:  # closed also when the first call fails (else later Playwright tests fail)
+        print("adapter:", h.call("adapterInfo"))
+        yield h
 
 
 def configs(overrides: dict) -> tuple[ModelConfig, TrainConfig]:
