@@ -27,9 +27,8 @@ import { manifest, normals, seedPair, xorPair } from "./prng.js";
 import { checkFields, ConfigError, pyRepr } from "./config_rules.js";
 import { Plan } from "./plan.js";
 import { grid1d } from "./kernels/kernel.js";
-import { normPartials } from "./kernels/adamw.js";
 import { chooseSummedSplits } from "./kernels/matmul.js";
-import { loraBlockRows, loraGradPartialsKernel, loraGradsSum, loraMerge, loraMergeIntoKernel, LORA_THREADS } from "./kernels/lora.js";
+import { loraBlockRows, loraGradPartialsKernel, loraGradsSum, loraMerge, loraMergeIntoKernel, loraNormParts, LORA_OUTPUT_GROUPS, LORA_THREADS } from "./kernels/lora.js";
 import { adamwValues, SplitSums } from "./ops.js";
 import { bufferBytes, listActivations, mapForReading, qkvViews, slotFloats } from "./buffers.js";
 import { decoderUniformBytes, listDecoderBuffers } from "./decoder.js";
@@ -133,9 +132,10 @@ export function recordLoraMergeInto(ops, plan, { N, K, r, L, srcStride, dstStrid
  * d in UD (d dOff floats after u); the row blocks' shares at Pt (block w's from w·q). Returns the blocks.
  */
 export function recordLoraGradPartials(ops, plan, { M, K, N, r, q, scale, xOff = 0, dOff, targets, X, Y, Ad, UD, Pt }) {
-  const rows = loraBlockRows(M), blocks = Math.ceil(M / rows), values = { M, K, N, r, rows, q, x_off: xOff, d_off: dOff, scale };
+  const rows = loraBlockRows(M), blocks = Math.ceil(M / rows);
+  const values = { M, K, N, r, rows, q, x_off: xOff, d_off: dOff, ud_stride: 2 * dOff, scale };
   targets.forEach((t, i) => Object.assign(values, { [`y_off${i}`]: t.yOff, [`a_off${i}`]: t.aOff }));
-  plan.add(partialsKernelFor(targets.length), values, [X, Y, Ad, UD, Pt], grid1d(blocks));
+  plan.add(partialsKernelFor(targets.length), values, [X, Y, Ad, UD, Pt], grid1d(blocks * LORA_OUTPUT_GROUPS));
   return blocks;
 }
 
@@ -144,7 +144,7 @@ export function recordLoraGradPartials(ops, plan, { M, K, N, r, q, scale, xOff =
  * norm's partial sums of squares into partials; returns how many (adamwValues' parts).
  */
 export function recordLoraGradsSum(ops, plan, { n, blocks, Pt, G, partials }) {
-  const parts = normPartials(n);
+  const parts = loraNormParts(n);
   plan.add(loraGradsSum, { n, blocks, parts }, [Pt, G, partials], grid1d(parts));
   return parts;
 }
@@ -210,9 +210,9 @@ export function listLoRABuffers(config, options, add) {
   for (const name of ["lora weights", "lora grads", "lora m", "lora v"]) add(name, 4 * Q);
   add("lora decay mask", 4 * Math.ceil(Q / 32));
   add("lora step weights", 4 * stepWeightsLayout(m, lora).floats);
-  add("lora u and d", 4 * 2 * dGroup(lora) * rows * r);
+  add("lora u and d", 4 * LORA_OUTPUT_GROUPS * 2 * dGroup(lora) * rows * r);
   add("lora grad partials", 4 * partialFloats(rows, Q));
-  add("lora norm partials", 4 * normPartials(Q));
+  add("lora norm partials", 4 * loraNormParts(Q));
   add("unused binding", 16);
   add("unused output", 16);
   listActivations(add, m, "train", B, T, T);
@@ -260,9 +260,9 @@ export class LoRA {
     this.layout = stepWeightsLayout(m, this.config);
     this.stepWeights = trainer.buffer("lora step weights", 4 * this.layout.floats, store);
     this.dOff = dGroup(this.config) * rows * r; // d's floats after u's in "lora u and d"
-    this.ud = trainer.buffer("lora u and d", 4 * 2 * this.dOff, store);
+    this.ud = trainer.buffer("lora u and d", 4 * LORA_OUTPUT_GROUPS * 2 * this.dOff, store); // u and d of each output group
     this.partials = trainer.buffer("lora grad partials", 4 * partialFloats(rows, Q), store);
-    this.normPartials = trainer.buffer("lora norm partials", 4 * normPartials(Q), store);
+    this.normPartials = trainer.buffer("lora norm partials", 4 * loraNormParts(Q), store);
     this.stepBase = 0; // the adapter step of the last import without moments: trainer.stepCount counts AdamW's steps since
     this.baseStep = 0; // the base state's step (exported with the base, as C++'s tg_export_state)
     this.merged = false;

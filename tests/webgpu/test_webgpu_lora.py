@@ -130,6 +130,9 @@ def block_rows(M):
     return R
 
 
+OUTPUT_GROUPS = 4  # kernels/lora.js LORA_OUTPUT_GROUPS: each keeps its own u and d, 2·d_off floats
+
+
 def grad_partials_case(M, K, N, r, T, scale):
     """T adapted Linears on one input x (M,K), output gradients dy_t (M,N): u_t = s·x·A_tᵀ, d_t = s·dy_t·B_t kept,
     and dA_t = d_tᵀ·x, dB_t = dy_tᵀ·u_t summed over the row blocks (lora_grad_partials, then lora_grads_sum), with
@@ -153,7 +156,7 @@ def grad_partials_case(M, K, N, r, T, scale):
         a = a_offs[t]
         g[a:a + r * K] = (d[t].T @ x64).ravel()
         g[a + r * K:a + r * K + N * r] = (dy[t].T.astype(np.float64) @ u[t]).ravel()
-    parts = max(1, min(1024, -(-q // 2048)))
+    parts = max(1, min(1024, -(-q // 256)))  # kernels/lora.js loraNormParts
     squares = np.bincount((np.arange(q) // 256) % parts, weights=g ** 2, minlength=parts)
     name = f"lora_grad_partials {T} target(s) M={M} K={K} N={N} r={r} s={scale} ({blocks} row blocks)"
 
@@ -161,15 +164,16 @@ def grad_partials_case(M, K, N, r, T, scale):
         ud = o["UD"]
         for t in range(T):
             at = (np.arange(M)[:, None] * T * r + t * r + np.arange(r)[None, :]).ravel()
-            report(f"{name}: u[{t}]", ud[at], u[t])
-            report(f"{name}: d[{t}]", ud[d_off + at], d[t])
+            for group in (0, OUTPUT_GROUPS - 1):
+                report(f"{name}: u[{t}] (group {group})", ud[group * 2 * d_off + at], u[t])
+                report(f"{name}: d[{t}] (group {group})", ud[group * 2 * d_off + d_off + at], d[t])
             a = a_offs[t]
             report(f"{name}: dA[{t}]", o["G"][a:a + r * K], g[a:a + r * K])
             report(f"{name}: dB[{t}]", o["G"][a + r * K:a + r * K + N * r], g[a + r * K:a + r * K + N * r])
         report(f"{name}: the norm's {parts} partials", o["partials"], squares)
 
     add_case(dict(op="lora_grad_partials", M=M, K=K, N=N, r=r, q=q, scale=scale, xOff=x_off, dOff=d_off, blocks=blocks,
-                  parts=parts, udLen=d_off + T * M * r,
+                  parts=parts, udLen=OUTPUT_GROUPS * 2 * d_off,
                   targets=[{"yOff": y_offs[t], "aOff": a_offs[t]} for t in range(T)]),
              {"X": X, "Y": Y, "Ad": Ad}, check)
 
@@ -193,7 +197,7 @@ def merge_case(N, K, r, scale):
 grad_partials_case(37, 45, 45, 3, 3, 0.75)
 grad_partials_case(21, 40, 160, 8, 1, 2.0)
 grad_partials_case(600, 33, 12, 5, 2, 1.5)
-grad_partials_case(150, 200, 100, 16, 1, 1.0)  # 4,800 adapters: 3 norm partials
+grad_partials_case(150, 200, 100, 16, 1, 1.0)  # 4,800 adapters: 19 norm partials
 grad_partials_case(13, 70, 30, 40, 1, 0.4)
 merge_into_case(48, 192, 4, 3, 2, 2.0)
 merge_into_case(37, 45, 3, 1, 3, -0.75)

@@ -17,7 +17,7 @@
 // three on the same rows: q, k and v share ln1). Every sum here has one order for a given shape, so a
 // step's bits never vary and resume stays bit-exact.
 import { kernel, LINEAR_ID, range, workgroupSum } from "./kernel.js";
-import { NORM_THREADS } from "./adamw.js";
+import { NORM_PARTIALS, NORM_THREADS } from "./adamw.js";
 
 export const LORA_THREADS = 256;
 /** lora_grad_partials' workgroups at most: rows per block double until the rows fit in this many. */
@@ -71,25 +71,48 @@ fn lora_merge_into(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 }
 
 const PARTIAL_TARGET_FIELDS = ["y_off", "a_off"];
+/** lora_grad_partials: the workgroups that share a row block, each taking a slice of its dA and dB outputs. */
+export const LORA_OUTPUT_GROUPS = 4;
+
+/**
+ * WGSL statements that leave in `out` the sum of `term(i)` over i = from, from + step, ... < end, in four
+ * interleaved running sums added pairwise at the end: four loads in flight instead of one (these loops
+ * are latency-bound), and one order of the additions for a given length, so the bits never vary.
+ */
+function sum4(out, from, end, step, term) {
+  const i = `${out}_i`, at = (k) => (k === 0 ? i : `${i} + ${k}u * ${step}`);
+  return /* wgsl */ `var ${out}0 = 0.0; var ${out}1 = 0.0; var ${out}2 = 0.0; var ${out}3 = 0.0;
+    var ${i} = ${from};
+    for (; ${i} + 3u * ${step} < ${end}; ${i} += 4u * ${step}) {
+      ${out}0 = ${out}0 + ${term(at(0))}; ${out}1 = ${out}1 + ${term(at(1))};
+      ${out}2 = ${out}2 + ${term(at(2))}; ${out}3 = ${out}3 + ${term(at(3))};
+    }
+    for (; ${i} < ${end}; ${i} += ${step}) { ${out}0 = ${out}0 + ${term(i)}; }
+    let ${out} = (${out}0 + ${out}1) + (${out}2 + ${out}3);`;
+}
 
 /**
  * lora_grad_partials for T targets (1..3) on the same input rows x (M,K) at x_off of X: target t's output
  * gradient dy (M,N) at y_off_t of Y, its adapters A (r,K) at a_off_t and B (N,r) right after in Ad.
- * Workgroup w takes rows m0 = w·R .. m0 + R - 1 (R = rows): u[m, t, j] = scale·Σ_k x[m,k]·A_t[j,k] and
- * d[m, t, j] = scale·Σ_n dy_t[m,n]·B_t[n,j] into UD (u at m·T·r + t·r + j, d q_off floats further), then
- * its share of target t's gradients at Pt[w·q + a_off_t + e]: e < r·K: dA[j, k] = Σ_m d[m,t,j]·x[m,k];
- * else dB[n, j] = Σ_m dy_t[m,n]·u[m,t,j] (m over its rows, in order): the adapters' layout, so that
- * lora_grads_sum adds the blocks' shares of every adapter element alike.
+ * Row block w takes rows m0 = w·R .. m0 + R - 1 (R = rows), in LORA_OUTPUT_GROUPS workgroups: each forms
+ * u[m, t, j] = scale·Σ_k x[m,k]·A_t[j,k] and d[m, t, j] = scale·Σ_n dy_t[m,n]·B_t[n,j] of the block's rows in
+ * its own part of UD (group g's from g·ud_stride: u at m·T·r + t·r + j, d d_off floats further), then its
+ * slice of the block's share of target t's gradients at Pt[w·q + a_off_t + e]: e < r·K: dA[j, k] =
+ * Σ_m d[m,t,j]·x[m,k]; else dB[n, j] = Σ_m dy_t[m,n]·u[m,t,j] (m over the block's rows): the adapters'
+ * layout, so that lora_grads_sum adds the blocks' shares of every adapter element alike.
  */
 export function loraGradPartialsKernel(T) {
   if (!(T >= 1 && T <= 3)) throw new Error(`loraGradPartialsKernel: 1..3 targets, got ${T}`);
+  const G = LORA_OUTPUT_GROUPS;
   const uniforms = [["M", "u32"], ["K", "u32"], ["N", "u32"], ["r", "u32"], ["rows", "u32"], ["q", "u32"], ["x_off", "u32"], ["d_off", "u32"],
-    ["scale", "f32"], ...range(T).flatMap((t) => PARTIAL_TARGET_FIELDS.map((f) => [`${f}${t}`, "u32"]))];
+    ["ud_stride", "u32"], ["scale", "f32"], ...range(T).flatMap((t) => PARTIAL_TARGET_FIELDS.map((f) => [`${f}${t}`, "u32"]))];
   return kernel(`lora_grad_partials_t${T}`, uniforms, [["X", "read"], ["Y", "read"], ["Ad", "read"], ["UD", "rw"], ["Pt", "rw"]], /* wgsl */ `${LINEAR_ID}
 ${PARTIAL_TARGET_FIELDS.map((f) => picker(f, T)).join("\n")}
 @compute @workgroup_size(${LORA_THREADS})
 fn lora_grad_partials(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
-  let w = linear_workgroup(wid, nwg);
+  let w = linear_workgroup(wid, nwg) / ${G}u;
+  let g = linear_workgroup(wid, nwg) % ${G}u;
+  let ud = g * p.ud_stride;
   let m0 = w * p.rows;
   let TR = ${T}u * p.r;
   // u and d of this block's rows, (row, target, j) with j fastest
@@ -101,13 +124,11 @@ fn lora_grad_partials(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
       let a = a_off(t);
       let xb = p.x_off + m * p.K;
       let ab = a + j * p.K;
-      var su = 0.0;
-      for (var k = 0u; k < p.K; k++) { su = su + X[xb + k] * Ad[ab + k]; }
+      ${sum4("su", "0u", "p.K", "1u", (i) => `X[xb + ${i}] * Ad[ab + ${i}]`)}
       let yb = y_off(t) + m * p.N;
       let bb = a + p.r * p.K + j;
-      var sd = 0.0;
-      for (var n = 0u; n < p.N; n++) { sd = sd + Y[yb + n] * Ad[bb + n * p.r]; }
-      let at = m * TR + t * p.r + j;
+      ${sum4("sd", "0u", "p.N", "1u", (i) => `Y[yb + ${i}] * Ad[bb + (${i}) * p.r]`)}
+      let at = ud + m * TR + t * p.r + j;
       UD[at] = p.scale * su;
       UD[p.d_off + at] = p.scale * sd;
     }
@@ -115,20 +136,23 @@ fn lora_grad_partials(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
   storageBarrier(); // this block's u and d, written above, are read below by other invocations
   let last = min(m0 + p.rows, p.M);
   let per = p.r * (p.K + p.N);
-  for (var o = li; o < ${T}u * per; o += ${LORA_THREADS}u) {
+  let chunk = (${T}u * per + ${G - 1}u) / ${G}u;
+  let end = min(${T}u * per, (g + 1u) * chunk);
+  for (var o = g * chunk + li; o < end; o += ${LORA_THREADS}u) {
     let t = o / per;
     let e = o % per;
     var acc = 0.0;
     if (e < p.r * p.K) {
-      let j = e / p.K;
-      let k = e % p.K;
-      for (var m = m0; m < last; m++) { acc = acc + UD[p.d_off + m * TR + t * p.r + j] * X[p.x_off + m * p.K + k]; }
+      let db = ud + p.d_off + t * p.r + e / p.K;
+      let xb = p.x_off + e % p.K;
+      ${sum4("s", "m0", "last", "1u", (i) => `UD[db + (${i}) * TR] * X[xb + (${i}) * p.K]`)}
+      acc = s;
     } else {
       let f = e - p.r * p.K;
-      let n = f / p.r;
-      let j = f % p.r;
-      let yb = y_off(t) + n;
-      for (var m = m0; m < last; m++) { acc = acc + Y[yb + m * p.N] * UD[m * TR + t * p.r + j]; }
+      let yb = y_off(t) + f / p.r;
+      let ub = ud + t * p.r + f % p.r;
+      ${sum4("s", "m0", "last", "1u", (i) => `Y[yb + (${i}) * p.N] * UD[ub + (${i}) * TR]`)}
+      acc = s;
     }
     Pt[w * p.q + a_off(t) + e] = acc;
   }
@@ -136,11 +160,14 @@ fn lora_grad_partials(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
 `, "lora_grad_partials");
 }
 
+/** The gradient norm's partial sums lora_grads_sum leaves for n adapters: a workgroup per 256, at most NORM_PARTIALS. */
+export const loraNormParts = (n) => Math.max(1, Math.min(NORM_PARTIALS, Math.ceil(n / NORM_THREADS)));
+
 /**
- * Every adapter's gradient from its shares, G[i] = Σ_w Pt[w·n + i] over the row blocks w < blocks in
- * order, and the gradient norm's partial sums of squares as lora_norm_partials leaves them: workgroup w
- * of `parts` takes i = w·256 + lane, then every parts·256 (the trainer's norm partials, kernels/adamw.js,
- * which adamw_update adds in a fixed order).
+ * Every adapter's gradient from its shares, G[i] = Σ_w Pt[w·n + i] over the row blocks w < blocks (in four
+ * interleaved sums, sum4), and the gradient norm's partial sums of squares: workgroup w of `parts` takes
+ * i = w·256 + lane, then every parts·256 (the trainer's norm partials, kernels/adamw.js, which adamw_update
+ * adds in a fixed order).
  */
 export const loraGradsSum = kernel("lora_grads_sum", [["n", "u32"], ["blocks", "u32"], ["parts", "u32"]], [["Pt", "read"], ["G", "rw"], ["partials", "rw"]],
   /* wgsl */ `${LINEAR_ID}${workgroupSum(NORM_THREADS)}
@@ -148,10 +175,9 @@ export const loraGradsSum = kernel("lora_grads_sum", [["n", "u32"], ["blocks", "
 fn lora_grads_sum(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg);
   var squares = 0.0;
-  for (var i = w * ${NORM_THREADS}u + li; i < p.n; i += p.parts * ${NORM_THREADS}u) {
-    var g = Pt[i];
-    for (var b = 1u; b < p.blocks; b++) { g = g + Pt[b * p.n + i]; }
-    G[i] = g;
+  for (var e = w * ${NORM_THREADS}u + li; e < p.n; e += p.parts * ${NORM_THREADS}u) {
+    ${sum4("g", "0u", "p.blocks", "1u", (i) => `Pt[(${i}) * p.n + e]`)}
+    G[e] = g;
     squares = squares + g * g;
   }
   let total = wg_sum(squares, li);
