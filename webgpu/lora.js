@@ -28,7 +28,7 @@ import { checkFields, ConfigError, pyRepr } from "./config_rules.js";
 import { Plan } from "./plan.js";
 import { grid1d } from "./kernels/kernel.js";
 import { chooseSummedSplits } from "./kernels/matmul.js";
-import { loraBlockRows, loraGradPartialsKernel, loraGradsSum, loraMerge, loraMergeIntoKernel, loraNormParts, LORA_OUTPUT_GROUPS, LORA_THREADS } from "./kernels/lora.js";
+import { loraBlockRows, loraDownKernel, loraGradPartialsKernel, loraGradsSum, loraMerge, loraMergeIntoKernel, loraNormParts, LORA_OUTPUT_GROUPS, LORA_THREADS } from "./kernels/lora.js";
 import { adamwValues, SplitSums } from "./ops.js";
 import { bufferBytes, listActivations, mapForReading, qkvViews, slotFloats } from "./buffers.js";
 import { decoderUniformBytes, listDecoderBuffers } from "./decoder.js";
@@ -113,6 +113,7 @@ const memo = (make) => {
   };
 };
 const partialsKernelFor = memo(loraGradPartialsKernel);
+const downKernelFor = memo(loraDownKernel);
 const mergeIntoKernelFor = memo(loraMergeIntoKernel);
 
 /**
@@ -127,15 +128,16 @@ export function recordLoraMergeInto(ops, plan, { N, K, r, L, srcStride, dstStrid
 }
 
 /**
- * lora_grad_partials for 1..3 targets of one Linear shape (in K, out N, rank r) on the same M rows x at
- * xOff of X: targets [{yOff, aOff}] (dy at yOff of Y, A at aOff of the adapters Ad and B after it); u and
- * d in UD (d dOff floats after u); the row blocks' shares at Pt (block w's from w·q). Returns the blocks.
+ * lora_down, then lora_grad_partials, for 1..3 targets of one Linear shape (in K, out N, rank r) on the same
+ * M rows x at xOff of X: targets [{yOff, aOff}] (dy at yOff of Y, A at aOff of the adapters Ad and B after
+ * it); u and d in UD (d dOff floats after u); the row blocks' shares at Pt (block w's from w·q). Returns
+ * the blocks.
  */
 export function recordLoraGradPartials(ops, plan, { M, K, N, r, q, scale, xOff = 0, dOff, targets, X, Y, Ad, UD, Pt }) {
-  const rows = loraBlockRows(M), blocks = Math.ceil(M / rows);
-  const values = { M, K, N, r, rows, q, x_off: xOff, d_off: dOff, ud_stride: 2 * dOff, scale };
-  targets.forEach((t, i) => Object.assign(values, { [`y_off${i}`]: t.yOff, [`a_off${i}`]: t.aOff }));
-  plan.add(partialsKernelFor(targets.length), values, [X, Y, Ad, UD, Pt], grid1d(blocks * LORA_OUTPUT_GROUPS));
+  const T = targets.length, rows = loraBlockRows(M), blocks = Math.ceil(M / rows), offsets = {};
+  targets.forEach((t, i) => Object.assign(offsets, { [`y_off${i}`]: t.yOff, [`a_off${i}`]: t.aOff }));
+  plan.add(downKernelFor(T), { M, K, N, r, x_off: xOff, d_off: dOff, scale, ...offsets }, [X, Y, Ad, UD], grid1d(Math.ceil((2 * M * T * r) / LORA_THREADS)));
+  plan.add(partialsKernelFor(T), { M, K, N, r, rows, q, x_off: xOff, d_off: dOff, ...offsets }, [X, Y, UD, Pt], grid1d(blocks * LORA_OUTPUT_GROUPS));
   return blocks;
 }
 
@@ -210,7 +212,7 @@ export function listLoRABuffers(config, options, add) {
   for (const name of ["lora weights", "lora grads", "lora m", "lora v"]) add(name, 4 * Q);
   add("lora decay mask", 4 * Math.ceil(Q / 32));
   add("lora step weights", 4 * stepWeightsLayout(m, lora).floats);
-  add("lora u and d", 4 * LORA_OUTPUT_GROUPS * 2 * dGroup(lora) * rows * r);
+  add("lora u and d", 4 * 2 * dGroup(lora) * rows * r);
   add("lora grad partials", 4 * partialFloats(rows, Q));
   add("lora norm partials", 4 * loraNormParts(Q));
   add("unused binding", 16);
@@ -260,7 +262,7 @@ export class LoRA {
     this.layout = stepWeightsLayout(m, this.config);
     this.stepWeights = trainer.buffer("lora step weights", 4 * this.layout.floats, store);
     this.dOff = dGroup(this.config) * rows * r; // d's floats after u's in "lora u and d"
-    this.ud = trainer.buffer("lora u and d", 4 * LORA_OUTPUT_GROUPS * 2 * this.dOff, store); // u and d of each output group
+    this.ud = trainer.buffer("lora u and d", 4 * 2 * this.dOff, store);
     this.partials = trainer.buffer("lora grad partials", 4 * partialFloats(rows, Q), store);
     this.normPartials = trainer.buffer("lora norm partials", 4 * loraNormParts(Q), store);
     this.stepBase = 0; // the adapter step of the last import without moments: trainer.stepCount counts AdamW's steps since

@@ -130,12 +130,9 @@ def block_rows(M):
     return R
 
 
-OUTPUT_GROUPS = 4  # kernels/lora.js LORA_OUTPUT_GROUPS: each keeps its own u and d, 2·d_off floats
-
-
 def grad_partials_case(M, K, N, r, T, scale):
     """T adapted Linears on one input x (M,K), output gradients dy_t (M,N): u_t = s·x·A_tᵀ, d_t = s·dy_t·B_t kept,
-    and dA_t = d_tᵀ·x, dB_t = dy_tᵀ·u_t summed over the row blocks (lora_grad_partials, then lora_grads_sum), with
+    and dA_t = d_tᵀ·x, dB_t = dy_tᵀ·u_t summed over the row blocks (lora_down, lora_grad_partials, lora_grads_sum), with
     the norm's partial sums of squares: partial w = Σ g[i]² over the i with (i // 256) mod parts = w."""
     x = f32(rng.standard_normal((M, K)))
     dy = [f32(rng.standard_normal((M, N))) for _ in range(T)]
@@ -164,16 +161,15 @@ def grad_partials_case(M, K, N, r, T, scale):
         ud = o["UD"]
         for t in range(T):
             at = (np.arange(M)[:, None] * T * r + t * r + np.arange(r)[None, :]).ravel()
-            for group in (0, OUTPUT_GROUPS - 1):
-                report(f"{name}: u[{t}] (group {group})", ud[group * 2 * d_off + at], u[t])
-                report(f"{name}: d[{t}] (group {group})", ud[group * 2 * d_off + d_off + at], d[t])
+            report(f"{name}: u[{t}]", ud[at], u[t])
+            report(f"{name}: d[{t}]", ud[d_off + at], d[t])
             a = a_offs[t]
             report(f"{name}: dA[{t}]", o["G"][a:a + r * K], g[a:a + r * K])
             report(f"{name}: dB[{t}]", o["G"][a + r * K:a + r * K + N * r], g[a + r * K:a + r * K + N * r])
         report(f"{name}: the norm's {parts} partials", o["partials"], squares)
 
     add_case(dict(op="lora_grad_partials", M=M, K=K, N=N, r=r, q=q, scale=scale, xOff=x_off, dOff=d_off, blocks=blocks,
-                  parts=parts, udLen=OUTPUT_GROUPS * 2 * d_off,
+                  parts=parts, udLen=2 * d_off,
                   targets=[{"yOff": y_offs[t], "aOff": a_offs[t]} for t in range(T)]),
              {"X": X, "Y": Y, "Ad": Ad}, check)
 

@@ -6,15 +6,15 @@
 //   merge     W' (N,K) = W + (s·B)·A          a copy, never in place lora_merge_into (per target, all blocks)
 //   forward   y  (M,N) = x·W'ᵀ + b                                   the base's matmul on W'
 //   backward  dx (M,K) = dy·W'                = dy·W + s·(dy·B)·A    the base's matmul on W'
-//             u  (M,r) = s·(x·Aᵀ),  d (M,r) = s·(dy·B)                lora_grad_partials: a block of rows,
-//             dB (N,r) = dyᵀ·u,     dA (r,K) = dᵀ·x                    their share of dA and dB
+//             u  (M,r) = s·(x·Aᵀ),  d (M,r) = s·(dy·B)                lora_down
+//             dB (N,r) = dyᵀ·u,     dA (r,K) = dᵀ·x                    lora_grad_partials: a block of
+//                                                                     rows' share of dA and dB
 //             dA, dB   = Σ over the row blocks, in order               lora_grads_sum (all adapters at once)
 //   merge in place: W (N,K) += (±s·B)·A                               lora_merge (merge and unmerge)
 //
-// u and d are row-local: a block's u (d) depends on its rows of x (dy) alone, so lora_grad_partials
-// forms them for its rows, keeps them in a scratch buffer (a storage barrier, no workgroup memory of
-// size r: any rank fits) and sums its rows' share of every dA and dB element of its targets (up to
-// three on the same rows: q, k and v share ln1). Every sum here has one order for a given shape, so a
+// Each kernel takes up to three targets on the same rows (q, k and v share ln1). These loops are short
+// and latency-bound on a GPU, so each lane keeps four loads in flight (sum4) and the work is spread
+// over as many workgroups as the shapes allow (docs/lab/2026-12-06-wgsl-lora-on-the-gpu.md). Every sum here has one order for a given shape, so a
 // step's bits never vary and resume stays bit-exact.
 import { kernel, LINEAR_ID, range, workgroupSum } from "./kernel.js";
 import { NORM_PARTIALS, NORM_THREADS } from "./adamw.js";
@@ -72,7 +72,7 @@ fn lora_merge_into(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) n
 
 const PARTIAL_TARGET_FIELDS = ["y_off", "a_off"];
 /** lora_grad_partials: the workgroups that share a row block, each taking a slice of its dA and dB outputs. */
-export const LORA_OUTPUT_GROUPS = 4;
+export const LORA_OUTPUT_GROUPS = 8;
 
 /**
  * WGSL statements that leave in `out` the sum of `term(i)` over i = from, from + step, ... < end, in four
@@ -92,49 +92,63 @@ function sum4(out, from, end, step, term) {
 }
 
 /**
- * lora_grad_partials for T targets (1..3) on the same input rows x (M,K) at x_off of X: target t's output
- * gradient dy (M,N) at y_off_t of Y, its adapters A (r,K) at a_off_t and B (N,r) right after in Ad.
- * Row block w takes rows m0 = w·R .. m0 + R - 1 (R = rows), in LORA_OUTPUT_GROUPS workgroups: each forms
- * u[m, t, j] = scale·Σ_k x[m,k]·A_t[j,k] and d[m, t, j] = scale·Σ_n dy_t[m,n]·B_t[n,j] of the block's rows in
- * its own part of UD (group g's from g·ud_stride: u at m·T·r + t·r + j, d d_off floats further), then its
- * slice of the block's share of target t's gradients at Pt[w·q + a_off_t + e]: e < r·K: dA[j, k] =
- * Σ_m d[m,t,j]·x[m,k]; else dB[n, j] = Σ_m dy_t[m,n]·u[m,t,j] (m over the block's rows): the adapters'
- * layout, so that lora_grads_sum adds the blocks' shares of every adapter element alike.
+ * lora_down for T targets (1..3) on the same input rows x (M,K) at x_off of X: target t's output gradient
+ * dy (M,N) at y_off_t of Y, its adapters A (r,K) at a_off_t and B (N,r) right after in Ad. One dot product
+ * a lane: u[m, t, j] = scale·Σ_k x[m,k]·A_t[j,k] at UD[m·T·r + t·r + j] and d[m, t, j] = scale·Σ_n
+ * dy_t[m,n]·B_t[n,j] d_off floats further, for every row.
+ */
+export function loraDownKernel(T) {
+  if (!(T >= 1 && T <= 3)) throw new Error(`loraDownKernel: 1..3 targets, got ${T}`);
+  const uniforms = [["M", "u32"], ["K", "u32"], ["N", "u32"], ["r", "u32"], ["x_off", "u32"], ["d_off", "u32"], ["scale", "f32"],
+    ...range(T).flatMap((t) => PARTIAL_TARGET_FIELDS.map((f) => [`${f}${t}`, "u32"]))];
+  return kernel(`lora_down_t${T}`, uniforms, [["X", "read"], ["Y", "read"], ["Ad", "read"], ["UD", "rw"]], /* wgsl */ `${LINEAR_ID}
+${PARTIAL_TARGET_FIELDS.map((f) => picker(f, T)).join("\n")}
+@compute @workgroup_size(${LORA_THREADS})
+fn lora_down(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
+  let TR = ${T}u * p.r;
+  let e = linear_workgroup(wid, nwg) * ${LORA_THREADS}u + li;
+  if (e >= 2u * p.M * TR) { return; }
+  let o = e % (p.M * TR);
+  let m = o / TR;
+  let t = (o % TR) / p.r;
+  let j = o % p.r;
+  let a = a_off(t);
+  if (e < p.M * TR) {
+    let xb = p.x_off + m * p.K;
+    let ab = a + j * p.K;
+    ${sum4("su", "0u", "p.K", "1u", (i) => `X[xb + ${i}] * Ad[ab + ${i}]`)}
+    UD[o] = p.scale * su;
+  } else {
+    let yb = y_off(t) + m * p.N;
+    let bb = a + p.r * p.K + j;
+    ${sum4("sd", "0u", "p.N", "1u", (i) => `Y[yb + ${i}] * Ad[bb + (${i}) * p.r]`)}
+    UD[p.d_off + o] = p.scale * sd;
+  }
+}
+`, "lora_down");
+}
+
+/**
+ * lora_grad_partials for T targets (1..3), after lora_down: row block w (rows m0 = w·R .. m0 + R - 1, R =
+ * rows) in LORA_OUTPUT_GROUPS workgroups, each a slice of the block's share of target t's gradients, at
+ * Pt[w·q + a_off_t + e]: e < r·K: dA[j, k] = Σ_m d[m,t,j]·x[m,k]; else dB[n, j] = Σ_m dy_t[m,n]·u[m,t,j] (m over
+ * the block's rows; x, dy and the adapters' offsets as lora_down's, u and d where it left them): the
+ * adapters' layout, so that lora_grads_sum adds the blocks' shares of every adapter element alike.
  */
 export function loraGradPartialsKernel(T) {
   if (!(T >= 1 && T <= 3)) throw new Error(`loraGradPartialsKernel: 1..3 targets, got ${T}`);
   const G = LORA_OUTPUT_GROUPS;
   const uniforms = [["M", "u32"], ["K", "u32"], ["N", "u32"], ["r", "u32"], ["rows", "u32"], ["q", "u32"], ["x_off", "u32"], ["d_off", "u32"],
-    ["ud_stride", "u32"], ["scale", "f32"], ...range(T).flatMap((t) => PARTIAL_TARGET_FIELDS.map((f) => [`${f}${t}`, "u32"]))];
-  return kernel(`lora_grad_partials_t${T}`, uniforms, [["X", "read"], ["Y", "read"], ["Ad", "read"], ["UD", "rw"], ["Pt", "rw"]], /* wgsl */ `${LINEAR_ID}
+    ...range(T).flatMap((t) => PARTIAL_TARGET_FIELDS.map((f) => [`${f}${t}`, "u32"]))];
+  return kernel(`lora_grad_partials_t${T}`, uniforms, [["X", "read"], ["Y", "read"], ["UD", "read"], ["Pt", "rw"]], /* wgsl */ `${LINEAR_ID}
 ${PARTIAL_TARGET_FIELDS.map((f) => picker(f, T)).join("\n")}
 @compute @workgroup_size(${LORA_THREADS})
 fn lora_grad_partials(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups) nwg: vec3u, @builtin(local_invocation_index) li: u32) {
   let w = linear_workgroup(wid, nwg) / ${G}u;
   let g = linear_workgroup(wid, nwg) % ${G}u;
-  let ud = g * p.ud_stride;
   let m0 = w * p.rows;
-  let TR = ${T}u * p.r;
-  // u and d of this block's rows, (row, target, j) with j fastest
-  for (var o = li; o < p.rows * TR; o += ${LORA_THREADS}u) {
-    let m = m0 + o / TR;
-    let t = (o % TR) / p.r;
-    let j = o % p.r;
-    if (m < p.M) {
-      let a = a_off(t);
-      let xb = p.x_off + m * p.K;
-      let ab = a + j * p.K;
-      ${sum4("su", "0u", "p.K", "1u", (i) => `X[xb + ${i}] * Ad[ab + ${i}]`)}
-      let yb = y_off(t) + m * p.N;
-      let bb = a + p.r * p.K + j;
-      ${sum4("sd", "0u", "p.N", "1u", (i) => `Y[yb + ${i}] * Ad[bb + (${i}) * p.r]`)}
-      let at = ud + m * TR + t * p.r + j;
-      UD[at] = p.scale * su;
-      UD[p.d_off + at] = p.scale * sd;
-    }
-  }
-  storageBarrier(); // this block's u and d, written above, are read below by other invocations
   let last = min(m0 + p.rows, p.M);
+  let TR = ${T}u * p.r;
   let per = p.r * (p.K + p.N);
   let chunk = (${T}u * per + ${G - 1}u) / ${G}u;
   let end = min(${T}u * per, (g + 1u) * chunk);
@@ -143,14 +157,14 @@ fn lora_grad_partials(@builtin(workgroup_id) wid: vec3u, @builtin(num_workgroups
     let e = o % per;
     var acc = 0.0;
     if (e < p.r * p.K) {
-      let db = ud + p.d_off + t * p.r + e / p.K;
+      let db = p.d_off + t * p.r + e / p.K;
       let xb = p.x_off + e % p.K;
       ${sum4("s", "m0", "last", "1u", (i) => `UD[db + (${i}) * TR] * X[xb + (${i}) * p.K]`)}
       acc = s;
     } else {
       let f = e - p.r * p.K;
       let yb = y_off(t) + f / p.r;
-      let ub = ud + t * p.r + f % p.r;
+      let ub = t * p.r + f % p.r;
       ${sum4("s", "m0", "last", "1u", (i) => `Y[yb + (${i}) * p.N] * UD[ub + (${i}) * TR]`)}
       acc = s;
     }

@@ -24,7 +24,7 @@ import { matvecKernel, MAX_UNROLL as MATVEC_MAX_UNROLL } from "../../../webgpu/k
 import { attentionDecode, attentionDecodeFits } from "../../../webgpu/kernels/attention_decode.js";
 import { LAYERNORM_LANES, layernormRowKernels, layernormBlockEndKernel } from "../../../webgpu/kernels/layernorm.js";
 import { embeddingBackwardNormSlabs } from "../../../webgpu/kernels/embedding.js";
-import { loraGradPartialsKernel, loraGradsSum, loraMergeIntoKernel, loraMerge } from "../../../webgpu/kernels/lora.js";
+import { loraDownKernel, loraGradPartialsKernel, loraGradsSum, loraMergeIntoKernel, loraMerge } from "../../../webgpu/kernels/lora.js";
 import { configFromPresets } from "../../../site/static/js/model_config.js";
 
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
@@ -129,7 +129,7 @@ for (const lanes of LAYERNORM_LANES) {
 
 // LoRA's kernels (webgpu/lora.js: a fine-tune's step, eval and merges), every variant: 1-3 targets a dispatch
 for (const T of [1, 2, 3]) {
-  for (const k of [loraGradPartialsKernel(T), loraMergeIntoKernel(T)]) add(k.name, k.code);
+  for (const k of [loraDownKernel(T), loraGradPartialsKernel(T), loraMergeIntoKernel(T)]) add(k.name, k.code);
 }
 for (const k of [loraGradsSum, loraMerge]) add(k.name, k.code);
 
