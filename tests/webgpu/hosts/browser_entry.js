@@ -2,7 +2,7 @@
 // bytes as base64 and run the real modules on navigator.gpu. The same calls also run inside a
 // module Web Worker (worker_entry.js), which is where the site trains.
 import { runKernelCases } from "./kernel_cases.js";
-import { compileErrors } from "./compile_check.js";
+import { moduleErrors } from "./compile_check.js";
 import { pipelinesOf } from "../../../webgpu/ops.js";
 import { Trainer, trainerLimits } from "../../../webgpu/trainer.js";
 import { Decoder } from "../../../webgpu/decoder.js";
@@ -48,22 +48,22 @@ export async function kernelCases(cases, inputsB64) {
 }
 
 /**
- * Compiles WGSL kernels into compute pipelines on this page's device (compile_check.js). sources:
- * [{name, also, code}], dump_wgsl.mjs's files (also: the other kernel names of the same source). A kernel whose pipeline this page has made already (a kernel case's, by any of its
- * names) is not compiled again. -> {compiled, alreadyMade, failures: [{name, errors}]}
+ * Compiles WGSL kernels into shader modules on this page's device (compile_check.js moduleErrors):
+ * Chromium's own WGSL validation of each. No pipelines: SwiftShader's LLVM JIT takes 1-21 s a
+ * pipeline, so the kernel cases make theirs here and null_backend_pipelines.mjs makes every variant's
+ * on Dawn's Null backend. sources: [{name, also, code}], dump_wgsl.mjs's files (also: the other kernel
+ * names of the same source). -> {compiled, alreadyMade (of those, the ones whose pipeline this page has
+ * made already: a kernel case's, by any of its names), failures: [{name, errors}]}
  */
 export async function compileWgsl(sources) {
   const { device } = await gpuDevice();
   const made = pipelinesOf(device).byName;
   const result = { compiled: 0, alreadyMade: 0, failures: [] };
   for (const { name, also, code } of sources) {
-    if ([name, ...also].some((n) => made.has(n))) {
-      result.alreadyMade += 1;
-      continue;
-    }
-    const errors = await compileErrors(device, name, code);
+    const errors = await moduleErrors(device, name, code);
     if (errors.length) result.failures.push({ name, errors });
     else result.compiled += 1;
+    if ([name, ...also].some((n) => made.has(n))) result.alreadyMade += 1;
   }
   return result;
 }
