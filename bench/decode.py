@@ -174,12 +174,13 @@ def run_pytorch(device: str, threads: int | None, preset: str, new_tokens: int, 
     return {"kv_seconds": kv_s, "kv_tokens": kv, "recompute_seconds": rec_s, "recompute_tokens": rec, "where": where}
 
 
-def rounds_in_turn(kv: Callable[[], tuple[float, bytes]], recompute: Callable[[], tuple[float, bytes]]
-                   ) -> tuple[tuple[float, bytes], tuple[float, bytes]]:
-    """(median seconds, tokens) of each mode, timed in turn for ROUNDS; every round must give the same tokens."""
+def rounds_in_turn(kv: Callable[[], tuple[float, bytes]], recompute: Callable[[], tuple[float, bytes]],
+                   rounds: dict = ROUNDS) -> tuple[tuple[float, bytes], tuple[float, bytes]]:
+    """(median seconds, tokens) of each mode, timed in turn for `rounds` (ROUNDS' keys); every round must give
+    the same tokens."""
     runs: dict[str, list[tuple[float, bytes]]] = {"kv": [], "recompute": []}
-    while len(runs["kv"]) < ROUNDS["min"] or (len(runs["kv"]) < ROUNDS["max"]
-                                             and sum(s for s, _ in runs["kv"]) < ROUNDS["seconds"]):
+    while len(runs["kv"]) < rounds["min"] or (len(runs["kv"]) < rounds["max"]
+                                             and sum(s for s, _ in runs["kv"]) < rounds["seconds"]):
         runs["kv"].append(kv())
         runs["recompute"].append(recompute())
     for mode, timings in runs.items():
@@ -189,7 +190,8 @@ def rounds_in_turn(kv: Callable[[], tuple[float, bytes]], recompute: Callable[[]
             (statistics.median(s for s, _ in runs["recompute"]), runs["recompute"][0][1]))
 
 
-def run_native(threads: int | None, preset: str, new_tokens: int, prompt: bytes, sampling: dict) -> dict:
+def run_native(threads: int | None, preset: str, new_tokens: int, prompt: bytes, sampling: dict,
+               rounds: dict = ROUNDS) -> dict:
     from scripts.api_ctypes import Binding  # the checkout's binding, generated from the C header
 
     binding = Binding(build_dir() / "native/libtinygpt.so")
@@ -219,18 +221,19 @@ def run_native(threads: int | None, preset: str, new_tokens: int, prompt: bytes,
 
         timed(True, WARMUP_TOKENS)
         timed(False, WARMUP_TOKENS)
-        kv, rec = rounds_in_turn(lambda: timed(True, new_tokens), lambda: timed(False, new_tokens))
+        kv, rec = rounds_in_turn(lambda: timed(True, new_tokens), lambda: timed(False, new_tokens), rounds)
         return {"kv_seconds": kv[0], "kv_tokens": kv[1], "recompute_seconds": rec[0], "recompute_tokens": rec[1],
                 "where": threads_label(lib.tg_n_threads(handle))}
     finally:
         lib.tg_destroy(handle)
 
 
-def decode_job(new_tokens: int, prompt: bytes, sampling: dict) -> dict:
+def decode_job(new_tokens: int, prompt: bytes, sampling: dict, rounds: dict | None = None) -> dict:
     """What a JavaScript decode bench is asked (bench/webgpu/time_decode.js, bench/wasm/decode_node.mjs), less
-    the preset and the engine's own keys."""
+    the preset and the engine's own keys; rounds: ROUNDS unless given."""
     return {"newTokens": new_tokens, "prompt": list(prompt), "temperature": sampling["temperature"],
-            "topK": sampling["topK"], "seed": sampling["seed"], "warmupTokens": WARMUP_TOKENS, "rounds": ROUNDS}
+            "topK": sampling["topK"], "seed": sampling["seed"], "warmupTokens": WARMUP_TOKENS,
+            "rounds": ROUNDS if rounds is None else rounds}
 
 
 def run_node_script(script: str, flags: tuple[str, ...], extra: dict, preset: str, new_tokens: int, prompt: bytes,
@@ -254,7 +257,7 @@ def run_in_page(extra: dict, preset: str, new_tokens: int, prompt: bytes, sampli
     """wgsl-chromium: both decoders in the page's module worker of headless Chromium (browser_bench.py)."""
     from .js_backends import adapter_name, chromium_args, is_software_adapter
 
-    job = {**decode_job(new_tokens, prompt, sampling), "variants": extra["variants"]}
+    job = {**decode_job(new_tokens, prompt, sampling, extra["rounds"]), "variants": extra["variants"]}
     result = browser_bench().decode_in_page(shutil.which("chromium"), preset, job, chromium_args())
     software = is_software_adapter(result["adapter"])
     if software and not extra["allowSoftware"]:  # the adapter probed first, unless the driver changed
@@ -295,7 +298,8 @@ def variant_names(text: str) -> tuple[str, ...]:
 
 
 def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes = b"\n", seed: int = 0,
-                 threads: int | None = None, allow_software_gpu: bool = False, variants: tuple[str, ...] = ()) -> dict:
+                 threads: int | None = None, allow_software_gpu: bool = False, variants: tuple[str, ...] = (),
+                 rounds: dict | None = None) -> dict:
     """KV-cache and full-recompute decode of `new_tokens` tokens on one engine (see the module's doc).
 
     threads: the CPU engines' thread count (pytorch-cpu, native, wasm-node); None = each one's own
@@ -303,6 +307,8 @@ def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes 
     Raises RuntimeError saying why when the engine is not available here. allow_software_gpu lets
     the WGSL engines run on a software adapter: for checking the tokens, never for a speed figure. variants:
     the WGSL engines also time these of time_decode.js's DECODE_VARIANTS (e.g. notAhead), in the same rounds.
+    rounds: {min, max, seconds} of the engines that take rounds (ROUNDS unless given; a software adapter's
+    token check takes one: its rounds time nothing).
     """
     reason = unavailable_reason(engine, allow_software_gpu)
     if reason is not None:
@@ -312,17 +318,20 @@ def decode_bench(engine: str, preset: str, new_tokens: int = 512, prompt: bytes 
     check_sampling_args(prompt, new_tokens, sampling["temperature"], sampling["topK"], seed)
     if new_tokens < 1:
         raise ValueError(f"decode_bench needs at least one new token, got {new_tokens}")
+    rounds = ROUNDS if rounds is None else {**ROUNDS, **rounds}
+    if not 1 <= rounds["min"] <= rounds["max"]:
+        raise ValueError(f"decode_bench's rounds: 1 <= min <= max, got {rounds}")
     config = model_config(preset)
     args = (preset, new_tokens, prompt, sampling)
     if engine.startswith("pytorch-"):
         run = run_pytorch(engine.removeprefix("pytorch-"), threads, *args)
     elif engine == "native":
-        run = run_native(threads, *args)
+        run = run_native(threads, *args, rounds)
     elif engine == "wasm-node":
         run = run_node_script("bench/wasm/decode_node.mjs", wasm_node_flags(),
-                              {"wasmDir": str(build_dir() / "wasm"), "threads": threads}, *args)
+                              {"wasmDir": str(build_dir() / "wasm"), "threads": threads, "rounds": rounds}, *args)
     else:
-        extra = {"allowSoftware": allow_software_gpu, "variants": list(variants)}
+        extra = {"allowSoftware": allow_software_gpu, "variants": list(variants), "rounds": rounds}
         run = (run_in_page(extra, *args) if engine == "wgsl-chromium"
                else run_node_script("bench/webgpu/decode_bench.mjs", (), extra, *args))
     return {

@@ -2,14 +2,15 @@
 // A/B of a few percent is not lost in the drift between separate runs (the same code run twice
 // in a row has differed by up to 25% at tiny and small: docs/lab/2026-11-26-wgsl-step-subgroups.md §22–23):
 //   node bench/webgpu/ab_steps.mjs --b DIR [--a DIR] [--presets tiny,small] [--rounds 10] [--steps 50]
-//                                  [--instances 1] [--clocks-ms 300] [--out FILE]
+//                                  [--instances 1] [--warmup 1] [--clocks-ms 300] [--out FILE]
 // DIR: a checkout's root (its webgpu/ and site/static/, e.g. from `git archive`); A defaults to this
 // checkout. Per preset `instances` trainers a side are built from the same seed and corpus and stay
 // resident; each round times `steps` steps of each, A then B (B first on odd rounds). Reports each
 // side's median and fastest block in ms/step over all its instances (and, with several, each
 // instance's fastest), B's median over A's, and the largest difference between the two sides' losses
 // at the same step (0 where the change is bit-identical). The JSON also has each block's wall-clock
-// span (ms since the epoch).
+// span (ms since the epoch). --warmup: untimed blocks of each trainer before the rounds (default 1; the test on a
+// software adapter, where nothing is timed, takes 0).
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { resolve } from "node:path";
@@ -25,6 +26,7 @@ if (!args.b) throw new Error("ab_steps: --b DIR (the other checkout's root) is r
 const presetNames = (args.presets ?? "tiny,small,medium").split(",");
 const rounds = Number(args.rounds ?? 10), steps = Number(args.steps ?? 50), instances = Number(args.instances ?? 1);
 const clocksMs = Number(args["clocks-ms"] ?? 300); // 0 on a software adapter, whose clocks mean nothing
+const warmup = Number(args.warmup ?? 1);
 
 async function side(dir) {
   const root = resolve(dir);
@@ -63,7 +65,7 @@ for (const name of presetNames) {
     }
   }
   const dispatches = Object.fromEntries(Object.entries(trainers).map(([k, t]) => [k, t[0].trainPlan.entries.length]));
-  for (const t of [...trainers.A, ...trainers.B]) await block(t); // warm-up
+  for (let w = 0; w < warmup; w++) for (const t of [...trainers.A, ...trainers.B]) await block(t); // warm-up
   await raiseClocks(device, ops, clocksMs);
   let lossDiff = 0;
   for (let r = 0; r < rounds; r++) {

@@ -107,14 +107,16 @@ def run_page(chromium: str, query: str, timeout: float, extra_args: list[str]) -
             server.server_close()
 
 
-def decode_job_of(new_tokens: int, variants: tuple[str, ...] = ()) -> dict:
+def decode_job_of(new_tokens: int, variants: tuple[str, ...] = (), rounds: int | None = None) -> dict:
     """decode_bench.py's job for its wgsl-node engine: its prompt ("\n"), the page's sampling defaults, seed 0;
-    variants: time_decode.js's DECODE_VARIANTS to time too."""
+    variants: time_decode.js's DECODE_VARIANTS to time too; rounds: exactly this many (default decode_bench.py's
+    ROUNDS)."""
     from python_ref.config import sampling_defaults
     from bench.decode import decode_job
 
     defaults = sampling_defaults()
-    job = decode_job(new_tokens, b"\n", {"temperature": defaults["temperature"], "topK": defaults["topK"], "seed": 0})
+    job = decode_job(new_tokens, b"\n", {"temperature": defaults["temperature"], "topK": defaults["topK"], "seed": 0},
+                     None if rounds is None else {"min": rounds, "max": rounds, "seconds": 0})
     return {**job, "variants": list(variants)}
 
 
@@ -140,6 +142,16 @@ def decode_result(r: dict, new_tokens: int) -> dict:
             "variant_rounds_ms": {name: v["roundsMs"] for name, v in r.get("variants", {}).items()}}
 
 
+def describe_adapter(page: dict, quiet: bool = False) -> dict:
+    """A page's browser and adapter, said on stderr (unless quiet): the JSON's first keys."""
+    adapter = page["adapter"]
+    software = is_software_adapter(adapter)
+    if not quiet:
+        kind = " (software)" if software else ""
+        print(f"{page['browser']}: WebGPU adapter {adapter_name(adapter)}{kind}", file=sys.stderr)
+    return {"browser": page["browser"], "adapter": adapter, "software": software, "presets": []}
+
+
 def main(argv=None) -> int:
     from bench.decode import variant_names
 
@@ -158,6 +170,9 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-variants", type=variant_names, default=(),
                     help="also decode with these trainers of time_decode.js's DECODE_VARIANTS, comma-separated, "
                     "in the same rounds (an A/B)")
+    ap.add_argument("--decode-rounds", type=int, default=None,
+                    help="exactly this many decode rounds of each mode (default: decode_bench.py's ROUNDS, at least 3 "
+                    "for a median; a software adapter's token check takes 1)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds to wait for each word from the page")
     ap.add_argument("--browser-arg", action="append", default=[], help="one more Chromium flag (repeatable)")
     ap.add_argument("--allow-software", action="store_true",
@@ -168,21 +183,27 @@ def main(argv=None) -> int:
         ap.error("no chromium on PATH: name the browser with --chromium")
     if args.blocks < 1 or args.steps % args.blocks:
         ap.error(f"--blocks {args.blocks}: a whole divisor of --steps {args.steps}")
-    probe = run_page(args.chromium, "", min(args.timeout, PROBE_TIMEOUT), args.browser_arg)
-    adapter = probe["adapter"]
-    software = is_software_adapter(adapter)
-    kind = " (software)" if software else ""
-    print(f"{probe['browser']}: WebGPU adapter {adapter_name(adapter)}{kind}", file=sys.stderr)
-    out = {"browser": probe["browser"], "adapter": adapter, "software": software, "presets": []}
-    if software and not args.allow_software:
-        print(f"software adapter {adapter_name(adapter)}: no speed figure", file=sys.stderr)
+    if args.decode_rounds is not None and args.decode_rounds < 1:
+        ap.error(f"--decode-rounds {args.decode_rounds}: at least 1")
+    # the adapter first, in a page of its own, so that a software one is refused before any work; with
+    # --allow-software the work's page names it (and takes no clocks on it, browser_bench_worker.js): one
+    # Chromium, not two
+    probe = None if args.allow_software else run_page(args.chromium, "", min(args.timeout, PROBE_TIMEOUT),
+                                                      args.browser_arg)
+    if probe is not None and is_software_adapter(probe["adapter"]):
+        out = describe_adapter(probe)
+        print(f"software adapter {adapter_name(probe['adapter'])}: no speed figure", file=sys.stderr)
         out["refused"] = "software adapter: no speed figure"
     else:
+        if probe is not None:
+            describe_adapter(probe)
         query = (f"presets={args.presets}&steps={args.steps}&warmup={args.warmup}&blocks={args.blocks}"
-                 f"&clocksMs={0 if software else args.clocks_ms}&pageLoop={args.page_loop}")
+                 f"&clocksMs={args.clocks_ms}&pageLoop={args.page_loop}")
         if args.decode_presets:
-            query += "&" + decode_query(args.decode_presets, decode_job_of(args.new_tokens, args.decode_variants))
+            query += "&" + decode_query(args.decode_presets, decode_job_of(args.new_tokens, args.decode_variants,
+                                                                              args.decode_rounds))
         result = run_page(args.chromium, query, args.timeout, args.browser_arg)
+        out = describe_adapter(result) if probe is None else describe_adapter(probe, quiet=True)
         out.update(subgroups=result.get("subgroups"), presets=result["presets"])
         if args.decode_presets:
             out["decode"] = [decode_result(r, args.new_tokens) for r in result["decode"]]

@@ -5,6 +5,7 @@
 import { Ops } from "../../webgpu/ops.js";
 import { trainerLimits } from "../../webgpu/trainer.js";
 import { requestDeviceWithSubgroups } from "../../webgpu/subgroups.js";
+import { isSoftwareAdapter } from "../../webgpu/software_adapter.js";
 import { configFromPresets } from "../../site/static/js/model_config.js";
 import { timeTrainer, describeEntry } from "./time_trainer.js";
 import { timeDecode } from "./time_decode.js";
@@ -33,6 +34,9 @@ async function bench(job) {
   const adapter = await navigator.gpu.requestAdapter({ powerPreference: "high-performance" });
   if (!adapter) throw new Error("WebGPU offers no adapter (blocked, or no usable GPU driver)");
   const info = adapter.info;
+  // a software adapter's clocks mean nothing, and the busy work that raises a GPU's takes minutes there
+  // (browser_bench.py --allow-software runs it without asking for the adapter first)
+  const software = isSoftwareAdapter(info);
   const out = { adapter: { vendor: info.vendor, architecture: info.architecture, device: info.device, description: info.description,
     isFallbackAdapter: info.isFallbackAdapter ?? null }, browser: await browserVersion(), presets: [] };
   const names = (job.presets ?? "").split(",").filter(Boolean), decodeNames = (job.decodePresets ?? "").split(",").filter(Boolean);
@@ -44,7 +48,7 @@ async function bench(job) {
   const ops = new Ops(device);
   for (const name of names) {
     const { entry } = await timeTrainer(device, ops, name, configFromPresets(presets, name), corpus,
-      { steps: Number(job.steps), warmup: Number(job.warmup), blocks: Number(job.blocks ?? 1), clocksMs: Number(job.clocksMs ?? 300),
+      { steps: Number(job.steps), warmup: Number(job.warmup), blocks: Number(job.blocks ?? 1), clocksMs: software ? 0 : Number(job.clocksMs ?? 300),
         pageLoop: Number(job.pageLoop ?? 0) });
     out.presets.push(entry);
     self.postMessage({ line: describeEntry(entry) });

@@ -11,7 +11,9 @@
 // dispatches, at every preset: where a batch decodes in one workgroup by the rule (tiny,
 // decode_tokens.js), its one dispatch is timed whole by decode_paths.mjs. --at=P: at position P
 // instead (P keys cached, P < ctx), so that attention's share can be told from the rest.
-//   node bench/webgpu/dispatch_timeline.mjs large,huge [out.json] [R=20] [WARMUP=20] [--decode [--at=P]]
+// --clocks-ms=MS: how long the GPU is kept busy before each preset's rounds (replay.mjs raiseClocks;
+// default 300; 0 on a software adapter, whose clocks mean nothing and where the 2048³ products take minutes).
+//   node bench/webgpu/dispatch_timeline.mjs large,huge [out.json] [R=20] [WARMUP=20] [--decode [--at=P]] [--clocks-ms=300]
 import { readFileSync, writeFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import { nodeDevice } from "../../webgpu/node_gpu.js";
@@ -25,6 +27,7 @@ const presets = JSON.parse(readFileSync(`${ROOT}site/static/presets.json`, "utf8
 const corpus = new Uint8Array(readFileSync(`${ROOT}site/static/data/tinyshakespeare.txt`));
 const decode = process.argv.includes("--decode");
 const at = process.argv.find((a) => a.startsWith("--at="))?.slice(5);
+const clocksMs = Number(process.argv.find((a) => a.startsWith("--clocks-ms="))?.slice(12) ?? 300);
 const [names, outPath, rounds, warmup] = process.argv.slice(2).filter((a) => !a.startsWith("--"));
 const R = Number(rounds ?? 20), WARMUP = Number(warmup ?? 20);
 const { device } = await nodeDevice({ features: ["timestamp-query"], exactTimestamps: true });
@@ -109,7 +112,7 @@ for (const name of names.split(",")) {
   const readback = device.createBuffer({ size: 16 * n, usage: GPUBufferUsage.MAP_READ | GPUBufferUsage.COPY_DST });
   // compiling and the first steps left the GPU idle, so its clocks may still be low: medium timed
   // first in a process read a 5.6 ms step span, against 1.48 when it followed small (H100)
-  await raiseClocks(device, trainer.ops);
+  await raiseClocks(device, trainer.ops, clocksMs);
   const split = splitPasses(querySet);
   const runs = []; // per round: [start, end] of each dispatch in µs from the first one's start
   for (let r = 0; r < R; r++) {

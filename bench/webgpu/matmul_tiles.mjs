@@ -4,8 +4,11 @@
 // --tiles: only these tiles (default every one); the trainer's own choice is timed in any case.
 // --clocks-ms: how long the GPU is kept busy before each preset's timings (default 300; 0 on a
 // software adapter, where that busy work takes minutes and the timings mean nothing anyway).
-// --reps: back-to-back products per timing (replayMicroseconds' default, 30; the test on a software
-// adapter takes 10: with 2, host noise of a millisecond made the floor's time negative).
+// --reps: back-to-back products per timing (replayMicroseconds' default, 30). --floor-reps: the floor's
+// (default --reps). The test on a software adapter takes 10 for the floor (with 2, host noise of a
+// millisecond made its time negative) and 4 for the products, 50 ms and more each there. --warmup:
+// replays before each timing (replayMicroseconds' default, 3; the test's software adapter has no clocks
+// or caches to warm, and takes 0).
 // Each product is timed as reps back-to-back dispatches in one pass (as in a step: each waits for
 // the previous one), after a warm-up; µs per product. A preset's pipelines are all compiled before
 // its timings, right after the GPU's clocks are raised (replay.mjs raiseClocks): compiling idles the
@@ -25,6 +28,8 @@ const names = (args.presets ?? "tiny,small,medium,large,xl,huge,massive").split(
 const squares = (args.square ?? "").split(",").filter(Boolean).map(Number);
 const clocksMs = Number(args["clocks-ms"] ?? 300);
 const reps = args.reps === undefined ? undefined : Number(args.reps); // undefined: replayMicroseconds' default
+const floorReps = args["floor-reps"] === undefined ? reps : Number(args["floor-reps"]);
+const warmup = args.warmup === undefined ? undefined : Number(args.warmup); // undefined: replayMicroseconds' default
 const tiles = args.tiles ? args.tiles.split(",") : Object.keys(MATMUL_TILES);
 for (const t of tiles) if (!MATMUL_TILES[t]) throw new Error(`unknown tile ${t}`);
 const { device } = await nodeDevice();
@@ -45,14 +50,14 @@ function stepProducts({ nLayer: L, dModel: C, ctx: T, batch: B }, V) {
 // A forward or input-gradient product split along K is timed without its final sum: the trainer
 // leaves that to the LayerNorm which reads the product (layernormForward's and layernormBackwardInput's
 // sumIn), a dispatch it has anyway. A weight gradient's time includes its final sum.
-async function time(form, M, N, K, biasGrad, tile, splits) {
+async function time(form, M, N, K, biasGrad, tile, splits, timingReps = reps) {
   const len = M * N + (biasGrad ? M : 0);
   const buf = (n) => device.createBuffer({ size: 4 * Math.max(4, n), usage: S });
   const A = buf(M * K), B = buf(N * K), C = buf(len), partials = splits > 1 ? buf(splits * len) : null;
   const plan = new Plan(device, ops.pipelines, "tile bench");
   ops.matmul(plan, form, { M, N, K, A, B, C, biasGrad, tile, splits, partials, sums: form === DW ? null : new SplitSums() });
   plan.freeze();
-  const us = await replayMicroseconds(device, plan, reps);
+  const us = await replayMicroseconds(device, plan, timingReps, warmup);
   plan.destroy();
   for (const b of [A, B, C, partials]) if (b) b.destroy();
   return us;
@@ -91,7 +96,7 @@ const out = [];
 // the floor: a 4×4×4 product (one workgroup, one K-step), what a dependent dispatch costs with no work
 compile([[FWD, 4, 4, 4, false, "32x32w-k32", 1]]);
 await raiseClocks(device, ops, clocksMs);
-out.push({ floor: true, form: FWD, M: 4, N: 4, K: 4, tile: "32x32w-k32", us: await time(FWD, 4, 4, 4, false, "32x32w-k32", 1) });
+out.push({ floor: true, form: FWD, M: 4, N: 4, K: 4, tile: "32x32w-k32", us: await time(FWD, 4, 4, 4, false, "32x32w-k32", 1, floorReps) });
 console.error(`floor: a 4x4x4 product ${out[0].us.toFixed(1)} us`);
 for (const name of names) {
   const p = presets.presets[name];

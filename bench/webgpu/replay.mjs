@@ -76,11 +76,11 @@ export async function replay(device, plan, reps) {
 
 /**
  * µs per replay of a frozen plan, each waiting for the one before (as in a step): reps replays in
- * one submit less one alone, after a warm-up, so that the submit's own cost drops out.
+ * one submit less one alone, after a warm-up of `warmup` replays in one submit, so that the submit's own cost drops out.
  */
-export async function replayMicroseconds(device, plan, reps = 30) {
+export async function replayMicroseconds(device, plan, reps = 30, warmup = 3) {
   if (!(reps >= 2)) throw new Error(`replayMicroseconds: reps ${reps}, at least 2 (the timing is reps replays less one)`);
-  await replay(device, plan, 3);
+  if (warmup > 0) await replay(device, plan, warmup);
   const one = Math.min(await replay(device, plan, 1), await replay(device, plan, 1));
   return (1000 * ((await replay(device, plan, reps)) - one)) / (reps - 1);
 }

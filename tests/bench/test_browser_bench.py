@@ -37,9 +37,9 @@ def test_a_software_adapter_gives_no_speed(tmp_path):
 def test_the_page_worker_trains_a_preset_and_decodes_python_refs_tokens(tmp_path):
     from bench.decode import decode_bench
 
-    proc, result = run_bench(tmp_path, "--presets", "tiny", "--steps", "2", "--warmup", "1", "--allow-software",
+    proc, result = run_bench(tmp_path, "--presets", "tiny", "--steps", "2", "--warmup", "0", "--allow-software",
                              "--page-loop", "2", "--decode-presets", "tiny", "--new-tokens", "20",
-                             "--decode-variants", "notAhead")
+                             "--decode-variants", "notAhead", "--decode-rounds", "1")
     assert proc.returncode == 0, proc.stderr
     (tiny,) = result["presets"]
     print(f"tiny in the page's worker: {tiny['dispatchesPerStep']} dispatches a step, "
