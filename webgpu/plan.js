@@ -10,6 +10,7 @@ export class PipelineCache {
   constructor(device) {
     this.device = device;
     this.byName = new Map();
+    this.pending = new Map(); // name -> the promise of its prepare() in flight
   }
   get(k) {
     let entry = this.byName.get(k.name);
@@ -22,13 +23,20 @@ export class PipelineCache {
 
   /**
    * Compiles k's pipeline without blocking (createComputePipelineAsync), for a kernel whose first use
-   * can wait: a software adapter takes seconds over a big one. Resolves when get(k) finds it.
+   * can wait: a software adapter takes seconds over a big one. Resolves when get(k) finds it. Two
+   * prepares of one kernel share one compile (two Decoders on a trainer each prepare theirs).
    */
-  async prepare(k) {
-    if (this.byName.has(k.name)) return;
-    const { layout, descriptor } = this._describe(k);
-    const pipeline = await this.device.createComputePipelineAsync(descriptor);
-    if (!this.byName.has(k.name)) this.byName.set(k.name, { kernel: k, layout, pipeline });
+  prepare(k) {
+    if (this.byName.has(k.name)) return Promise.resolve();
+    let pending = this.pending.get(k.name);
+    if (!pending) {
+      const { layout, descriptor } = this._describe(k);
+      pending = this.device.createComputePipelineAsync(descriptor).then((pipeline) => {
+        if (!this.byName.has(k.name)) this.byName.set(k.name, { kernel: k, layout, pipeline });
+      }).finally(() => this.pending.delete(k.name));
+      this.pending.set(k.name, pending);
+    }
+    return pending;
   }
 
   _describe(k) {
