@@ -17,20 +17,35 @@ from conftest import ROOT, swiftshader_env
 from python_ref.train import new_run, train_step
 
 DRIVER = ROOT / "tests/webgpu/hosts/webgpu_engine_driver.mjs"
-STEPS = 8  # as tests/webgpu/hosts/webgpu_engine_driver.mjs
-RESUME_AT = 4
-
-
-def drive(part: str) -> dict:
-    env = swiftshader_env()
-    r = subprocess.run(["node", str(DRIVER), part], env=env, capture_output=True, text=True, timeout=900)
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout.strip().splitlines()[-1])
+STEPS = 4  # as tests/webgpu/hosts/webgpu_engine_driver.mjs
+RESUME_AT = 2
+# every part in one Node process: train, generate, buffers and lost's generation share a device, whose pipelines
+# SwiftShader then compiles once; lost destroys it, so it comes last
+PARTS = ["probe", "limits", "train", "generate", "buffers", "lost"]
 
 
 @pytest.fixture(scope="module")
-def train_run():
-    run = drive("train")
+def driver():
+    r = subprocess.run(["node", str(DRIVER), *PARTS], env=swiftshader_env(), capture_output=True, text=True,
+                       timeout=900)
+    lines = [json.loads(line) for line in r.stdout.splitlines() if line.startswith('{"part":')]
+    return {"parts": {line["part"]: line["result"] for line in lines}, "returncode": r.returncode, "stderr": r.stderr}
+
+
+def part(driver: dict, name: str) -> dict:
+    """A part's result; each part prints its own as it ends, so a part that failed fails its tests alone."""
+    assert name in driver["parts"], f"part {name} did not finish (exit {driver['returncode']}):\n{driver['stderr']}"
+    return driver["parts"][name]
+
+
+def test_the_driver_process_ends_cleanly(driver):
+    assert driver["returncode"] == 0, driver["stderr"]
+    assert list(driver["parts"]) == PARTS
+
+
+@pytest.fixture(scope="module")
+def train_run(driver):
+    run = part(driver, "train")
     assert run["fatals"] == []
     return run
 
@@ -65,16 +80,16 @@ def test_software_adapter_is_described_as_such(train_run):
     assert train_run["stepsInFlight"] == 2  # seconds a step here: Stop waits for at most 2 queued steps
 
 
-def test_generation_stops_within_one_token_of_abort():
-    g = drive("generate")
+def test_generation_stops_within_one_token_of_abort(driver):
+    g = part(driver, "generate")
     print(f"aborted after 5 tokens: made {g['made']} ({g['streamed']}); unaborted run made {g['fullMade']}")
     assert g["fullMade"] == 40 and len(g["full"]) == 40
     assert 5 <= g["made"] <= 6 and g["streamed"] == g["full"][: g["made"]]
 
 
 @pytest.fixture(scope="module")
-def buffers_run():
-    return drive("buffers")
+def buffers_run(driver):
+    return part(driver, "buffers")
 
 
 @pytest.mark.parametrize("preset", ["tiny", "small", "tiny deferred"])
@@ -104,8 +119,8 @@ def test_requirements_equal_the_buffers_created(buffers_run, preset):
     assert run["checkLimits"] is None
 
 
-def test_a_model_past_the_adapter_limits_is_refused_before_anything_is_created():
-    r = drive("limits")
+def test_a_model_past_the_adapter_limits_is_refused_before_anything_is_created(driver):
+    r = part(driver, "limits")
     sentence = ("the split-K partials buffer needs 2.1 MiB, "
                 "more than this adapter's maxStorageBufferBindingSize of 1 MiB")
     print(f"refused: {r['refused']!r}\nrequirements: {r['need']}\n"
@@ -115,8 +130,8 @@ def test_a_model_past_the_adapter_limits_is_refused_before_anything_is_created()
     assert r["tinyOnReal"]["fits"] is True and r["tinyOnReal"]["bytes"] > 0
 
 
-def test_probe_says_what_webgpu_can_do_here():
-    p = drive("probe")
+def test_probe_says_what_webgpu_can_do_here(driver):
+    p = {case: result for case, result in part(driver, "probe").items() if case != "fatals"}
     for case, result in p.items():
         print(f"{case}: {result}")
     assert p["none"] == {"ok": False, "software": False, "name": None, "subgroups": False, "f16": False,
@@ -130,8 +145,8 @@ def test_probe_says_what_webgpu_can_do_here():
     assert p["real"]["subgroups"] is True and p["real"]["f16"] is False
 
 
-def test_a_lost_device_fails_steps_and_calls_on_fatal():
-    r = drive("lost")
+def test_a_lost_device_fails_steps_and_calls_on_fatal(driver):
+    r = part(driver, "lost")
     print(f"step in flight: {r['inFlightOutcome']}\nnext step: {r['next']}\nstep on a destroyed device: "
           f"{r['trainerOutcome']}\ngenerating when the device goes after {r['tokensBeforeLoss']} tokens: "
           f"{r['generateOutcome']}\nonFatal: {r['fatals']}")

@@ -27,7 +27,7 @@ from python_ref.training_stats import differences, measured_steps, probe_window,
 
 DRIVER = ROOT / "tests/webgpu/hosts/training_stats_driver.mjs"
 MODEL = ModelConfig(nLayer=2, nHead=2, dModel=32, ctx=16, vocabSize=256, layerNormEps=1e-5)
-BATCH, STEPS, EVERY = 4, 12, 4
+BATCH, STEPS, EVERY = 4, 8, 4  # measured at steps 4 and 8, each after unmeasured steps
 BAR = 1e-4
 
 
@@ -62,18 +62,15 @@ def reference(module, optimizer, batches, clip, probe):
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
-    """Both jobs in one Node process; python_ref's runs beside them."""
+    """Both jobs in one Node process; python_ref's runs while it does."""
     corpus = Corpus.from_file(DEFAULT_CORPUS)
     probe = probe_window(corpus.data, MODEL.ctx)
     t = train_config("tiny", batch=BATCH)
     train, _ = corpus.split(t.valFraction, MODEL.ctx)
-    model = TinyGPT(MODEL, t.seed)
-    full = reference(model, make_optimizer(model, t), BatchStream(train, MODEL.ctx, BATCH, t.seed), t.gradClip, probe)
     base_path = tmp_path_factory.mktemp("stats") / "base.tinygpt"
     base = noisy_base()
     write_state(base_path, base)
     run = new_finetune(base_path, corpus, "cpu", rank=4, alpha=8, targets=TARGETS, batch=BATCH, evalEvery=0)
-    lora = reference(run.lora, run.optimizer, run.batches, run.train_cfg.gradClip, probe)
     jobs = [
         {"config": {"model": MODEL.to_json(), "training": t.to_json()}, "seed": t.seed, "steps": STEPS, "every": EVERY,
          "probe": b64(probe), "unmeasured": True},
@@ -81,10 +78,23 @@ def session(tmp_path_factory):
          "steps": STEPS, "every": EVERY, "probe": b64(probe), "base": b64(state_bytes(base)),
          "lora": run.lora.config.to_json()},
     ]
-    r = subprocess.run(["node", str(DRIVER)], input=json.dumps(jobs), env=swiftshader_env(), capture_output=True,
-                       text=True, timeout=1200)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout.strip().splitlines()[-1])
+    jobs_path = base_path.with_name("jobs.json")
+    jobs_path.write_text(json.dumps(jobs))
+    with jobs_path.open() as stdin:
+        node = subprocess.Popen(["node", str(DRIVER)], stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=swiftshader_env(), text=True)
+    try:
+        model = TinyGPT(MODEL, t.seed)
+        full = reference(model, make_optimizer(model, t), BatchStream(train, MODEL.ctx, BATCH, t.seed), t.gradClip,
+                         probe)
+        lora = reference(run.lora, run.optimizer, run.batches, run.train_cfg.gradClip, probe)
+        stdout, stderr = node.communicate(timeout=1200)
+    finally:
+        if node.poll() is None:
+            node.kill()
+            node.communicate()
+    assert node.returncode == 0, stderr
+    out = json.loads(stdout.strip().splitlines()[-1])
     assert out["fatals"] == []
     return {"full": (full, out["results"][0]), "lora": (lora, out["results"][1])}
 

@@ -28,13 +28,27 @@ const SHAPES = {
 const NEXT_WINDOW = { tiny: true, wide: false, uneven: true };
 const out = {};
 
-/** Generates with `decoder`; returns its tokens and the largest difference between each token's logits and the full forward of its window. */
+/**
+ * Generates with `decoder` and with `recompute` (the host samples each token from the full forward of its
+ * window: RecomputeDecoder.generate); returns both decoders' tokens and the largest difference between the
+ * logits each of `decoder`'s tokens was sampled from and the full forward of the same window.
+ */
 async function generateChecked(decoder, recompute, prompt, job) {
   const seen = [];
   const kv = Array.from(await decoder.generate(prompt, { ...job, onToken: (t, logits) => seen.push(logits.slice()) }));
+  // the recompute decoder's full forwards, kept: each one is of the window the host sampled its token after
+  const full = [], lastLogits = recompute.lastLogits.bind(recompute);
+  recompute.lastLogits = async (window) => {
+    const logits = await lastLogits(window);
+    full.push(logits);
+    return logits;
+  };
+  const host = Array.from(await recompute.generate(prompt, job));
+  delete recompute.lastLogits;
   // each token's logits against the full forward of the window it was sampled after (docs/determinism.md's
-  // context policy: a full window restarts from its last ctx/2 tokens)
-  const ctx = decoder.cfg.ctx;
+  // context policy: a full window restarts from its last ctx/2 tokens): the recompute decoder's, up to the
+  // first token where the two decoders differ (their windows are the same until then), a forward of its own after
+  const ctx = decoder.cfg.ctx, differs = kv.findIndex((t, i) => t !== host[i]);
   let window = [], maxDiff = 0, maxLogit = 0;
   const advance = (t) => {
     if (window.length >= ctx) window = window.slice(window.length - Math.floor(ctx / 2));
@@ -42,14 +56,14 @@ async function generateChecked(decoder, recompute, prompt, job) {
   };
   prompt.forEach(advance);
   for (let i = 0; i < kv.length; i++) {
-    const full = await recompute.lastLogits(window);
-    for (let j = 0; j < full.length; j++) {
-      maxDiff = Math.max(maxDiff, Math.abs(full[j] - seen[i][j]));
-      maxLogit = Math.max(maxLogit, Math.abs(full[j]));
+    const logits = differs === -1 || i <= differs ? full[i] : await recompute.lastLogits(window);
+    for (let j = 0; j < logits.length; j++) {
+      maxDiff = Math.max(maxDiff, Math.abs(logits[j] - seen[i][j]));
+      maxLogit = Math.max(maxLogit, Math.abs(logits[j]));
     }
     advance(kv[i]);
   }
-  return { kv, maxDiff, maxLogit };
+  return { kv, host, maxDiff, maxLogit };
 }
 
 for (const [name, model] of Object.entries(SHAPES)) {
@@ -60,8 +74,7 @@ for (const [name, model] of Object.entries(SHAPES)) {
   const recompute = new RecomputeDecoder(trainer);
   const prompt = Array.from(Buffer.from("ROMEO:"));
   const job = { maxNewTokens: 30, temperature: 0.8, topK: 40, seed: 5, batchMs: Infinity };
-  const { kv, maxDiff, maxLogit } = await generateChecked(decoder, recompute, prompt, job);
-  const host = Array.from(await recompute.generate(prompt, job));
+  const { kv, host, maxDiff, maxLogit } = await generateChecked(decoder, recompute, prompt, job);
   const chained = Array.from(await chain.generate(prompt, job));
   out[name] = { model: config.model, oneWorkgroup: Boolean(decoder.tokensPlan), chainOneWorkgroup: Boolean(chain.tokensPlan),
     nextWindow: decoder.decodeNextWindow,
@@ -88,8 +101,7 @@ for (const [name, model] of Object.entries(SHAPES)) {
   };
   const prompt = Array.from(Buffer.from("ROMEO:\nBut soft, what light through yonder windo")); // 48 bytes: a window of 32 left
   const job = { maxNewTokens: 100, temperature: 0.8, topK: 40, seed: 3, batchMs: Infinity };
-  const { kv, maxDiff, maxLogit } = await generateChecked(ahead, recompute, prompt, job);
-  const host = Array.from(await recompute.generate(prompt, job));
+  const { kv, host, maxDiff, maxLogit } = await generateChecked(ahead, recompute, prompt, job);
   const notAhead = Array.from(await behind.generate(prompt, job));
   out.window = { prompt: prompt.length, rebuilt: uploads[0] - 1, tokens: kv.length, maxDiff, maxLogit, sameAsRecompute: kv.join() === host.join(),
     sameNotAhead: notAhead.join() === host.join() };

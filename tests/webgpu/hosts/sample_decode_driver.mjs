@@ -5,8 +5,9 @@
 // - edges: rows whose uniform puts the threshold within 1e-9..1e-4 of a cumulative edge (or on it);
 // - unusable: rows with a NaN, an infinity or a logit past 2^61, which must never be certain;
 // - generate: Decoder.generate (KV cache, batches sampled on the GPU) against RecomputeDecoder (the
-//   host samples every token) for the same seeded model, and how the tokens were made: with the
-//   decode chain and a sampler dispatch a step, and with a batch in one workgroup (decode_tokens.js);
+//   host samples every token; once per run, on the same trainer) for the same seeded model, and how the
+//   tokens were made: with the decode chain and a sampler dispatch a step, and with a batch in one
+//   workgroup (decode_tokens.js);
 // - lossAfter: a training step's loss after all that generation.
 import { readFileSync } from "node:fs";
 import { nodeDevice } from "../../../webgpu/node_gpu.js";
@@ -129,20 +130,24 @@ for (const bad of [NaN, Infinity, -Infinity, 2 ** 62]) {
   }
 }
 
-// generation: the seeded tiny model; its ctx of 32 makes the chain's batches end at window restarts
+// generation: the seeded tiny model; its ctx of 32 makes the chain's batches end at window restarts.
+// The refused and greedy runs host-sample a token every few steps (every step), so that each of their batches
+// is cut short and a batch submitted ahead is waited out: they are kept short, but long enough to cross a
+// window restart (the prompt's 6 bytes + 26 tokens fill the window; the greedy run's 18-byte prompt, + 14)
 const presets = JSON.parse(readFileSync(new URL("../../../site/static/presets.json", import.meta.url), "utf8"));
 const corpus = new Uint8Array(readFileSync(new URL("../../../site/static/data/tinyshakespeare.txt", import.meta.url)));
-const RUNS = [[0.8, 40, 70, null], [0.8, 40, 70, 3], [0, 0, 40, 0], [1, 0, 60, null], [1e-4, 40, 20, null], [0.8, 40, 1, null],
-  [0.8, 40, 40, null, "\n"], [0.8, 40, 40, null, "ROMEO:", 0]];
-// the decode chain with its next batch submitted ahead (decodeAhead, the default) and without, and one workgroup
+const RUNS = [[0.8, 40, 70, null], [0.8, 40, 30, 3], [0, 0, 20, 0, "ROMEO:\nI am here. "], [1, 0, 60, null], [1e-4, 40, 20, null],
+  [0.8, 40, 1, null], [0.8, 40, 40, null, "\n"], [0.8, 40, 40, null, "ROMEO:", 0]];
+// the decode chain with its next batch submitted ahead (decodeAhead, the default) and without, and one workgroup:
+// three decoders, one after another, of one trainer, whose weights the recompute decoder reads too
 const PATHS = [{ decodeInOneWorkgroup: false }, { decodeInOneWorkgroup: false, decodeAhead: false }, { decodeInOneWorkgroup: true }];
-let trainer, decoder;
+const trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus });
+const recompute = new RecomputeDecoder(trainer);
+const hostTokens = []; // per run: the host's sampling of every token (RecomputeDecoder), the same for every path
+let decoder;
 for (const options of PATHS) {
   await decoder?.destroy();
-  trainer?.destroy();
-  trainer = new Trainer(device, configFromPresets(presets, "tiny"), { corpus });
   decoder = new Decoder(trainer, options);
-  const recompute = new RecomputeDecoder(trainer);
   const made = { batches: 0, prefills: 0, steps: 0, uncertain: 0, hostDecodes: 0, ahead: 0, landed: 0 };
   let refuse = null; // a step whose token is taken as uncertain, as if the kernel had said so (the host's path)
   const decode = decoder._decode.bind(decoder);
@@ -164,20 +169,20 @@ for (const options of PATHS) {
   const submit = decoder._submitBatch.bind(decoder), land = decoder._landChain.bind(decoder);
   decoder._submitBatch = (pos, n, o) => { made.ahead += o.window ? 0 : 1; return submit(pos, n, o); };
   decoder._landChain = (flight = decoder.chainFlight) => { made.landed += flight ? 1 : 0; return land(flight); };
-  for (const [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:", batchMs = Infinity] of RUNS) {
+  for (const [run, [temperature, topK, maxNewTokens, refused, prompt = "ROMEO:", batchMs = Infinity]] of RUNS.entries()) {
     Object.keys(made).forEach((k) => { made[k] = 0; });
     refuse = refused;
     const job = { maxNewTokens, temperature, topK, seed: 7 }, streamed = [];
     // full batches on SwiftShader too, whose steps take longer than a batch may (generate's batchMs),
     // but in the last run: no time for more than one step a batch
     const kv = Array.from(await decoder.generate(Array.from(Buffer.from(prompt)), { ...job, batchMs, onToken: (t, l) => streamed.push([t, l.length]) }));
-    const host = Array.from(await recompute.generate(Array.from(Buffer.from(prompt)), job));
+    const host = (hostTokens[run] ??= Array.from(await recompute.generate(Array.from(Buffer.from(prompt)), job)));
     out.generate.push({ oneWorkgroup: Boolean(decoder.tokensPlan), decodeAhead: decoder.decodeAhead, temperature, topK, maxNewTokens, refused, prompt, batchMs: String(batchMs),
       same: kv.join() === host.join(), count: kv.length,
       streamed: streamed.every(([t, n], i) => t === kv[i] && n === V) && streamed.length === kv.length, ...made });
   }
-  recompute.destroy();
 }
+recompute.destroy();
 // training goes on after generating (the page's flow)
 out.lossAfter = await (await trainer.step()).loss;
 await decoder.destroy();
