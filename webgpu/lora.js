@@ -197,7 +197,8 @@ export function stepWeightsLayout(model, lora) {
 }
 
 /** Floats of the row blocks' shares of every adapter gradient (lora_grad_partials), for `rows` rows. */
-const partialFloats = (rows, Q) => Math.ceil(rows / loraBlockRows(rows)) * Q;
+const rowBlocks = (rows) => Math.ceil(rows / loraBlockRows(rows));
+const partialFloats = (rows, Q) => rowBlocks(rows) * Q;
 
 /**
  * Every buffer a LoRA trainer for `config` creates, and a Decoder on it (with the sampling copy of the
@@ -264,6 +265,8 @@ export class LoRA {
     this.dOff = dGroup(this.config) * rows * r; // d's floats after u's in "lora u and d"
     this.ud = trainer.buffer("lora u and d", 4 * 2 * this.dOff, store);
     this.partials = trainer.buffer("lora grad partials", 4 * partialFloats(rows, Q), store);
+    // a block's parameters lie one stride after the block before's
+    this.blockStride = m.nLayer > 1 ? trainer.offsets["blocks.1.ln1.weight"] - trainer.offsets["blocks.0.ln1.weight"] : 0;
     this.normPartials = trainer.buffer("lora norm partials", 4 * loraNormParts(Q), store);
     this.stepBase = 0; // the adapter step of the last import without moments: trainer.stepCount counts AdamW's steps since
     this.baseStep = 0; // the base state's step (exported with the base, as C++'s tg_export_state)
@@ -322,10 +325,9 @@ export class LoRA {
   /** Copies the base's floats of every adapted site into the step weights (their merges rewrite the adapted Linears' alone). */
   _copyBase() {
     const tr = this.trainer, enc = tr.device.createCommandEncoder({ label: "lora step weights" });
-    const blockStride = tr.cfg.nLayer > 1 ? tr.offsets["blocks.1.ln1.weight"] - tr.offsets["blocks.0.ln1.weight"] : 0;
     for (let l = 0; l < tr.cfg.nLayer; l++) {
       for (const g of this.layout.regions) {
-        enc.copyBufferToBuffer(tr.params, 4 * (g.srcOff + l * blockStride), this.stepWeights, 4 * (l * this.layout.blockFloats + g.base), 4 * g.floats);
+        enc.copyBufferToBuffer(tr.params, 4 * (g.srcOff + l * this.blockStride), this.stepWeights, 4 * (l * this.layout.blockFloats + g.base), 4 * g.floats);
       }
     }
     tr.device.queue.submit([enc.finish()]);
@@ -337,7 +339,6 @@ export class LoRA {
    */
   _recordMerges(plan) {
     const tr = this.trainer, { nLayer: L, dModel: C } = tr.cfg, r = this.config.rank;
-    const blockStride = L > 1 ? tr.offsets["blocks.1.ln1.weight"] - tr.offsets["blocks.0.ln1.weight"] : 0;
     const byShape = new Map();
     for (const t of this.config.targets) {
       const key = targetDims(t, C).join("x");
@@ -347,7 +348,7 @@ export class LoRA {
     for (const targets of byShape.values()) {
       const [K, N] = targetDims(targets[0], C);
       for (let i = 0; i < targets.length; i += 3) {
-        recordLoraMergeInto(tr.ops, plan, { N, K, r, L, srcStride: blockStride, dstStride: this.layout.blockFloats, aStride: this.Q / L,
+        recordLoraMergeInto(tr.ops, plan, { N, K, r, L, srcStride: this.blockStride, dstStride: this.layout.blockFloats, aStride: this.Q / L,
           scale: this.config.scale, W: tr.params, Wm: this.stepWeights, Ad: this.weights,
           targets: targets.slice(i, i + 3).map((t) => {
             const name = `blocks.0.${weightName(t)}`;
@@ -366,7 +367,7 @@ export class LoRA {
     const adapted = site === "qkv" ? QKV.filter((t) => this.adapts(t)) : this.adapts(site) ? [site] : [];
     if (adapted.length === 0) return;
     const [K, N] = targetDims(adapted[0], this.trainer.cfg.dModel);
-    this.blocks = recordLoraGradPartials(this.trainer.ops, plan, { M: rows, K, N, r: this.config.rank, q: this.Q, scale: this.config.scale,
+    recordLoraGradPartials(this.trainer.ops, plan, { M: rows, K, N, r: this.config.rank, q: this.Q, scale: this.config.scale,
       dOff: this.dOff, X: x, Y: dy.buffer, Ad: this.weights, UD: this.ud, Pt: this.partials,
       targets: adapted.map((t) => ({ yOff: dy.offset(t), aOff: this._aOff(l, t) })) });
   }
@@ -445,7 +446,7 @@ export class LoRA {
       this._recordGradPartials(plan, rows, l, "qkv", { buffer: d.qkv.qkv, offset: (t) => QKV.indexOf(t) * d.qkv.stride }, a.ln1);
       if (dln1) ops.layernormBackwardInput(plan, { rows, C, dout: d.ln, x: A.res[l], stats: a.ln1s, params: P, wOff: w("ln1.weight"), dx: d.res, accumulate: true, sumIn });
     }
-    const parts = recordLoraGradsSum(ops, plan, { n: this.Q, blocks: this.blocks, Pt: this.partials, G: this.grads, partials: this.normPartials });
+    const parts = recordLoraGradsSum(ops, plan, { n: this.Q, blocks: rowBlocks(rows), Pt: this.partials, G: this.grads, partials: this.normPartials });
     tr.trainPlan = plan;
     tr.adamIndex = ops.adamwUpdate(plan, { n: this.Q, params: this.weights, grads: this.grads, m: this.m, v: this.v, decay: this.decay,
       partials: this.normPartials, losses: A.losses, scal: tr.scal, values: adamwValues(this.Q, tr.tr, 1, rows, parts) });
