@@ -12,7 +12,7 @@ from e2e.page_actions import FINISHED, fill_training, losses, open_playground, p
 
 SEED = 4242
 STEPS = 400
-REFRESHES = 10
+REFRESHES = 6  # each about 10 s on the 2-core box beside another test process
 
 # Every file in OPFS, grouped by run: does each run still have one checkpoint the JS reader accepts?
 CHECK_OPFS = """async () => {

@@ -201,7 +201,7 @@ def test_fine_tune_the_demo_on_webassembly(server_url, page, tmp_path):
     python_adapter_in_the_page(page, tmp_path, DEMO)
     row = page.locator(f"#checkpoints tbody tr[data-id='{page.evaluate('window.playground.loaded.id')}']")
     assert "LoRA fine-tune of demo-large.tinygpt (step 4000), rank 8" in row.inner_text(), row.inner_text()
-    resume_after_reload(page, server_url, "wasm", lambda: load_demo(page, "wasm"), 40, reference)
+    resume_after_reload(page, server_url, "wasm", lambda: load_demo(page, "wasm"), 24, reference)
     screenshot(page, "finetune_wasm_resumed")
     assert page.errors == []
 
@@ -340,8 +340,8 @@ def test_fine_tune_on_webgpu(server_url, page, tmp_path):
     assert page.evaluate("window.playground.loaded.backend") == "webgpu"
     reference = losses(page)
     check_fine_tune(page, tmp_path, base, WEBGPU_STEPS, "webgpu", tokens=100, words=False)
-    resume_after_reload(page, server_url, "webgpu", lambda: upload_base(page, base, "wasm"), 50, reference,
-                        lr=WEBGPU_LR, reload_after=20)
+    resume_after_reload(page, server_url, "webgpu", lambda: upload_base(page, base, "wasm"), 30, reference,
+                        lr=WEBGPU_LR)
     screenshot(page, "finetune_webgpu_resumed")
     assert page.errors == []
 
