@@ -228,13 +228,14 @@ def test_deferred_weight_gradients_keep_parity_with_python_ref(host):
     batched over the blocks (Trainer's deferWeightGrads), on the parity run's model and the GPU's tiles:
     the residual stream's gradient kept stage by stage, each block's activations in slots of one buffer."""
     cfg, train_cfg = configs(PARITY)
-    run = host.call("trainJob", {"preset": "tiny", "overrides": PARITY, "corpus": CORPUS_URL, "steps": PARITY_STEPS,
+    steps = 20  # fewer than PARITY_STEPS: a wrong deferred gradient moves the losses within a few steps
+    run = host.call("trainJob", {"preset": "tiny", "overrides": PARITY, "corpus": CORPUS_URL, "steps": steps,
                                  "matmulTiles": "gpu", "deferWeightGrads": True})
-    _, ref = reference_run(cfg, train_cfg, PARITY_STEPS)
+    _, ref = reference_run(cfg, train_cfg, steps)
     rel = np.abs(np.array(run["losses"]) - ref) / np.abs(ref)
-    print(f"{PARITY_STEPS}-step parity with deferred weight gradients: losses {ref[0]:.4f} -> {ref[-1]:.4f}; "
+    print(f"{steps}-step parity with deferred weight gradients: losses {ref[0]:.4f} -> {ref[-1]:.4f}; "
           f"max relative difference {rel.max():.3g} at step {int(rel.argmax()) + 1} (bar 1e-3)")
-    assert len(rel) == PARITY_STEPS and rel.max() < 1e-3
+    assert len(rel) == steps and rel.max() < 1e-3
     # its group does not split K, so Chromium's 10 storage buffers bind it with the head's weight gradient
     assert run["headDeferred"], "the head's weight gradient in the group, cross-entropy its input gradient's prologue"
 
