@@ -313,11 +313,11 @@ export class Decoder {
 
   /** decode_tokens.js's uniforms but for the steps' (set per batch) and the sampling's (per generation). */
   _decodeTokensValues() {
-    const { nLayer: L, dModel: C, nHead: H, vocabSize: V, layerNormEps } = this.cfg, o = this.offsets;
+    const { dModel: C, nHead: H, vocabSize: V, layerNormEps } = this.cfg, o = this.offsets;
     const block = o["blocks.0.ln1.weight"], at = (name) => o[`blocks.0.${name}`] - block;
     const stride = this.gen.layers[0].stride;
     return { rebuild: 0, steps: 0, V, wte_off: o["token_embedding.weight"], wpe_off: o["position_embedding.weight"], block_off: block,
-      block_stride: L > 1 ? o["blocks.1.ln1.weight"] - block : 0, ln1_w: at("ln1.weight"), ln1_b: at("ln1.bias"),
+      block_stride: this.trainer.blockStride, ln1_w: at("ln1.weight"), ln1_b: at("ln1.bias"),
       qkv_w: at("attn.q_proj.weight"), qkv_b: at("attn.q_proj.bias"), qkv_stride: this.projStride, o_w: at("attn.o_proj.weight"),
       o_b: at("attn.o_proj.bias"), ln2_w: at("ln2.weight"), ln2_b: at("ln2.bias"), in_w: at("mlp.fc_in.weight"), in_b: at("mlp.fc_in.bias"),
       out_w: at("mlp.fc_out.weight"), out_b: at("mlp.fc_out.bias"), lnf_w: o["ln_f.weight"], lnf_b: o["ln_f.bias"], kv_layer: 3 * stride,

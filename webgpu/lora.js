@@ -265,8 +265,6 @@ export class LoRA {
     this.dOff = dGroup(this.config) * rows * r; // d's floats after u's in "lora u and d"
     this.ud = trainer.buffer("lora u and d", 4 * 2 * this.dOff, store);
     this.partials = trainer.buffer("lora grad partials", 4 * partialFloats(rows, Q), store);
-    // a block's parameters lie one stride after the block before's
-    this.blockStride = m.nLayer > 1 ? trainer.offsets["blocks.1.ln1.weight"] - trainer.offsets["blocks.0.ln1.weight"] : 0;
     this.normPartials = trainer.buffer("lora norm partials", 4 * loraNormParts(Q), store);
     this.stepBase = 0; // the adapter step of the last import without moments: trainer.stepCount counts AdamW's steps since
     this.baseStep = 0; // the base state's step (exported with the base, as C++'s tg_export_state)
@@ -327,7 +325,7 @@ export class LoRA {
     const tr = this.trainer, enc = tr.device.createCommandEncoder({ label: "lora step weights" });
     for (let l = 0; l < tr.cfg.nLayer; l++) {
       for (const g of this.layout.regions) {
-        enc.copyBufferToBuffer(tr.params, 4 * (g.srcOff + l * this.blockStride), this.stepWeights, 4 * (l * this.layout.blockFloats + g.base), 4 * g.floats);
+        enc.copyBufferToBuffer(tr.params, 4 * (g.srcOff + l * tr.blockStride), this.stepWeights, 4 * (l * this.layout.blockFloats + g.base), 4 * g.floats);
       }
     }
     tr.device.queue.submit([enc.finish()]);
@@ -348,7 +346,7 @@ export class LoRA {
     for (const targets of byShape.values()) {
       const [K, N] = targetDims(targets[0], C);
       for (let i = 0; i < targets.length; i += 3) {
-        recordLoraMergeInto(tr.ops, plan, { N, K, r, L, srcStride: this.blockStride, dstStride: this.layout.blockFloats, aStride: this.Q / L,
+        recordLoraMergeInto(tr.ops, plan, { N, K, r, L, srcStride: tr.blockStride, dstStride: this.layout.blockFloats, aStride: this.Q / L,
           scale: this.config.scale, W: tr.params, Wm: this.stepWeights, Ad: this.weights,
           targets: targets.slice(i, i + 3).map((t) => {
             const name = `blocks.0.${weightName(t)}`;

@@ -301,6 +301,8 @@ export class Trainer {
     this.offsets = Object.fromEntries(this.entries.map((e) => [e.name, e.offset]));
     // q, k, v projections (weight, bias) lie one stride apart in the manifest: C·C + C
     this.projStride = this.offsets["blocks.0.attn.k_proj.weight"] - this.offsets["blocks.0.attn.q_proj.weight"];
+    // a block's parameters lie one stride after the block before's (0 with one block)
+    this.blockStride = this.cfg.nLayer > 1 ? this.offsets["blocks.1.ln1.weight"] - this.offsets["blocks.0.ln1.weight"] : 0;
     const last = this.entries[this.entries.length - 1];
     this.P = last.offset + last.numel;
     this.stepCount = 0;
@@ -546,13 +548,12 @@ export class Trainer {
     // 9; 11 with the head's), K split only as far as they all together leave the GPU short of ~768
     // workgroups; else one dispatch each, split as its own tiles need.
     const deferredWeightGradients = () => {
-      const blockStride = L > 1 ? o["blocks.1.ln1.weight"] - o["blocks.0.ln1.weight"] : 0;
       // the args of matmul for each kind, their slabs from slabsUsed on
       const products = (list) => list.map(({ param, M, N, dY: y, X, batches, biasGrad, tile, splits }) => {
         const [buffer, aOff, aStride] = dY[y], x = keptX(X), head = param === HEAD_PARAM, partialsOff = slabsUsed;
         slabsUsed += splitKSlabFloats(M, N, batches, rows, splits);
         return { M, N, K: rows, A: buffer, aOff, B: x.buffer, C: G, cOff: o[head ? param : `blocks.0.${param}`], biasGrad, batches,
-          strides: { a: aStride, b: x.slot, c: blockStride }, tile, splits, partials: this.splitK, partialsOff, sums: head ? headSums : sums };
+          strides: { a: aStride, b: x.slot, c: this.blockStride }, tile, splits, partials: this.splitK, partialsOff, sums: head ? headSums : sums };
       });
       // whether the kinds in `list` could share a dispatch, recorded if so
       const group = (list) => {

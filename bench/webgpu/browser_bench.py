@@ -142,13 +142,12 @@ def decode_result(r: dict, new_tokens: int) -> dict:
             "variant_rounds_ms": {name: v["roundsMs"] for name, v in r.get("variants", {}).items()}}
 
 
-def describe_adapter(page: dict, quiet: bool = False) -> dict:
-    """A page's browser and adapter, said on stderr (unless quiet): the JSON's first keys."""
+def describe_adapter(page: dict) -> dict:
+    """A page's browser and adapter, said on stderr: the JSON's first keys."""
     adapter = page["adapter"]
     software = is_software_adapter(adapter)
-    if not quiet:
-        kind = " (software)" if software else ""
-        print(f"{page['browser']}: WebGPU adapter {adapter_name(adapter)}{kind}", file=sys.stderr)
+    kind = " (software)" if software else ""
+    print(f"{page['browser']}: WebGPU adapter {adapter_name(adapter)}{kind}", file=sys.stderr)
     return {"browser": page["browser"], "adapter": adapter, "software": software, "presets": []}
 
 
@@ -190,20 +189,18 @@ def main(argv=None) -> int:
     # Chromium, not two
     probe = None if args.allow_software else run_page(args.chromium, "", min(args.timeout, PROBE_TIMEOUT),
                                                       args.browser_arg)
-    if probe is not None and is_software_adapter(probe["adapter"]):
-        out = describe_adapter(probe)
+    out = None if probe is None else describe_adapter(probe)
+    if out is not None and out["software"]:
         print(f"software adapter {adapter_name(probe['adapter'])}: no speed figure", file=sys.stderr)
         out["refused"] = "software adapter: no speed figure"
     else:
-        if probe is not None:
-            describe_adapter(probe)
         query = (f"presets={args.presets}&steps={args.steps}&warmup={args.warmup}&blocks={args.blocks}"
                  f"&clocksMs={args.clocks_ms}&pageLoop={args.page_loop}")
         if args.decode_presets:
             query += "&" + decode_query(args.decode_presets, decode_job_of(args.new_tokens, args.decode_variants,
                                                                               args.decode_rounds))
         result = run_page(args.chromium, query, args.timeout, args.browser_arg)
-        out = describe_adapter(result) if probe is None else describe_adapter(probe, quiet=True)
+        out = out or describe_adapter(result)
         out.update(subgroups=result.get("subgroups"), presets=result["presets"])
         if args.decode_presets:
             out["decode"] = [decode_result(r, args.new_tokens) for r in result["decode"]]

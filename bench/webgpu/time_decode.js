@@ -26,8 +26,8 @@ export async function timeDecode(device, config, job) {
   for (const name of job.variants ?? []) if (!DECODE_VARIANTS[name]) throw new Error(`no decode variant ${name}: ${Object.keys(DECODE_VARIANTS).join(", ")}`);
   const trainer = new Trainer(device, config); // the preset's seeded initial weights
   const kv = new Decoder(trainer), recompute = new RecomputeDecoder(trainer);
-  const variantOptions = (job.variants ?? []).map((name) => [name, DECODE_VARIANTS[name](config.model)]).filter(([, options]) => options);
-  const variants = {};
+  const variants = Object.fromEntries((job.variants ?? []).map((name) => [name, DECODE_VARIANTS[name](config.model)])
+    .filter(([, options]) => options).map(([name, options]) => [name, new Decoder(trainer, options)]));
   try {
     const sampling = { temperature: job.temperature, topK: job.topK, seed: job.seed };
     const timed = async (decoder, maxNewTokens) => {
@@ -35,12 +35,9 @@ export async function timeDecode(device, config, job) {
       const tokens = await decoder.generate(job.prompt, { maxNewTokens, ...sampling });
       return { ms: performance.now() - t0, tokens: Array.from(tokens) };
     };
-    // warm-up: pipelines compile and the decode plan is recorded on first use. Each variant is made once the
-    // decoder before it is warm: where tiny's batches decode in one workgroup, a Decoder compiles that kernel in
-    // the background from its constructor, and decoders made together compiled it once each (~15 s apiece on
-    // SwiftShader); made after, a variant finds the pipeline compiled
-    for (const [name, options] of [[null, null], ...variantOptions]) {
-      const decoder = name === null ? kv : (variants[name] = new Decoder(trainer, options));
+    // warm-up: pipelines compile and the decode plan is recorded on first use (decoders made together share a
+    // kernel's background compile: PipelineCache.prepare)
+    for (const decoder of [kv, ...Object.values(variants)]) {
       await timed(decoder, job.warmupTokens);
       await decoder.tokensReady; // where tiny's batches decode in one workgroup, its pipeline compiles in the background
     }
