@@ -141,6 +141,58 @@ def test_a_long_sample_scrolls_in_its_own_box(server_url, page, model_file):
     assert page.errors == []
 
 
+def test_an_untrained_models_long_sample_leaves_the_page_responsive(server_url, page, tmp_path):
+    """An untrained model samples random bytes, most of them shown as escapes (an element each). Laid out as
+    one paragraph, each append relaid the whole sample: at 100,000 bytes 118 ms an append, and a click on
+    Stop waited 30 s for the sample to end. The page lays it out in runs (sample_text.js); this checks that
+    the runs stay short and that they show, and read, exactly the text of one paragraph."""
+    path = tmp_path / "untrained.tinygpt"
+    new_run("tiny", device="cpu", seed=5).save(path)
+    open_playground(page, server_url)
+    upload(page, path, "wasm")
+    page.fill("#temperature", "1")
+    page.fill("#top-k", "0")
+    page.evaluate("""() => {
+      window.jank = { longest: 0, total: 0 };
+      new PerformanceObserver((list) => {
+        for (const e of list.getEntries()) { window.jank.longest = Math.max(window.jank.longest, e.duration); window.jank.total += e.duration; }
+      }).observe({ type: 'longtask' });
+    }""")
+    got = sample(page, 30_000, seed="1")
+    shown = page.evaluate("""async () => {
+      const { renderBytes, RUN_CHARS } = await import('./static/js/sample_text.js');
+      const e = document.getElementById('sample-output'), s = window.playground.sample;
+      const bytes = [...new TextEncoder().encode(s.prompt), ...window.playground.logits.map((x) => x.token)];
+      const expected = renderBytes(Uint8Array.from(bytes), true).pieces.map((p) => p.text ?? p.escape).join('');
+      // the same text as one paragraph, in a box of the same width: the height the runs must match
+      const one = document.createElement('pre');
+      one.style.cssText = `width: ${getComputedStyle(e).width}; box-sizing: ${getComputedStyle(e).boxSizing}`;
+      one.append(...[...e.cloneNode(true).children].flatMap((run) => [...run.childNodes]));
+      e.after(one);
+      const heights = [e.scrollHeight, one.scrollHeight];
+      one.remove();
+      const runs = [...e.children];
+      return { expected, inner: e.innerText, content: e.textContent, heights, runChars: RUN_CHARS,
+               runs: runs.length, allRuns: runs.every((r) => r.className === 'sample-run'),
+               longestRun: Math.max(...runs.map((r) => r.textContent.length)),
+               escapes: e.querySelectorAll('.escape').length,
+               unended: runs.slice(0, -1).filter((r) => !r.textContent.endsWith('\\n')).length };
+    }""")
+    jank = page.evaluate("window.jank")
+    print(f"\n30,000 untrained tokens: {len(shown['content']):,} characters, {shown['escapes']:,} escapes, in "
+          f"{shown['runs']} runs (longest {shown['longestRun']:,} characters); heights {shown['heights']} px; "
+          f"long tasks {jank['total']:.0f} ms in all, the longest {jank['longest']:.0f} ms; {got['stats']}")
+    assert shown["escapes"] > 10_000  # random bytes: the case that froze the page
+    assert shown["inner"] == shown["content"] == shown["expected"]
+    assert shown["allRuns"] and shown["unended"] == 0 and shown["runs"] > 10
+    # a run ends at a newline once it holds RUN_CHARS characters (the longest waits for a newline)
+    assert len(shown["content"]) / shown["runs"] < 2 * shown["runChars"]
+    assert shown["heights"][0] == shown["heights"][1]
+    page.locator("#sample").scroll_into_view_if_needed()
+    screenshot(page, "sampling_untrained_long_sample")
+    assert page.errors == []
+
+
 def test_the_header_names_the_model_and_clears_when_another_comes_in(server_url, page, model_file):
     open_playground(page, server_url)
     train(page, "tiny", 10)

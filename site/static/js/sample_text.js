@@ -66,16 +66,26 @@ export function renderBytes(bytes, final = false) {
  * Appends sampled bytes to an element as text and styled escapes. The element has a bounded height and
  * scrolls (app.css): while the reader is at its end, the end stays in view as bytes arrive; a reader who
  * scrolled up to read is left where they are.
+ *
+ * The text goes into runs (inline-blocks, `.sample-run` in app.css), a new one begun after a newline once
+ * the current one holds RUN_CHARS characters, so an append lays out the run that grows, not the whole
+ * sample: in one run, an untrained model's 100,000 random bytes (most of them escapes, each an element)
+ * cost 118 ms of layout per append and left the page deaf to clicks (docs/lab/2026-12-06-sample-layout.md).
+ * Inline-blocks rather than blocks: the page, innerText and a copy read exactly the text of one run.
  */
+export const RUN_CHARS = 2048;
+
 export class SampleView {
   constructor(element) {
     this.element = element;
-    this.rest = new Uint8Array(0);
+    this.clear();
   }
 
   clear() {
     this.element.replaceChildren();
     this.rest = new Uint8Array(0);
+    this.run = null;  // the run that grows; null: the next text begins one
+    this.runChars = 0;
   }
 
   /** bytes: Uint8Array or array of byte values; `final`: no more bytes will follow. */
@@ -85,17 +95,36 @@ export class SampleView {
     all.set(bytes, this.rest.length);
     const { pieces, rest } = renderBytes(all, final);
     this.rest = rest;
-    const fragment = document.createDocumentFragment();
-    for (const p of pieces) {
-      if (p.text) { fragment.append(p.text); continue; }
-      const span = document.createElement("span");
-      span.className = "escape";
-      span.title = "a byte that is not printable text, shown as its value";
-      span.textContent = p.escape;
-      fragment.append(span);
-    }
     const e = this.element, atEnd = e.scrollHeight - e.scrollTop - e.clientHeight < 24;
-    e.append(fragment);
+    for (const p of pieces) {
+      if (p.escape) {
+        const span = document.createElement("span");
+        span.className = "escape";
+        span.title = "a byte that is not printable text, shown as its value";
+        span.textContent = p.escape;
+        this.write(span, p.escape.length);
+        continue;
+      }
+      let text = p.text;
+      while (text) {
+        const cut = this.runChars >= RUN_CHARS ? text.indexOf("\n") + 1 : 0;
+        const part = cut > 0 ? text.slice(0, cut) : text;
+        this.write(part, part.length);
+        if (cut > 0) this.run = null;  // every run but the last ends with a newline
+        text = text.slice(part.length);
+      }
+    }
     if (atEnd) e.scrollTop = e.scrollHeight;
+  }
+
+  write(node, chars) {
+    if (!this.run || this.run.parentNode !== this.element) {  // also after someone emptied the element
+      this.run = document.createElement("span");
+      this.run.className = "sample-run";
+      this.runChars = 0;
+      this.element.append(this.run);
+    }
+    this.run.append(node);
+    this.runChars += chars;
   }
 }
