@@ -155,7 +155,10 @@ def test_an_untrained_models_long_sample_leaves_the_page_responsive(server_url, 
     page.evaluate("""() => {
       window.jank = { longest: 0, total: 0 };
       new PerformanceObserver((list) => {
-        for (const e of list.getEntries()) { window.jank.longest = Math.max(window.jank.longest, e.duration); window.jank.total += e.duration; }
+        for (const e of list.getEntries()) {
+          window.jank.longest = Math.max(window.jank.longest, e.duration);
+          window.jank.total += e.duration;
+        }
       }).observe({ type: 'longtask' });
     }""")
     got = sample(page, 30_000, seed="1")
