@@ -16,6 +16,12 @@ def start_long_sample(page):
     page.wait_for_function("document.getElementById('sample-output').textContent.length > 300")
 
 
+def place_on_page(page, selector: str) -> list:
+    """Where an element is on the page (not in the viewport, which Playwright scrolls to click)."""
+    return page.locator(selector).evaluate("e => { const r = e.getBoundingClientRect(); "
+                                           "return [r.left + scrollX, r.top + scrollY, r.width, r.height]; }")
+
+
 def seconds_until_continued_training_steps(page) -> float:
     """Train (continuing the loaded model) and the time until the page shows its first step, timed in the page
     from the click on Continue to the status line's first step (Playwright's own round trips, which a loaded box
@@ -139,12 +145,15 @@ def test_a_big_preset_asks_first_and_stop_during_creation_ends_it(server_url, pa
 def test_stop_training_while_a_sample_holds_the_model(server_url, page):
     """A sample during training pauses the training; the training's Stop is still heard at once."""
     open_playground(page, server_url)
+    idle_at = place_on_page(page, "#sample-stop")
     start_long_run(page)
     start_long_sample(page)
     t0 = time.monotonic()
     page.click("#stop")
     page.wait_for_function("document.getElementById('status').textContent.startsWith('Stopped')")
     print(f"\ntraining Stop during a sample: heard after {(time.monotonic() - t0) * 1000:.0f} ms")
+    # the status line keeps its height from Idle through a run's status to "Stopped": nothing below it moves
+    assert place_on_page(page, "#sample-stop") == idle_at
     # 0.38-0.41 s alone (the final save comes first), and 1.3 s once beside the suite's other process on the
     # 2-core box. Blocked behind the sample's 100,000 tokens, it would not come at all.
     assert time.monotonic() - t0 < 2.0
