@@ -29,7 +29,7 @@ WEBGPU = ROOT / "webgpu"
 # never for the page.
 WEBGPU_RUNTIME = ("trainer.js", "decoder.js", "buffers.js", "prng.js", "manifest.js", "config_rules.js", "ops.js",
                   "plan.js", "software_adapter.js", "subgroups.js", "inspect.js", "lora.js", "training_stats.js",
-                  "kernels")
+                  "step_shapes.js", "kernels")
 
 
 def webgpu_runtime_files(webgpu: Path = WEBGPU) -> list[str]:

@@ -32,7 +32,7 @@ import { loraBlockRows, loraDownKernel, loraGradPartialsKernel, loraGradsSum, lo
 import { adamwValues, SplitSums } from "./ops.js";
 import { bufferBytes, listActivations, mapForReading, qkvViews, slotFloats } from "./buffers.js";
 import { decoderUniformBytes, listDecoderBuffers } from "./decoder.js";
-import { LOSS_RING, PAIRED_MAX_OUTPUTS, summedSlabFloats } from "./trainer.js";
+import { LOSS_RING, PAIRED_MAX_OUTPUTS, summedSlabFloats } from "./step_shapes.js";
 
 /** The adaptable projections in canonical order (python_ref/lora.py TARGETS; bit i of C++'s mask). */
 export const LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "fc_in", "fc_out"];

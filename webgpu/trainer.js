@@ -14,8 +14,8 @@ import { bufferBytes, createActivations, listActivations, mapForReading, qkvView
 import { decoderUniformBytes, listDecoderBuffers } from "./decoder.js";
 import { checkConfig } from "./config_rules.js";
 import { LoRA, listLoRABuffers, loraUniformBytes } from "./lora.js";
+import { LAYERNORM_PROLOGUE_MAX_ACTIVATIONS, LOSS_RING, PAIRED_MAX_OUTPUTS, summedSlabFloats } from "./step_shapes.js";
 
-export const LOSS_RING = 8;
 const U = () => GPUBufferUsage;
 
 /** K-splits of a weight-gradient product dW (M,N) = dYᵀ·X over K = rows, `batches` of them in one dispatch. */
@@ -33,23 +33,10 @@ function splitKSlabFloats(M, N, batches, rows, splits = weightGradSplits(M, N, r
 // docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §10).
 const GROUPED_SPLIT_SUMS_FLOATS = 10 * 2 ** 20;
 
-// Every Linear's two backward products share a dispatch (Ops.matmulPair) while the block's biggest
-// product (rows × 4C outputs) is this small: a small model's step is paid per dispatch, while a big
-// one's pairs are slower than their products apart (a pair takes 256-invocation tiles only, and two
-// products' registers). Past it, a Linear pairs only where both its products' own tiles pair as they
-// are (fc_in and fc_out from xl on, 64×64w), which still pays (see docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §16).
-export const PAIRED_MAX_OUTPUTS = 500_000;
-
 // Past PAIRED_MAX_OUTPUTS, a pair whose weight gradient must take its own tile's twin (the same tile
 // with K sliced into another number of groups, for the input gradient's invocation count) loses
 // once that gradient is this big, and wins below it (see docs/lab/2026-11-27-wgsl-step-dispatch-costs.md §28).
 const TWIN_PAIR_MAX_WEIGHT_OUTPUTS = 100_000;
-
-// A LayerNorm is the prologue of the product it feeds (Ops.matmul's ln) only while its input
-// (rows × C) is this small: each column tile of the product then recomputes its rows' statistics,
-// which for bigger activations costs more than the dispatch it saves (see
-// docs/lab/2026-11-25-wgsl-step-vs-pytorch.md §12). Decoding (1 row) always takes the prologue.
-const LAYERNORM_PROLOGUE_MAX_ACTIVATIONS = 200_000;
 
 // Where a step's backward is a chain of dependent dispatches that each wait for their slowest
 // workgroup, a Linear's weight gradient (K = B·T, the long serial loop) lengthens every link it
@@ -121,21 +108,6 @@ function deferredLayout({ nLayer: L, dModel: C }, rows) {
 }
 
 /**
- * Floats of the scratch where products leave their split-K slabs for the LayerNorm after them to sum
- * (chooseSummedSplits): fc_out's forward where that LayerNorm is a dispatch of its own (not a
- * prologue), and the input gradients of fc_in and of q/k/v where a Linear's backward products are
- * not all paired; sized for the biggest of them at `rows` rows (generation's prefill has fewer).
- */
-export function summedSlabFloats({ dModel: C }, rows) {
-  const forward = rows * C > LAYERNORM_PROLOGUE_MAX_ACTIVATIONS, backward = rows * 4 * C > PAIRED_MAX_OUTPUTS;
-  const slabs = (on, K) => {
-    const { splits } = chooseSummedSplits("forward", rows, C, K);
-    return on && splits > 1 ? splits * rows * C : 0;
-  };
-  return Math.max(16, slabs(forward, 4 * C), slabs(backward, 4 * C), slabs(backward, 3 * C));
-}
-
-/**
  * The split-K plan of a step: weight gradients dW = dYᵀ·X (with the bias gradient Σ_rows dY fused
  * in) have few output tiles and K = B·T, so they split K into slabs of one scratch buffer. With
  * `grouped`, a block's four products (and, in the last block, the head's) keep their slabs side by
@@ -162,7 +134,6 @@ function splitKScratch(m, rows, deferred) {
   const plan = splitKPlan(m, rows, deferred), summedOff = slotFloats(plan.floats); // a 256-byte binding offset
   return { grouped: plan.grouped, summedOff, floats: summedOff + summedSlabFloats(m, rows) };
 }
-
 
 // Each plan's uniforms take 256 bytes per dispatch (a pair of products: 256 too): at most 14 + 24L
 // dispatches train a step (unpaired, every weight gradient splitting K, each summed apart) and 4 + 7L
