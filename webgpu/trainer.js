@@ -307,6 +307,18 @@ export class Trainer {
     else this._buildTraining();
   }
 
+  /** The training step's plan, recorded at its first use (_buildTraining; LoRA.build sets its own). */
+  get trainPlan() {
+    if (!this._trainPlan && this._recordTrainStep) {
+      const record = this._recordTrainStep;
+      this._recordTrainStep = null;
+      record();
+    }
+    return this._trainPlan;
+  }
+
+  set trainPlan(plan) { this._trainPlan = plan; }
+
   /** Dispatches (each a dependent GPU launch) of one training step and of one eval batch. */
   get dispatches() {
     return { step: this.trainPlan.entries.length, eval: this.evalPlan.entries.length };
@@ -432,6 +444,7 @@ export class Trainer {
     // (or, in the group, by the embedding's backward: headSums), and the deferred ones', at block 0's
     const sums = scratch.grouped || deferred ? new SplitSums() : null;
     let slabsUsed = 0;
+    let plan = null; // the step's, made where it is recorded (below), which linearBackward records into
     // (deferred) where each kind's dY lies: [buffer, block 0's offset, the stride between blocks];
     // and its X: {buffer, slot} (a kept activation's slots, or the head's ln_f output)
     const dY = deferred && { res: [d.res, at.res(1), stages.res], h: [d.h, 0, stages.h], res2: [d.res, at.res2(0), stages.res],
@@ -497,89 +510,93 @@ export class Trainer {
     }));
     this.ringNext = 0;
 
-    const plan = (this.trainPlan = new Plan(this.device, this.ops.pipelines, "train step"));
-    this.recordForward(plan, A, { B, T, past: 0, logitRows: rows });
-    const wte = o["token_embedding.weight"];
-    if (headDeferred) {
-      ops.matmul(plan, "backward_input", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf,
-        ce: { targets: A.targets, losses: A.losses, out: d.logits, scale: 1 / rows } });
-    } else {
-      ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
-      // backward; A.logits now holds d(loss)/d(logits): (rows,V)
-      linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
-    }
-    const lnf = { dout: d.lnf, x: A.res[L], stats: A.lnfs, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"] };
-    ops.layernormBackwardInput(plan, { rows, C, ...lnf, params: P, dx: d.res, dxOut: at.res(L), accumulate: false });
-    // a Linear's weight gradient, or (deferred) null: it runs before block 0's end, with the others
-    const later = (weightGrad) => (deferred ? null : weightGrad);
-    // (deferred) each kind of weight gradient, batched over the blocks: dW_l = dY_lᵀ·X_l (+ db_l), block
-    // l's parameters one block's stride after block l-1's, recorded before block 0's end, which then
-    // sums their split-K slabs along with its own work (once every operand is final: block 0's q, k
-    // and v gradients are the last). They share a dispatch where the device binds its buffers (up to
-    // 9; 11 with the head's), K split only as far as they all together leave the GPU short of ~768
-    // workgroups; else one dispatch each, split as its own tiles need.
-    const deferredWeightGradients = () => {
-      // the args of matmul for each kind, their slabs from slabsUsed on
-      const products = (list) => list.map(({ param, M, N, dY: y, X, batches, biasGrad, tile, splits }) => {
-        const [buffer, aOff, aStride] = dY[y], x = keptX(X), head = param === HEAD_PARAM, partialsOff = slabsUsed;
-        slabsUsed += splitKSlabFloats(M, N, batches, rows, splits);
-        return { M, N, K: rows, A: buffer, aOff, B: x.buffer, C: G, cOff: o[head ? param : `blocks.0.${param}`], biasGrad, batches,
-          strides: { a: aStride, b: x.slot, c: this.blockStride }, tile, splits, partials: this.splitK, partialsOff, sums: head ? headSums : sums };
-      });
-      // whether the kinds in `list` could share a dispatch, recorded if so
-      const group = (list) => {
-        const first = slabsUsed;
-        if (ops.matmulGroup(plan, products(list)) !== null) return true;
-        slabsUsed = first;
-        return false;
-      };
-      // All on 64×64w rather than each on its own tile (32×32-s2 for the C×C ones, and at medium and
-      // large for all): faster at every preset that defers (see
-      // docs/lab/2026-11-27-wgsl-step-deferred-weight-gradients.md §31). Where the device binds too few
-      // buffers for that group (its split-K scratch is a 9th), a group per own tile (at medium
-      // unsplit: 8), else one dispatch each.
-      const ways = headDeferred ? withHead : deferredPlans(this.cfg, rows);
-      if (!group(ways.group)) {
-        if (headDeferred) throw new Error("the deferred weight gradients with the head's: no group on this device");
-        for (const list of ways.perTile) {
-          if (!group(list)) for (const args of products(ways.apart.filter((k) => list.some((g) => g.param === k.param)))) ops.matmul(plan, "backward_weight", args);
-        }
+    // The step is recorded (and its backward's pipelines compiled) at its first use (the trainPlan getter):
+    // a model loaded to sample or evaluate never compiles them. Its buffers are all made above.
+    this._recordTrainStep = () => {
+      plan = this._trainPlan = new Plan(this.device, this.ops.pipelines, "train step");
+      this.recordForward(plan, A, { B, T, past: 0, logitRows: rows });
+      const wte = o["token_embedding.weight"];
+      if (headDeferred) {
+        ops.matmul(plan, "backward_input", { M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf,
+          ce: { targets: A.targets, losses: A.losses, out: d.logits, scale: 1 / rows } });
+      } else {
+        ops.crossEntropyBackward(plan, { rows, V, logits: A.logits, targets: A.targets, losses: A.losses });
+        // backward; A.logits now holds d(loss)/d(logits): (rows,V)
+        linearBackward({ M: rows, N: C, K: V, A: A.logits, B: P, bOff: wte, C: d.lnf }, { M: V, N: C, A: A.logits, B: A.lnf, C: G, cOff: wte });
       }
+      const lnf = { dout: d.lnf, x: A.res[L], stats: A.lnfs, wOff: o["ln_f.weight"], bOff: o["ln_f.bias"] };
+      ops.layernormBackwardInput(plan, { rows, C, ...lnf, params: P, dx: d.res, dxOut: at.res(L), accumulate: false });
+      // a Linear's weight gradient, or (deferred) null: it runs before block 0's end, with the others
+      const later = (weightGrad) => (deferred ? null : weightGrad);
+      // (deferred) each kind of weight gradient, batched over the blocks: dW_l = dY_lᵀ·X_l (+ db_l), block
+      // l's parameters one block's stride after block l-1's, recorded before block 0's end, which then
+      // sums their split-K slabs along with its own work (once every operand is final: block 0's q, k
+      // and v gradients are the last). They share a dispatch where the device binds its buffers (up to
+      // 9; 11 with the head's), K split only as far as they all together leave the GPU short of ~768
+      // workgroups; else one dispatch each, split as its own tiles need.
+      const deferredWeightGradients = () => {
+        // the args of matmul for each kind, their slabs from slabsUsed on
+        const products = (list) => list.map(({ param, M, N, dY: y, X, batches, biasGrad, tile, splits }) => {
+          const [buffer, aOff, aStride] = dY[y], x = keptX(X), head = param === HEAD_PARAM, partialsOff = slabsUsed;
+          slabsUsed += splitKSlabFloats(M, N, batches, rows, splits);
+          return { M, N, K: rows, A: buffer, aOff, B: x.buffer, C: G, cOff: o[head ? param : `blocks.0.${param}`], biasGrad, batches,
+            strides: { a: aStride, b: x.slot, c: this.blockStride }, tile, splits, partials: this.splitK, partialsOff, sums: head ? headSums : sums };
+        });
+        // whether the kinds in `list` could share a dispatch, recorded if so
+        const group = (list) => {
+          const first = slabsUsed;
+          if (ops.matmulGroup(plan, products(list)) !== null) return true;
+          slabsUsed = first;
+          return false;
+        };
+        // All on 64×64w rather than each on its own tile (32×32-s2 for the C×C ones, and at medium and
+        // large for all): faster at every preset that defers (see
+        // docs/lab/2026-11-27-wgsl-step-deferred-weight-gradients.md §31). Where the device binds too few
+        // buffers for that group (its split-K scratch is a 9th), a group per own tile (at medium
+        // unsplit: 8), else one dispatch each.
+        const ways = headDeferred ? withHead : deferredPlans(this.cfg, rows);
+        if (!group(ways.group)) {
+          if (headDeferred) throw new Error("the deferred weight gradients with the head's: no group on this device");
+          for (const list of ways.perTile) {
+            if (!group(list)) for (const args of products(ways.apart.filter((k) => list.some((g) => g.param === k.param)))) ops.matmul(plan, "backward_weight", args);
+          }
+        }
+      };
+      for (let l = L - 1; l >= 0; l--) {
+        const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s], dh = at.h(l), dqkv = at.qkv(l);
+        // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
+        // d.h = (d.res · W_out) · gelu'(h): the gradient w.r.t. fc_in's output, GELU's backward fused in
+        linearBackward({ M: rows, N: 4 * C, K: C, A: d.res, aOff: at.res(l + 1), B: P, bOff: w("mlp.fc_out.weight"), C: dh, geluGradOf: a.h },
+          later({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true }));
+        const dLn2 = linearBackward({ M: rows, N: C, K: 4 * C, A: dh, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
+          later({ M: 4 * C, N: C, A: dh, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true }), true);
+        ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res,
+          dxIn: at.res(l + 1), dxOut: at.res2(l), accumulate: true, sumIn: dLn2 });
+        // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
+        linearBackward({ M: rows, N: C, K: C, A: d.res, aOff: at.res2(l), B: P, bOff: w("attn.o_proj.weight"), C: d.att },
+          later({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true }));
+        ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, dout: d.att, dqkv });
+        // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
+        // dW and db of each (three batches)
+        const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.buffer, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
+          later({ M: C, N: C, A: dqkv.buffer, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }), true);
+        // ln1's backward, then what only the optimizer reads, once per block and in one dispatch: both
+        // LayerNorms' parameter gradients and (grouped) the split-K sums of the block's weight gradients
+        // (in the last block also the head's; deferred, the head's there and the others' in block 0);
+        // the two in one dispatch where the device allows
+        const ln1 = { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") };
+        if (deferred && l === 0) deferredWeightGradients();
+        ops.layernormBackwardBlock(plan, { input: { rows, C, ...ln1, params: P, dx: d.res, dxIn: at.res2(l), dxOut: at.res(l), accumulate: true, sumIn: dLn1 },
+          params: { rows, C, grads: G, sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
+        if (!deferred) slabsUsed = 0;
+      }
+      const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte,
+        wpeOff: o["position_embedding.weight"], lnf, n: this.P, partials: this.partials, headSlabs: headSums?.regions[0] ?? null });
+      this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay,
+        partials: this.partials, losses: A.losses, scal: this.scal, values: adamwValues(this.P, this.tr, 1, rows, parts) });
+      this.adamStepValues = {}; // adamwStepValues' object, reused by every step
+      plan.freeze();
     };
-    for (let l = L - 1; l >= 0; l--) {
-      const a = A.layers[l], n = `blocks.${l}.`, w = (s) => o[n + s], dh = at.h(l), dqkv = at.qkv(l);
-      // MLP: res[l+1] = res2 + fc_out(gelu(fc_in(ln2(res2)))); d.res is d res[l+1]
-      // d.h = (d.res · W_out) · gelu'(h): the gradient w.r.t. fc_in's output, GELU's backward fused in
-      linearBackward({ M: rows, N: 4 * C, K: C, A: d.res, aOff: at.res(l + 1), B: P, bOff: w("mlp.fc_out.weight"), C: dh, geluGradOf: a.h },
-        later({ M: C, N: 4 * C, A: d.res, B: a.g, C: G, cOff: w("mlp.fc_out.weight"), biasGrad: true }));
-      const dLn2 = linearBackward({ M: rows, N: C, K: 4 * C, A: dh, B: P, bOff: w("mlp.fc_in.weight"), C: d.ln2 },
-        later({ M: 4 * C, N: C, A: dh, B: a.ln2, C: G, cOff: w("mlp.fc_in.weight"), biasGrad: true }), true);
-      ops.layernormBackwardInput(plan, { rows, C, dout: d.ln2, x: a.res2, stats: a.ln2s, params: P, wOff: w("ln2.weight"), dx: d.res,
-        dxIn: at.res(l + 1), dxOut: at.res2(l), accumulate: true, sumIn: dLn2 });
-      // attention: res2 = res[l] + o_proj(attn(q, k, v)); d.res is now d res2
-      linearBackward({ M: rows, N: C, K: C, A: d.res, aOff: at.res2(l), B: P, bOff: w("attn.o_proj.weight"), C: d.att },
-        later({ M: C, N: C, A: d.res, B: a.att, C: G, cOff: w("attn.o_proj.weight"), biasGrad: true }));
-      ops.attentionBackward(plan, { B, T, H, C, qkv: { buffer: a.qkv, stride: a.stride }, out: a.att, lse: a.lse, dout: d.att, dqkv });
-      // q, k, v projections, all three at once: d ln1 = Σ dX·W (one product over K = 3C), then
-      // dW and db of each (three batches)
-      const dLn1 = linearBackward({ M: rows, N: C, K: C, A: dqkv.buffer, B: P, bOff: w("attn.q_proj.weight"), C: d.ln, kcat: 3, strides: { a: dqkv.stride, b: this.projStride } },
-        later({ M: C, N: C, A: dqkv.buffer, B: a.ln1, C: G, cOff: w("attn.q_proj.weight"), biasGrad: true, batches: 3, strides: { a: dqkv.stride, c: this.projStride } }), true);
-      // ln1's backward, then what only the optimizer reads, once per block and in one dispatch: both
-      // LayerNorms' parameter gradients and (grouped) the split-K sums of the block's weight gradients
-      // (in the last block also the head's; deferred, the head's there and the others' in block 0);
-      // the two in one dispatch where the device allows
-      const ln1 = { dout: d.ln, x: A.res[l], stats: a.ln1s, wOff: w("ln1.weight") };
-      if (deferred && l === 0) deferredWeightGradients();
-      ops.layernormBackwardBlock(plan, { input: { rows, C, ...ln1, params: P, dx: d.res, dxIn: at.res2(l), dxOut: at.res(l), accumulate: true, sumIn: dLn1 },
-        params: { rows, C, grads: G, sums, jobs: [{ dout: d.ln2, x: a.res2, stats: a.ln2s, wOff: w("ln2.weight") }, ln1] } });
-      if (!deferred) slabsUsed = 0;
-    }
-    const parts = ops.embeddingBackwardNorm(plan, { B, T, C, V, order: this.order, dres: d.res, grads: G, wteOff: wte,
-      wpeOff: o["position_embedding.weight"], lnf, n: this.P, partials: this.partials, headSlabs: headSums?.regions[0] ?? null });
-    this.adamIndex = ops.adamwUpdate(plan, { n: this.P, params: P, grads: G, m: this.m, v: this.v, decay: this.decay,
-      partials: this.partials, losses: A.losses, scal: this.scal, values: adamwValues(this.P, this.tr, 1, rows, parts) });
-    this.adamStepValues = {}; // adamwStepValues' object, reused by every step
-    plan.freeze();
 
     // eval: the same forward, cross-entropy without gradient, per-row losses read back
     this.evalPlan = new Plan(this.device, this.ops.pipelines, "eval");
@@ -641,12 +658,13 @@ export class Trainer {
     if (slot.pending) await slot.pending; // at most LOSS_RING steps in flight
     const { x, y } = batch ?? this.nextBatch();
     this._uploadBatch(x, y);
+    const plan = this.trainPlan; // first: recording it sets adamIndex
     this.stepCount += 1;
-    this.trainPlan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues, this.lr ?? this.tr.lr));
+    plan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues, this.lr ?? this.tr.lr));
     const enc = this.device.createCommandEncoder({ label: "train step" });
     measure?.before(enc);
     const pass = enc.beginComputePass();
-    this.trainPlan.encode(pass);
+    plan.encode(pass);
     pass.end();
     measure?.after(enc);
     enc.copyBufferToBuffer(this.scal, 8, slot.buf, 0, 4); // the mean loss
@@ -670,8 +688,9 @@ export class Trainer {
   async profileStep(batch = null, reps = 21) {
     const { x, y } = batch ?? this.nextBatch();
     this._uploadBatch(x, y);
+    const plan = this.trainPlan; // first: recording it sets adamIndex
     this.stepCount += 1;
-    this.trainPlan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues));
+    plan.update(this.adamIndex, adamwStepValues(this.tr, this.stepCount, this.adamStepValues));
     await this.device.queue.onSubmittedWorkDone();
     const timed = async (i, times) => {
       const t0 = performance.now();
@@ -792,7 +811,7 @@ export class Trainer {
   /** Frees the GPU objects. Destroy a Decoder on this trainer first (Decoder.destroy). */
   destroy() {
     this.lora?.destroy();
-    for (const p of [this.trainPlan, this.evalPlan]) if (p) p.destroy();
+    for (const p of [this._trainPlan, this.evalPlan]) if (p) p.destroy(); // a step never recorded has none
     for (const b of this.buffers) b.destroy();
     this.buffers = [];
   }
