@@ -18,7 +18,9 @@ export function plansOnlyTrainer(device, config, { subgroupWidth, deferWeightGra
   class PlansOnly extends Trainer {
     importState() {}
   }
-  return new PlansOnly(device, config, { state: new Uint8Array(0), subgroupWidth, deferWeightGrads, lora });
+  const trainer = new PlansOnly(device, config, { state: new Uint8Array(0), subgroupWidth, deferWeightGrads, lora });
+  void trainer.trainPlan; // the step is recorded at its first use: here, so that every plan's kernels are made
+  return trainer;
 }
 
 /**

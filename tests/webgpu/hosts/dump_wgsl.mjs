@@ -46,7 +46,7 @@ for (const limit of [16384, 32768]) {
     for (const preset of Object.keys(presets.presets)) {
       const { device, shaders } = recordingDevice({ limits: { maxComputeWorkgroupStorageSize: limit } });
       const trainer = plansOnlyTrainer(device, configFromPresets(presets, preset), { subgroupWidth });
-      const decoder = new Decoder(trainer); // records the decode plans (the train and eval plans exist already)
+      const decoder = new Decoder(trainer); // records the decode plans (plansOnlyTrainer has made the train and eval plans)
       await decoder.decodeLogits([0]); // and the decode plan at a position past 0
       await decoder.destroy();
       trainer.destroy();
