@@ -309,11 +309,7 @@ export class Trainer {
 
   /** The training step's plan, recorded at its first use (_buildTraining; LoRA.build sets its own). */
   get trainPlan() {
-    if (!this._trainPlan && this._recordTrainStep) {
-      const record = this._recordTrainStep;
-      this._recordTrainStep = null;
-      record();
-    }
+    if (!this._trainPlan) this._recordTrainStep?.(); // sets _trainPlan
     return this._trainPlan;
   }
 
@@ -696,14 +692,14 @@ export class Trainer {
       const t0 = performance.now();
       const enc = this.device.createCommandEncoder();
       const pass = enc.beginComputePass();
-      this.trainPlan.encode(pass, { first: i, end: i + 1, times });
+      plan.encode(pass, { first: i, end: i + 1, times });
       pass.end();
       this.device.queue.submit([enc.finish()]);
       await this.device.queue.onSubmittedWorkDone();
       return performance.now() - t0;
     };
     const rows = [];
-    for (const [i, e] of this.trainPlan.entries.entries()) {
+    for (const [i, e] of plan.entries.entries()) {
       await timed(i, 1);
       const one = Math.min(await timed(i, 1), await timed(i, 1));
       const many = await timed(i, reps);
